@@ -1,0 +1,151 @@
+"""Write DFlash checkpoints in either format (for the fixture trainer, the demo and the tests).
+
+The writer is the exact inverse of `checkpoints.read_spec`: a spec written in one format and read back
+gives the same spec (up to `format`, `path` and the embedding/lm_head ownership each format implies), and
+the same body weights in both formats must give identical drafts. Taps are written in each format's own
+numbering: z-lab `target_layer_ids = t`, speculators `aux_hidden_state_layer_ids = t + 1`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoints import TargetInfo
+from .spec import DrafterSpec, LayerAttention
+
+
+def design_spec(
+    target: TargetInfo,
+    *,
+    taps: list[int] | None = None,
+    block_size: int = 8,
+    mask_token_id: int,
+    num_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    head_dim: int = 16,
+    intermediate_size: int | None = None,
+    sliding_window: int | None = None,
+    sliding_layers: int = 0,
+    rope_theta: float = 1_000_000.0,
+    draft_vocab_size: int | None = None,
+) -> DrafterSpec:
+    """A new drafter for `target` (z-lab-style defaults: taps spread from 1 to L-3)."""
+    if taps is None:
+        n, last = min(5, max(1, target.num_layers - 2)), max(1, target.num_layers - 3)
+        taps = sorted({round(1 + i * (last - 1) / max(1, n - 1)) for i in range(n)})
+    layers = tuple(
+        LayerAttention("sliding", sliding_window, True) if i < sliding_layers else LayerAttention("full", None, False)
+        for i in range(num_layers)
+    )
+    return DrafterSpec(
+        format="zlab", path="", num_layers=num_layers, hidden_size=target.hidden_size,
+        target_hidden_size=target.hidden_size, intermediate_size=intermediate_size or 3 * target.hidden_size,
+        num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,
+        rms_norm_eps=1e-6, attention_bias=False, vocab_size=target.vocab_size,
+        draft_vocab_size=draft_vocab_size or target.vocab_size, taps=tuple(taps),
+        num_target_layers=target.num_layers, block_size=block_size, mask_token_id=mask_token_id,
+        layers=layers, causality_source="designed", rope={"rope_type": "default", "rope_theta": rope_theta},
+        max_position_embeddings=32768, embedding_source="target", lm_head_source="target",
+        has_d2t=draft_vocab_size is not None and draft_vocab_size != target.vocab_size,
+    )
+
+
+def _body_config(spec: DrafterSpec) -> dict[str, Any]:
+    sliding = [layer for layer in spec.layers if layer.kind == "sliding"]
+    return {
+        "hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers, "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim,
+        "rms_norm_eps": spec.rms_norm_eps, "attention_bias": spec.attention_bias, "hidden_act": "silu",
+        "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
+        "rope_parameters": dict(spec.rope),
+        "layer_types": ["sliding_attention" if layer.kind == "sliding" else "full_attention" for layer in spec.layers],
+        "use_sliding_window": bool(sliding),
+        "sliding_window": sliding[0].window if sliding else None,
+        "tie_word_embeddings": False,
+    }
+
+
+def zlab_config(spec: DrafterSpec) -> dict[str, Any]:
+    config = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_body_config(spec),
+              "num_target_layers": spec.num_target_layers,
+              "dflash_config": {"mask_token_id": spec.mask_token_id, "target_layer_ids": list(spec.taps),
+                                "block_size": spec.block_size}}
+    causal = {layer.causal_in_block for layer in spec.layers if layer.kind == "sliding"}
+    if causal:
+        config["is_causal"] = causal.pop()
+    return config
+
+
+def speculators_config(spec: DrafterSpec, verifier: str | None = None) -> dict[str, Any]:
+    causal = {layer.causal_in_block for layer in spec.layers if layer.kind == "sliding"}
+    return {
+        "speculators_model_type": "dflash", "architectures": ["DFlashDraftModel"],
+        "transformer_layer_config": {"model_type": "qwen3", **_body_config(spec)},
+        "draft_vocab_size": spec.draft_vocab_size, "block_size": spec.block_size,
+        "target_hidden_size": spec.target_hidden_size,
+        "aux_hidden_state_layer_ids": list(spec.speculators_taps),
+        "mask_token_id": spec.mask_token_id,
+        "sliding_window_non_causal": not causal.pop() if causal else False,
+        "speculators_config": {
+            "algorithm": "dflash", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": spec.block_size - 1}],
+            "verifier": {"name_or_path": verifier, "architectures": []},
+        },
+    }
+
+
+BODY_EXCLUDED = ("embed_tokens.weight", "lm_head.weight", "d2t")
+
+
+def save_checkpoint(
+    out_dir: str | Path,
+    spec: DrafterSpec,
+    state_dict: dict[str, torch.Tensor],
+    fmt: str,
+    *,
+    target_embed: torch.Tensor | None = None,
+    target_lm_head: torch.Tensor | None = None,
+    verifier: str | None = None,
+) -> Path:
+    """Write config.json + model.safetensors. speculators also stores frozen copies of the target's
+    embedding and lm_head (rows selected by d2t when the draft vocabulary is reduced)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()
+               if k not in BODY_EXCLUDED and not k.startswith("rotary.")}
+    if fmt == "zlab":
+        config = zlab_config(spec)
+    elif fmt == "speculators":
+        config = speculators_config(spec, verifier)
+        embed = state_dict.get("embed_tokens.weight", target_embed)
+        head = state_dict.get("lm_head.weight", target_lm_head)
+        if embed is None or head is None:
+            raise ValueError("speculators checkpoints carry embed_tokens and lm_head: pass the target's")
+        tensors["embed_tokens.weight"] = embed.detach().contiguous().cpu()
+        if spec.has_d2t:
+            d2t = state_dict["d2t"].detach().cpu().long()
+            if head.shape[0] != spec.draft_vocab_size:
+                head = head[torch.arange(spec.draft_vocab_size) + d2t]
+            tensors["d2t"] = d2t
+        tensors["lm_head.weight"] = head.detach().contiguous().cpu()
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+def as_format(spec: DrafterSpec, fmt: str) -> DrafterSpec:
+    """The spec that reading a checkpoint written with `save_checkpoint(..., fmt)` will produce."""
+    own = fmt == "speculators"
+    return replace(spec, format=fmt, embedding_source="checkpoint" if own else "target",
+                   lm_head_source="checkpoint" if own else "target")

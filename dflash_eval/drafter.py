@@ -1,0 +1,204 @@
+"""The DFlash drafter as one plain `torch.nn.Module`, built from a `DrafterSpec`.
+
+Why a native module instead of z-lab's or speculators' classes: both formats must run through exactly
+the same arithmetic (so a format difference can never masquerade as a quality difference), and the
+attention must take an explicit boolean mask so that one module serves single-block inference (the live
+loop) and thousands of anchors per forward (the trajectory engine, the doctor's variants).
+
+Computation (primer section 1):
+    ctx      = hidden_norm(fc(concat(taps)))                       # [C, H], no norm before fc
+    x        = embed([anchor, MASK, ..., MASK])                    # the target's table (or a copy)
+    per layer: q from norm(x) only; k/v = [k_norm(k_proj(ctx)) | k_norm(k_proj(norm(x)))], RoPE at the
+               absolute positions (context row p at p, block slot j at anchor + j); masked attention;
+               residual; post-attention norm + SwiGLU MLP; residual
+    logits   = lm_head(norm(x))                                    # the drafter's own final norm
+Parameter names equal the checkpoints' tensor names, so loading is a strict `load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .spec import DrafterSpec
+
+
+class RMSNorm(nn.Module):
+    """Qwen3 RMSNorm: computed in fp32, `weight * x / rms(x)` (not the zero-centred Qwen3.5 variant)."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [heads, T, head_dim]; cos/sin: [T, head_dim]."""
+    return x * cos + rotate_half(x) * sin
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        h, hd = spec.hidden_size, spec.head_dim
+        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_key_value_heads, hd
+        self.q_proj = nn.Linear(h, self.heads * hd, bias=spec.attention_bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * hd, bias=spec.attention_bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * hd, bias=spec.attention_bias)
+        self.o_proj = nn.Linear(self.heads * hd, h, bias=spec.attention_bias)
+        self.q_norm = RMSNorm(hd, spec.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, spec.rms_norm_eps)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(x.shape[0], n, self.head_dim).transpose(0, 1)  # [n, T, hd]
+
+    def forward(self, x: torch.Tensor, ctx: torch.Tensor, rope_ctx, rope_block, mask: torch.Tensor) -> torch.Tensor:
+        q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.heads)), *rope_block)
+        k_ctx = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.kv_heads)), *rope_ctx)
+        k_blk = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.kv_heads)), *rope_block)
+        v = self._heads(torch.cat([self.v_proj(ctx), self.v_proj(x)], 0), self.kv_heads)
+        k = torch.cat([k_ctx, k_blk], dim=1)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.transpose(0, 1).reshape(x.shape[0], -1))
+
+
+class DrafterMLP(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.self_attn = DrafterAttention(spec)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.mlp = DrafterMLP(spec)
+
+    def forward(self, x, ctx, rope_ctx, rope_block, mask):
+        # input_layernorm applies to the block stream only, never to ctx (primer section 1)
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_ctx, rope_block, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+        self.spec = spec
+        self.fc = nn.Linear(spec.fc_in_features, spec.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.layers = nn.ModuleList(DrafterLayer(spec) for _ in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        if spec.embedding_source == "checkpoint":
+            self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        if spec.lm_head_source == "checkpoint":
+            self.lm_head = nn.Linear(spec.hidden_size, spec.draft_vocab_size, bias=False)
+        if spec.has_d2t:
+            self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
+        # RoPE frequencies (every rope_type HF knows) come from transformers itself; not a parameter.
+        rope_config = Qwen3Config(hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
+                                  head_dim=spec.head_dim, rope_parameters=dict(spec.rope),
+                                  max_position_embeddings=spec.max_position_embeddings)
+        self.rope_config = rope_config
+        self.rotary = Qwen3RotaryEmbedding(rope_config)
+        # The target's tables, when the checkpoint does not carry its own (kept out of state_dict).
+        self._target_tables: dict[str, nn.Module] = {}
+
+    # -- tables -------------------------------------------------------------------------------------
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> "DFlashDrafter":
+        self._target_tables = {"embed": embed_tokens, "lm_head": lm_head}
+        return self
+
+    def _table(self, own: str, key: str) -> nn.Module:
+        if hasattr(self, own):
+            return getattr(self, own)
+        if key not in self._target_tables:
+            raise RuntimeError("drafter uses the target's embedding/lm_head: call attach_target() first")
+        return self._target_tables[key]
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self._table("embed_tokens", "embed")(token_ids)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary (the target's, unless a d2t map reduces it)."""
+        return self._table("lm_head", "lm_head")(hidden)
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Map draft-vocabulary ids to target ids: target = draft + d2t[draft] (speculators' convention)."""
+        return draft_ids + self.d2t[draft_ids] if self.spec.has_d2t else draft_ids
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    def context(self, taps: torch.Tensor) -> torch.Tensor:
+        """[C, n_taps * H_target] concatenated taps -> [C, H] context features."""
+        return self.hidden_norm(self.fc(taps))
+
+    def _rope(self, like: torch.Tensor, positions: torch.Tensor):
+        cos, sin = self.rotary(like, positions.view(1, -1))
+        return cos[0], sin[0]
+
+    def forward(
+        self,
+        ctx: torch.Tensor,
+        ctx_positions: torch.Tensor,
+        block_embeds: torch.Tensor,
+        block_positions: torch.Tensor,
+        masks: Sequence[torch.Tensor],
+    ) -> torch.Tensor:
+        """Hidden states after the final norm for N flattened block slots.
+
+        ctx: [C, H] from `context()`; block_embeds: [N, H]; masks: one bool [N, C + N] per layer
+        (see `masks.layer_masks`)."""
+        rope_ctx = self._rope(ctx, ctx_positions)
+        rope_block = self._rope(block_embeds, block_positions)
+        x = block_embeds
+        for layer, mask in zip(self.layers, masks, strict=True):
+            x = layer(x, ctx, rope_ctx, rope_block, mask)
+        return self.norm(x)
+
+
+def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu", dtype=torch.float32) -> DFlashDrafter:
+    """Build the module and load the checkpoint strictly (names were validated against the spec)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in weight_files:
+        state.update(load_file(str(file)))
+    for name in spec.ignored_weights:
+        state.pop(name, None)
+    with torch.device("meta"):
+        model = DFlashDrafter(spec)
+    model = model.to_empty(device=device)
+    # inv_freq is a non-persistent buffer: meta init left it empty, so rebuild it for real
+    model.rotary = type(model.rotary)(model.rope_config).to(device)
+    model.load_state_dict(state, strict=True)
+    model.to(dtype=dtype)  # floating tensors only; d2t stays int64
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,25 @@
+"""The one exception type users see.
+
+Every problem caused by input (a checkpoint, a config, a prompts file, a target) is raised as
+`InputError(path, problem)`. The CLI prints it as a single line, `error: PATH: PROBLEM`, and exits with
+code 2, without a traceback: the user needs to know which file is wrong and why, not where in our code
+we noticed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+class InputError(Exception):
+    """A problem with something the user gave us, tied to the file or name it came from."""
+
+    def __init__(self, path: str | Path | None, problem: str):
+        self.path = str(path) if path is not None else None
+        self.problem = " ".join(problem.split())  # always one line
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        return f"{self.path}: {self.problem}" if self.path else self.problem

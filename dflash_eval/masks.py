@@ -1,0 +1,78 @@
+"""Anchor-block attention masks: which keys each drafted slot may see.
+
+The drafter runs on a flattened layout shared by training code and by our evaluation: queries are the
+slots of A blocks laid end to end (N = sum of block lengths), keys are `[context (C rows) | all blocks
+(N rows)]`. One boolean mask of shape [N, C + N] per distinct layer attention then says, for query slot j
+of the block anchored at position a (primer section 2):
+
+- context row p is visible iff p < a (strict: the anchor's own hidden state is never context), and on a
+  sliding layer also p >= a - W;
+- keys of the same block are visible (all of them, or only slots <= j when the layer is causal in block);
+- other blocks are never visible.
+
+`anchor_in_context=True` builds the classic train/eval skew (p <= a) on purpose, for the doctor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .spec import LayerAttention
+
+
+def block_layout(anchors: Sequence[int], block_lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per flattened query: its anchor, its slot index j, and its block index."""
+    anchor_of = torch.repeat_interleave(torch.as_tensor(list(anchors), dtype=torch.long),
+                                        torch.as_tensor(list(block_lengths), dtype=torch.long))
+    block_of = torch.repeat_interleave(torch.arange(len(anchors)), torch.as_tensor(list(block_lengths), dtype=torch.long))
+    starts = torch.cumsum(torch.as_tensor([0, *block_lengths[:-1]], dtype=torch.long), 0)
+    slot_of = torch.arange(int(sum(block_lengths))) - starts[block_of]
+    return anchor_of, slot_of, block_of
+
+
+def block_positions(anchors: Sequence[int], block_lengths: Sequence[int]) -> torch.Tensor:
+    """Absolute position of every flattened slot: anchor + j."""
+    anchor_of, slot_of, _ = block_layout(anchors, block_lengths)
+    return anchor_of + slot_of
+
+
+def anchor_block_mask(
+    anchors: Sequence[int],
+    block_lengths: Sequence[int],
+    context_len: int,
+    attention: LayerAttention,
+    *,
+    anchor_in_context: bool = False,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Boolean [N, C + N] mask for one layer kind; True = may attend."""
+    anchor_of, slot_of, block_of = (t.to(device) for t in block_layout(anchors, block_lengths))
+    ctx = torch.arange(context_len, device=device)
+    a = anchor_of[:, None]
+    visible_ctx = ctx[None, :] <= a if anchor_in_context else ctx[None, :] < a
+    if attention.window is not None:
+        visible_ctx &= ctx[None, :] >= a - attention.window
+    same_block = block_of[:, None] == block_of[None, :]
+    if attention.causal_in_block:
+        same_block &= slot_of[None, :] <= slot_of[:, None]
+    return torch.cat([visible_ctx, same_block], dim=1)
+
+
+def layer_masks(
+    layers: Sequence[LayerAttention],
+    anchors: Sequence[int],
+    block_lengths: Sequence[int],
+    context_len: int,
+    *,
+    anchor_in_context: bool = False,
+    device: torch.device | str = "cpu",
+) -> list[torch.Tensor]:
+    """One mask per drafter layer; layers that attend alike share the same tensor."""
+    built: dict[LayerAttention, torch.Tensor] = {}
+    for layer in layers:
+        if layer not in built:
+            built[layer] = anchor_block_mask(anchors, block_lengths, context_len, layer,
+                                             anchor_in_context=anchor_in_context, device=device)
+    return [built[layer] for layer in layers]

@@ -1,0 +1,1 @@
+"""Rendering: everything that turns results into text for people (terminal now, HTML later)."""

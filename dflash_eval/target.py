@@ -1,0 +1,229 @@
+"""The target model: loading, tap capture with forward hooks, and which kernels its layers bound.
+
+Why hooks and not `output_hidden_states`: HF's tuple holds L+1 full-sequence states (about 2.7 GB for a
+64-layer model at 4K tokens), and its last entry is *post* final norm, not the raw output of the last
+layer that DFlash taps. A hook on decoder layer t returns exactly "the output of layer t" (z-lab id t,
+speculators id t+1), for the chosen layers only.
+
+Why the kernel report: transformers binds the Gated-DeltaNet functions at import time, regardless of the
+device. With flash-linear-attention (triton) importable on a CPU run, hybrid targets crash deep inside a
+kernel; and CPU (torch fallback) and GPU (fla) states differ numerically. So we say, per layer, which
+function is bound, and refuse the CPU+fla combination up front with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .checkpoints import TargetInfo, resolve_local_or_cached
+from .errors import InputError
+
+# Module-level functions of the hybrid modeling files that transformers may swap for kernels.
+KERNEL_FUNCTIONS = {
+    "chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule": "torch_recurrent_gated_delta_rule",
+    "causal_conv1d_fn": "causal_conv1d_fn",
+    "causal_conv1d_update": "causal_conv1d_update",
+}
+
+
+@dataclass(frozen=True)
+class LayerKernel:
+    """The implementation one Gated-DeltaNet layer will call for one operation."""
+
+    layer: int
+    operation: str  # chunk_gated_delta_rule, recurrent_gated_delta_rule, causal_conv1d_fn, ...
+    function: str  # fully qualified name of the bound function
+    accelerated: bool  # True for fla / causal-conv1d / hub kernels, False for the torch fallback
+
+
+@dataclass
+class Target:
+    model: nn.Module
+    tokenizer: object
+    name: str  # as the user gave it
+    path: Path  # resolved local folder
+    device: torch.device
+    dtype: torch.dtype
+    info: TargetInfo
+    layers: nn.ModuleList  # the decoder layers, in order
+    tap_passes: int = 0  # forward passes that captured taps (tests count these)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.get_output_embeddings()
+
+    @property
+    def layer_types(self) -> list[str]:
+        text = text_config(self.model.config)
+        return list(getattr(text, "layer_types", None) or ["full_attention"] * self.info.num_layers)
+
+    def fingerprint(self) -> str:
+        """sha256 of config.json and the safetensors headers + sizes: cheap, and changes with the weights."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256((self.path / "config.json").read_bytes())
+            for file in sorted(self.path.glob("*.safetensors")):
+                with file.open("rb") as handle:
+                    header_len = int.from_bytes(handle.read(8), "little")
+                    digest.update(handle.read(header_len))
+                digest.update(str(file.stat().st_size).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+
+def text_config(config):
+    """The language-model part of a config (VLM wrappers such as qwen3_5 nest it in text_config)."""
+    return getattr(config, "text_config", None) or config
+
+
+def target_info(name_or_path: str | Path) -> TargetInfo:
+    """Sizes from the target's config.json alone, for validating drafters without loading weights."""
+    path = resolve_local_or_cached(str(name_or_path))
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise InputError(path, "not a model folder: no config.json")
+    try:
+        raw = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(config_file, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    text = raw.get("text_config") or raw
+    try:
+        return TargetInfo(name=str(name_or_path), num_layers=int(text["num_hidden_layers"]),
+                          hidden_size=int(text["hidden_size"]), vocab_size=int(text["vocab_size"]))
+    except KeyError as exc:
+        raise InputError(config_file, f"missing config key {exc.args[0]!r}") from None
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError(None, "--device cuda requested but torch sees no CUDA device")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":  # bf16 on GPU (what serving uses), fp32 on CPU (exact, and fast enough there)
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    choices = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+    if dtype not in choices:
+        raise InputError(None, f"unknown --dtype {dtype!r} (choose auto, bfloat16, float32)")
+    return choices[dtype]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    base = getattr(model, "model", model)
+    base = getattr(base, "language_model", base)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise InputError(None, f"{type(model).__name__}: cannot find the decoder layer list")
+    return layers
+
+
+def _bound_function(module, operation: str) -> tuple[str, bool]:
+    """Resolve what a Gated-DeltaNet layer will call for `operation`."""
+    fn = getattr(module, operation, None)  # some transformers versions bind per instance
+    if fn is None:
+        fn = getattr(sys.modules[type(module).__module__], KERNEL_FUNCTIONS[operation], None)
+    if fn is None:
+        return "absent", False
+    # transformers wraps the torch fallback; the chosen implementation lives in the wrapper's closure
+    closure = inspect.getclosurevars(fn).nonlocals if getattr(fn, "__closure__", None) else {}
+    impl = closure.get("implementation", fn)
+    name = f"{getattr(impl, '__module__', '?')}.{getattr(impl, '__qualname__', repr(impl))}"
+    return name, not name.startswith("transformers.")
+
+
+def kernel_report(model: nn.Module) -> list[LayerKernel]:
+    """Per Gated-DeltaNet layer and operation, the function actually bound (empty for dense targets)."""
+    report = []
+    for index, layer in enumerate(decoder_layers(model)):
+        gdn = getattr(layer, "linear_attn", None)
+        if gdn is None:
+            continue
+        for operation in KERNEL_FUNCTIONS:
+            name, accelerated = _bound_function(gdn, operation)
+            report.append(LayerKernel(index, operation, name, accelerated))
+    return report
+
+
+def kernel_summary(report: list[LayerKernel]) -> dict[str, str]:
+    """operation -> bound function (all layers of one model share them); for provenance."""
+    return {k.operation: k.function for k in report}
+
+
+def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto") -> Target:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_local_or_cached(name_or_path)
+    info = target_info(path)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
+    report = kernel_report(model)
+    accelerated = [k for k in report if k.accelerated]
+    if accelerated and dev.type != "cuda":
+        k = accelerated[0]
+        raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
+                               "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
+                               "for a CPU run (torch fallback)")
+    model.to(dev).eval().requires_grad_(False)
+    return Target(model=model, tokenizer=tokenizer, name=str(name_or_path), path=path, device=dev,
+                  dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
+                                                      model.get_input_embeddings().weight.shape[0]),
+                  layers=decoder_layers(model))
+
+
+@dataclass
+class Capture:
+    """What one tap pass over a sequence yields."""
+
+    taps: torch.Tensor  # [T, len(taps) * H], the chosen layers' outputs concatenated in tap order
+    greedy: torch.Tensor  # [T] the target's argmax next token after every position
+
+
+def _layer_output(output) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+@torch.inference_mode()
+def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024) -> Capture:
+    """One forward over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
+
+    Logits are computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need
+    ~4 GB of bf16 logits at once) and reduced to argmax immediately."""
+    ids = input_ids.view(1, -1).to(target.device)
+    wanted = sorted(set(taps))
+    for t in wanted:
+        if not 0 <= t < len(target.layers):
+            raise InputError(target.path, f"tap {t} is outside the target's {len(target.layers)} layers")
+    captured: dict[int, torch.Tensor] = {}
+    handles = [target.layers[t].register_forward_hook(
+        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0])) for t in wanted]
+    try:
+        base = getattr(target.model, "model")
+        hidden = base(input_ids=ids, use_cache=False).last_hidden_state[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+    target.tap_passes += 1
+    greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
+                        for i in range(0, hidden.shape[0], logits_chunk)])
+    return Capture(taps=torch.cat([captured[t] for t in taps], dim=-1), greedy=greedy)
