@@ -13,7 +13,11 @@ from .errors import EXIT_BAD_INPUT, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Offline evaluation of DFlash speculative-decoding drafters.")
-console = Console()
+
+
+def stdout_console() -> Console:
+    """Created per command so COLUMNS (and a test runner's redirected stdout) are honoured."""
+    return Console(highlight=False)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -51,7 +55,7 @@ def inspect(
     from .render.terminal import render_inspection
 
     result = inspect_drafter(drafter, target)
-    render_inspection(console, result)
+    render_inspection(stdout_console(), result)
     if result.failed:
         first = result.failed[0]
         raise fail(f"{result.spec.path}: {first.name} failed: {first.detail}")

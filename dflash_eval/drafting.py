@@ -1,0 +1,50 @@
+"""Draft many blocks at once: the one place that lays out blocks, masks and positions for the drafter.
+
+Both the trajectory engine (every continuation position an anchor) and the live loop (one block per
+step) call `draft_logits`, so the two can only differ in *which* anchors and context they pass, never in
+how a block is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .drafter import DFlashDrafter
+from .masks import block_positions, layer_masks
+
+
+def block_token_ids(tokens: torch.Tensor, anchors: Sequence[int], block_lengths: Sequence[int], mask_token_id: int) -> torch.Tensor:
+    """[anchor token, MASK, ..., MASK] for every block, flattened."""
+    parts = []
+    for anchor, length in zip(anchors, block_lengths, strict=True):
+        block = torch.full((length,), mask_token_id, dtype=torch.long, device=tokens.device)
+        block[0] = tokens[anchor]
+        parts.append(block)
+    return torch.cat(parts)
+
+
+@torch.inference_mode()
+def draft_logits(
+    drafter: DFlashDrafter,
+    ctx: torch.Tensor,
+    tokens: torch.Tensor,
+    anchors: Sequence[int],
+    block_lengths: Sequence[int],
+    *,
+    anchor_in_context: bool = False,
+    position_offset: int = 0,
+) -> torch.Tensor:
+    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it).
+
+    ctx: [C, H] = drafter.context(taps) for sequence positions 0..C-1 (C may exceed an anchor: the mask
+    hides rows at and after it); tokens: [>= max anchor + 1] committed ids."""
+    device = ctx.device
+    ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
+    masks = layer_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
+                        anchor_in_context=anchor_in_context, device=device)
+    positions = block_positions(anchors, block_lengths).to(device) + position_offset
+    ctx_positions = torch.arange(ctx.shape[0], device=device) + position_offset
+    hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, masks)
+    return drafter.logits(hidden)

@@ -1,0 +1,47 @@
+"""Session fixtures: tiny real targets and real drafter checkpoints, built once, reloaded from disk."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach a hub
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from dflash_eval.testbed import random_state_dict, write_random_drafter  # noqa: E402
+from dflash_eval.tiny import build_test_bed  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def test_bed(tmp_path_factory) -> dict[str, Path]:
+    """{"tokenizer", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"} -> folders on disk."""
+    return build_test_bed(tmp_path_factory.mktemp("testbed"))
+
+
+@pytest.fixture(scope="session")
+def drafter_dirs(test_bed, tmp_path_factory) -> dict[str, Path]:
+    """Random-weight drafters for the qwen3 target, in both formats and in the variants that matter.
+
+    - zlab / speculators: the *same* body weights in both formats (taps 1, 2, 3 -> speculators 2, 3, 4)
+    - sliding: 1 sliding-window layer (window 3, causal in block) + 1 full layer, z-lab format
+    - d2t: speculators format with a reduced draft vocabulary of 200 ids
+    """
+    root = tmp_path_factory.mktemp("drafters")
+    target = test_bed["qwen3"]
+    design = dict(block_size=4, num_layers=2)
+    from dflash_eval.checkpoint_writer import design_spec
+    from dflash_eval.target import target_info
+
+    spec = design_spec(target_info(target), mask_token_id=0, **design)
+    shared = random_state_dict(spec, seed=1)
+    return {
+        "zlab": write_random_drafter(target, root / "zlab", "zlab", state=shared, **design),
+        "speculators": write_random_drafter(target, root / "speculators", "speculators", state=shared,
+                                            verifier=str(target), **design),
+        "sliding": write_random_drafter(target, root / "sliding", "zlab", seed=2, sliding_window=3,
+                                        sliding_layers=1, **design),
+        "d2t": write_random_drafter(target, root / "d2t", "speculators", seed=3, draft_vocab_size=200, **design),
+    }

@@ -1,0 +1,101 @@
+"""Tap capture: forward hooks give exactly "the output of layer t" on every tiny target."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from dflash_eval.errors import InputError
+from dflash_eval.target import capture_taps, kernel_report, load_target, target_info
+
+KINDS = ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hooked_taps_equal_hf_hidden_states_and_last_layer_is_pre_norm(test_bed, kind):
+    target = load_target(str(test_bed[kind]), device="cpu", dtype="auto")
+    assert target.dtype == torch.float32  # auto = fp32 on CPU
+    L = target.info.num_layers
+    ids = torch.tensor(target.tokenizer("class Stack:\n    def push(self, x):\n")["input_ids"])
+    capture = capture_taps(target, ids, list(range(L)))
+    with torch.inference_mode():
+        out = target.model(input_ids=ids[None], output_hidden_states=True)
+    H = target.info.hidden_size
+    per_layer = capture.taps.view(len(ids), L, H)
+    for t in range(L - 1):
+        assert torch.equal(per_layer[:, t], out.hidden_states[t + 1][0]), f"layer {t}"
+    # HF's last entry is post final norm; our last tap is the raw output of the last layer
+    assert not torch.allclose(per_layer[:, L - 1], out.hidden_states[L][0])
+    final_norm = target.model.model.norm
+    torch.testing.assert_close(final_norm(per_layer[:, L - 1]), out.hidden_states[L][0])
+    assert torch.equal(capture.greedy, out.logits[0].argmax(-1))
+    assert target.tap_passes == 1
+
+
+def test_taps_come_back_in_the_order_asked(test_bed):
+    target = load_target(str(test_bed["qwen3"]), device="cpu")
+    ids = torch.tensor(target.tokenizer("x = 1\n")["input_ids"])
+    H = target.info.hidden_size
+    forward = capture_taps(target, ids, [1, 3]).taps
+    backward = capture_taps(target, ids, [3, 1]).taps
+    assert torch.equal(forward[:, :H], backward[:, H:])
+
+
+@pytest.mark.parametrize("kind,hybrid", [("qwen3", False), ("qwen3_5", True), ("qwen3_5_text", True), ("qwen3_next", True)])
+def test_kernel_report_names_the_bound_function_per_gated_deltanet_layer(test_bed, kind, hybrid):
+    model = AutoModelForCausalLM.from_pretrained(test_bed[kind])
+    report = kernel_report(model)
+    assert bool(report) == hybrid
+    if hybrid:
+        gdn_layers = {k.layer for k in report}
+        types = model.config.get_text_config().layer_types
+        assert gdn_layers == {i for i, kind_ in enumerate(types) if kind_ == "linear_attention"}
+        chunk = [k for k in report if k.operation == "chunk_gated_delta_rule"]
+        # no fla on this machine: every layer runs transformers' torch fallback
+        assert all(k.function.endswith("torch_chunk_gated_delta_rule") and not k.accelerated for k in chunk)
+
+
+def test_target_info_reads_vlm_wrapper_text_config(test_bed):
+    info = target_info(test_bed["qwen3_5"])
+    assert info.num_layers == 6 and info.hidden_size == 64
+
+
+def test_missing_target_is_one_clear_error(tmp_path):
+    with pytest.raises(InputError, match="no such file or directory|not found in the Hugging Face cache"):
+        load_target(str(tmp_path / "nope"))
+
+
+def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, tmp_path):
+    """fla cannot be installed on a CPU machine, so a stand-in package with fla's import path and
+    function names plays it (its kernels raise, as triton's do without CUDA). transformers binds it at
+    import time exactly as it would bind the real one; load_target must refuse, naming the function."""
+    import subprocess
+    import sys
+    import textwrap
+
+    package = tmp_path / "fla" / "ops" / "gated_delta_rule"
+    package.mkdir(parents=True)
+    (tmp_path / "fla" / "__init__.py").write_text("")
+    (tmp_path / "fla" / "ops" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text(textwrap.dedent("""
+        def chunk_gated_delta_rule(*args, **kwargs):
+            raise RuntimeError("triton kernel launched without CUDA")
+        def fused_recurrent_gated_delta_rule(*args, **kwargs):
+            raise RuntimeError("triton kernel launched without CUDA")
+    """))
+    script = textwrap.dedent(f"""
+        import sys
+        from dflash_eval.errors import InputError
+        from dflash_eval.target import load_target
+        try:
+            load_target({str(test_bed["qwen3_5_text"])!r}, device="cpu")
+        except InputError as exc:
+            print(exc.one_line()); sys.exit(2)
+        sys.exit(0)
+    """)
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "fla.ops.gated_delta_rule.chunk_gated_delta_rule" in done.stdout
+    assert "needs CUDA" in done.stdout and "Traceback" not in done.stdout + done.stderr
