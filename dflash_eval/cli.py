@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -59,6 +60,75 @@ def inspect(
     if result.failed:
         first = result.failed[0]
         raise fail(f"{result.spec.path}: {first.name} failed: {first.detail}")
+
+
+class RichReporter:
+    """Progress bars with ETA for the long phases of a run."""
+
+    def __init__(self, console: Console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
+                                 transient=False)
+        self.tasks: dict[str, int] = {}
+
+    def phase(self, name: str, total: int) -> None:
+        if total:
+            self.progress.start()
+            self.tasks[name] = self.progress.add_task(name, total=total)
+
+    def advance(self, name: str, detail: str = "") -> None:
+        self.progress.advance(self.tasks[name])
+
+    def note(self, message: str) -> None:
+        self.console.print(message)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+@app.command()
+@reports_input_errors
+def run(
+    drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record)."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path."),
+    prompts: str = typer.Option("demo", "--prompts", "-p", help="'demo' or a JSONL file of {\"id\", \"prompt\"} rows."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next)."),
+    mode: str = typer.Option("trajectory", "--mode", help="trajectory (exact offline replay) or live (step-by-step loop)."),
+    final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM)."),
+    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
+    responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for bootstrap intervals."),
+) -> None:
+    """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
+    from .api import RunOptions, evaluate
+    from .continuations import default_cache_dir
+    from .render.terminal import render_run_summary
+
+    if not drafter and not reference:
+        raise fail("give at least one --drafter (or --reference)")
+    console = stdout_console()
+    reporter = RichReporter(console)
+    options = RunOptions(drafters=list(drafter), out=out, target=target, reference=reference, prompts=prompts,
+                         limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
+                         final_block=final_block, anchor_batch=anchor_batch, device=device, dtype=dtype,
+                         cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed,
+                         argv=["dflash-eval", *sys.argv[1:]])
+    try:
+        result = evaluate(options, reporter)
+    finally:
+        reporter.close()
+    render_run_summary(console, result)
+    console.print(f"results: {out}/run.json, samples.jsonl, per_position.csv")
 
 
 def main() -> None:  # pragma: no cover - console entry point

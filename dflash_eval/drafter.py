@@ -197,8 +197,9 @@ def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu
     with torch.device("meta"):
         model = DFlashDrafter(spec)
     model = model.to_empty(device=device)
-    # inv_freq is a non-persistent buffer: meta init left it empty, so rebuild it for real
-    model.rotary = type(model.rotary)(model.rope_config).to(device)
     model.load_state_dict(state, strict=True)
     model.to(dtype=dtype)  # floating tensors only; d2t stays int64
+    # inv_freq is a non-persistent buffer: meta init left it empty and .to(dtype) would round it to
+    # bf16 (RoPE angles off by ~1e-2), so rebuild it in fp32 after the cast
+    model.rotary = type(model.rotary)(model.rope_config).to(device)
     return model.eval().requires_grad_(False)

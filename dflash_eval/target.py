@@ -17,6 +17,7 @@ import hashlib
 import inspect
 import json
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,6 +204,30 @@ def _layer_output(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
+@contextmanager
+def hooked_layers(target: Target, taps: list[int]):
+    """Capture the outputs of the chosen decoder layers during the forwards run inside the block.
+
+    Yields a function returning the concatenation [T, len(taps) * H] in `taps` order for the last
+    forward. Only the chosen layers are kept: never all L+1 hidden states."""
+    for t in set(taps):
+        if not 0 <= t < len(target.layers):
+            raise InputError(target.path, f"tap {t} is outside the target's {len(target.layers)} layers")
+    captured: dict[int, torch.Tensor] = {}
+    handles = [target.layers[t].register_forward_hook(
+        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0])) for t in sorted(set(taps))]
+    try:
+        yield lambda: torch.cat([captured[t] for t in taps], dim=-1)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """transformers >= 5.2x names the cache argument `cache`; earlier 5.x call it `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @torch.inference_mode()
 def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024) -> Capture:
     """One forward over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
@@ -210,20 +235,25 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
     Logits are computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need
     ~4 GB of bf16 logits at once) and reduced to argmax immediately."""
     ids = input_ids.view(1, -1).to(target.device)
-    wanted = sorted(set(taps))
-    for t in wanted:
-        if not 0 <= t < len(target.layers):
-            raise InputError(target.path, f"tap {t} is outside the target's {len(target.layers)} layers")
-    captured: dict[int, torch.Tensor] = {}
-    handles = [target.layers[t].register_forward_hook(
-        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0])) for t in wanted]
-    try:
-        base = getattr(target.model, "model")
-        hidden = base(input_ids=ids, use_cache=False).last_hidden_state[0]
-    finally:
-        for handle in handles:
-            handle.remove()
+    with hooked_layers(target, taps) as read_taps:
+        hidden = target.model.model(input_ids=ids, use_cache=False).last_hidden_state[0]
+        tap_states = read_taps()
     target.tap_passes += 1
     greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
                         for i in range(0, hidden.shape[0], logits_chunk)])
-    return Capture(taps=torch.cat([captured[t] for t in taps], dim=-1), greedy=greedy)
+    return Capture(taps=tap_states, greedy=greedy)
+
+
+@torch.inference_mode()
+def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=None):
+    """Incremental forward with a KV/recurrent cache (the live loop's prefill and verify passes).
+
+    Returns (taps [n, len(taps) * H], greedy [n], cache). The caller owns snapshot/restore."""
+    ids = input_ids.view(1, -1).to(target.device)
+    kwargs = {"use_cache": True}
+    if cache is not None:
+        kwargs[_cache_keyword(target.model)] = cache
+    with hooked_layers(target, taps) as read_taps:
+        out = target.model(input_ids=ids, **kwargs)
+        tap_states = read_taps()
+    return tap_states, out.logits[0].argmax(-1), out.past_key_values

@@ -50,3 +50,45 @@ def render_inspection(console: Console, result: Inspection) -> None:
     for check in result.checks:
         checks.add_row(check.name, _yes(check.ok), check.detail)
     console.print(checks)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline(counts: list[int]) -> str:
+    top = max(counts) if counts else 0
+    return "".join(SPARK[round(8 * c / top)] if top else " " for c in counts)
+
+
+def render_run_summary(console: Console, run: dict) -> None:
+    """The end-of-run table: tau macro/micro with interval, steps, histogram, per-slot reach."""
+    prov = run["provenance"]
+    title = (f"{prov['target']['name']} | {prov['prompts']['count']} prompts | max_new_tokens "
+             f"{prov['max_new_tokens']} | thinking {'on' if prov['enable_thinking'] else 'off'} | {prov['mode']}")
+    table = Table(title=title, header_style="bold")
+    table.add_column("drafter")
+    table.add_column("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", justify="right")
+    table.add_column("tau micro\n(vLLM: 1 + accepted\n/ steps)", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("histogram of n\n(0 .. B-1)")
+    table.add_column("reach r_i, i = 1..B-1\n(share of steps reaching slot i)")
+    best = max((d["metrics"]["tau_macro"] or 0) for d in run["drafters"]) if run["drafters"] else 0
+    for d in run["drafters"]:
+        m = d["metrics"]
+        ci = m["tau_macro_ci"]
+        tau = f"{_fmt(m['tau_macro'], 2)} [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci else "-"
+        if m["tau_macro"] is not None and m["tau_macro"] == best and len(run["drafters"]) > 1:
+            tau = f"[bold green]{tau}[/]"
+        table.add_row(d["name"], tau, _fmt(m["tau_micro"], 2), str(m["steps"]), sparkline(m["histogram"]),
+                      " ".join(_fmt(r, 2) for r in m["reach"]))
+    console.print(table)
+    sc = prov["self_consistency"]
+    if sc["total"]:
+        console.print(f"self-consistency: {sc['agree']}/{sc['total']} continuation tokens equal the full-forward "
+                      f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
+    for warning in prov.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {warning}")

@@ -1,0 +1,371 @@
+"""`evaluate()`: the library entry point behind `dflash-eval run`.
+
+One run = one target, N drafters, one prompt set. Everything that can be refused is refused before the
+output folder is touched (drafter validation against the target's config, prompts file, settings that
+conflict with a run already in the folder). Then, per prompt: the greedy continuation (cached on disk),
+one target pass for the union of all drafters' taps, and every drafter replayed on that one trajectory.
+Rows are appended per prompt, so an interrupted run resumes where it stopped and ends with the same
+run.json as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import metrics as M
+from . import results as R
+from .checkpoints import checked_spec, checkpoint_fingerprint, read_spec, resolve_local_or_cached, weight_files
+from .continuations import (ContinuationCache, Prompt, chat_template_hash, default_cache_dir, generate_greedy,
+                            prompt_ids, read_responses, tokenizer_hash)
+from .errors import InputError
+from .spec import DrafterSpec
+
+
+@dataclass
+class RunOptions:
+    drafters: list[str]  # "PATH" or "PATH:NAME"
+    out: Path
+    target: str | None = None
+    reference: str | None = None  # "z-lab" or a checkpoint path
+    prompts: str = "demo"
+    limit: int | None = None
+    max_new_tokens: int = 256
+    thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
+    mode: str = "trajectory"  # or "live"
+    final_block: str = "shorter"  # z-lab; "full" = vLLM
+    anchor_batch: int | None = None
+    generation_batch: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    cache_dir: Path | None = field(default_factory=default_cache_dir)
+    responses: Path | None = None
+    seed: int = 0
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+class Reporter:
+    """Progress callbacks (no-ops here; the CLI draws Rich progress bars)."""
+
+    def phase(self, name: str, total: int) -> None: ...
+
+    def advance(self, name: str, detail: str = "") -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+@dataclass
+class DrafterEntry:
+    name: str
+    path: Path
+    spec: DrafterSpec
+
+
+def split_name(value: str) -> tuple[str, str | None]:
+    """"PATH:NAME" -> (PATH, NAME); a bare path keeps its folder name."""
+    head, sep, tail = value.rpartition(":")
+    if sep and head and "/" not in tail and not Path(value).exists():
+        return head, tail
+    return value, None
+
+
+def _thinking_default(model_type: str) -> bool:
+    # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
+    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_next")
+
+
+def _git_sha() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, timeout=5)
+        return done.stdout.strip() or None if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, list[str]]:
+    """Drafter folders, names and the target folder (given, or recorded by the drafters)."""
+    from .references import resolve_recorded_verifier, resolve_zlab_reference
+
+    warnings: list[str] = []
+    entries: list[DrafterEntry] = []
+    for value in options.drafters:
+        raw, name = split_name(value)
+        path = resolve_local_or_cached(raw)
+        spec, _, _ = read_spec(path)
+        entries.append(DrafterEntry(name or path.name, path, spec))
+    recorded = {}
+    for entry in entries:
+        if entry.spec.verifier:
+            recorded[entry.name] = resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
+    if options.target is not None:
+        target_path = resolve_local_or_cached(options.target).resolve()
+        for name, verifier in recorded.items():
+            if verifier != target_path:
+                warnings.append(f"drafter {name} records verifier {verifier}, but --target is {target_path}")
+    elif recorded:
+        distinct = set(recorded.values())
+        if len(distinct) > 1:
+            raise InputError(None, "drafters record different verifiers (" + ", ".join(
+                f"{n}: {v}" for n, v in recorded.items()) + "); pass --target")
+        target_path = distinct.pop()
+    else:
+        raise InputError(None, "no --target given and no drafter records its verifier")
+    if options.reference:
+        ref = (resolve_zlab_reference(options.target or str(target_path)) if options.reference == "z-lab"
+               else resolve_local_or_cached(options.reference))
+        spec, _, _ = read_spec(ref)
+        entries.append(DrafterEntry("z-lab" if options.reference == "z-lab" else ref.name, ref, spec))
+    names = [e.name for e in entries]
+    for entry in entries:  # disambiguate equal folder names
+        if names.count(entry.name) > 1:
+            entry.name = f"{entry.name}@{entry.path.parent.name}"
+    return entries, target_path, warnings
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def prepare_out_dir(out: Path, digest: str) -> list[dict[str, Any]]:
+    """Create the folder, or resume the run it holds (same settings); refuse to mix settings."""
+    state_path = out / R.STATE
+    if state_path.exists():
+        state = json.loads(state_path.read_text())
+        if state.get("settings_hash") != digest:
+            raise InputError(out, "already holds a run with different settings; choose another --out "
+                                  "(or delete the folder)")
+        return R.read_samples(out / R.SAMPLES)
+    if out.exists() and any(out.iterdir()):
+        raise InputError(out, "exists and is not an empty dflash-eval run folder; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    R.atomic_write(state_path, json.dumps({"settings_hash": digest, "complete": False}))
+    return []
+
+
+def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
+    """Run (or resume) an evaluation; returns the run.json content."""
+    import torch
+
+    from .drafter import load_drafter
+    from .prompts import load_prompts
+    from .target import kernel_summary, kernel_report, load_target, target_info
+
+    reporter = reporter or Reporter()
+    if options.mode not in ("trajectory", "live"):
+        raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
+    if options.final_block not in ("shorter", "full"):
+        raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
+    entries, target_path, warnings = resolve_drafters(options)
+    info = target_info(target_path)
+    for entry in entries:  # validate every drafter against the target before anything is written
+        entry.spec, _ = checked_spec(entry.path, info)
+    prompts = load_prompts(options.prompts, options.limit)
+    model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    thinking = _thinking_default(model_type) if options.thinking is None else options.thinking
+    fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
+    settings = {
+        "target": str(target_path), "drafters": fingerprints, "max_new_tokens": options.max_new_tokens,
+        "thinking": thinking, "mode": options.mode, "final_block": options.final_block,
+        "prompts": [[p.id, p.text, p.set] for p in prompts], "device": options.device, "dtype": options.dtype,
+        "responses": str(options.responses) if options.responses else None,
+    }
+    done_rows = prepare_out_dir(options.out, settings_hash(settings))
+
+    target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+    drafters = {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
+                .attach_target(target.embed_tokens, target.lm_head) for e in entries}
+    block_sizes = {name: d.spec.block_size for name, d in drafters.items()}
+    responses = read_responses(options.responses, target.tokenizer) if options.responses else None
+
+    # rows of prompts finished by an earlier, interrupted invocation (all drafters present)
+    by_prompt: dict[str, list[dict[str, Any]]] = {}
+    for row in done_rows:
+        by_prompt.setdefault(row["prompt_id"], []).append(row)
+    complete = {pid for pid, rows in by_prompt.items() if {r["drafter"] for r in rows} == set(drafters)}
+    kept = [r for r in done_rows if r["prompt_id"] in complete]
+    R.atomic_write(options.out / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in kept))
+    pending = [p for p in prompts if p.id not in complete]
+    if complete:
+        reporter.note(f"resuming: {len(complete)} of {len(prompts)} prompts already done")
+
+    ids = {p.id: prompt_ids(target.tokenizer, p, thinking) for p in pending}
+    continuations = _continuations(target, pending, ids, options, thinking, responses, reporter)
+
+    from .engine import replay, self_consistency
+    from .live import live_generate
+
+    union_taps = sorted({t for d in drafters.values() for t in d.spec.taps})
+    columns = {name: _tap_columns(union_taps, list(d.spec.taps), target.info.hidden_size) for name, d in drafters.items()}
+    reporter.phase("prompts", len(pending))
+    with (options.out / R.SAMPLES).open("a") as sink:
+        for prompt in pending:
+            p_ids, cont = ids[prompt.id], continuations[prompt.id]
+            tokens = torch.tensor(p_ids + cont)
+            rows = []
+            capture = target_capture = None
+            if options.mode == "trajectory":
+                from .target import capture_taps
+
+                target_capture = capture_taps(target, tokens, union_taps)
+                agree = self_consistency(target_capture.greedy, tokens, len(p_ids))
+            for name, drafter in drafters.items():
+                if options.mode == "trajectory":
+                    capture = replay(drafter, target_capture.taps[:, columns[name]], tokens, len(p_ids),
+                                     options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
+                                     anchor_batch=options.anchor_batch)
+                    rows.append(_row(prompt, name, drafter.spec.block_size, capture, len(p_ids), len(cont), agree))
+                else:
+                    live = live_generate(target, drafter, p_ids, options.max_new_tokens,
+                                         shorter_final_block=options.final_block == "shorter")
+                    agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
+                    rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), len(cont), agree))
+            sink.write("".join(json.dumps(r) + "\n" for r in rows))
+            sink.flush()
+            reporter.advance("prompts", prompt.id)
+
+    all_rows = R.read_samples(options.out / R.SAMPLES)
+    run = _assemble(options, target, entries, drafters, all_rows, prompts, thinking, warnings, fingerprints,
+                    kernel_summary(kernel_report(target.model)), block_sizes)
+    R.atomic_write(options.out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
+    R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
+    R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True}))
+    return run
+
+
+def _tap_columns(union: list[int], taps: list[int], hidden: int) -> list[int]:
+    cols = []
+    for t in taps:
+        start = union.index(t) * hidden
+        cols.extend(range(start, start + hidden))
+    return cols
+
+
+def _continuations(target, prompts: list[Prompt], ids, options: RunOptions, thinking, responses, reporter) -> dict[str, list[int]]:
+    if responses is not None:
+        missing = [p.id for p in prompts if p.id not in responses]
+        if missing:
+            raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
+        return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}
+    cache = ContinuationCache(options.cache_dir)
+    keys = {p.id: cache.key(target, p.text, thinking, options.max_new_tokens) for p in prompts}
+    found = {p.id: cache.get(keys[p.id]) for p in prompts}
+    todo = [p for p in prompts if found[p.id] is None]
+    batch = options.generation_batch or (8 if target.device.type == "cuda" else 1)
+    reporter.phase("generate", len(todo))
+    for start in range(0, len(todo), batch):
+        chunk = todo[start:start + batch]
+        for prompt, cont in zip(chunk, generate_greedy(target, [ids[p.id] for p in chunk], options.max_new_tokens, batch)):
+            cache.put(keys[prompt.id], cont)
+            found[prompt.id] = cont
+            reporter.advance("generate", prompt.id)
+    return found  # type: ignore[return-value]
+
+
+def _counts(prompt_id: str, block_size: int, walk_n: list[int], drafted: list[int], slot_rows) -> M.AcceptanceCounts:
+    counts = M.AcceptanceCounts(block_size=block_size)
+    if walk_n:
+        counts = counts + M.AcceptanceCounts.from_walk(prompt_id, walk_n, block_size, drafted)
+    if slot_rows:
+        import numpy as np
+
+        table = np.array(slot_rows)
+        counts = counts + M.AcceptanceCounts.from_marginal(np.where(table < 0, 0, table), block_size, valid=table >= 0)
+    return counts
+
+
+def _row(prompt: Prompt, name: str, B: int, result, p_len: int, c_len: int, agree) -> dict[str, Any]:
+    walk_n = [n - 1 for n in result.walk_accept_lengths]
+    index = {a: i for i, a in enumerate(result.anchors)}
+    return {
+        "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,
+        "continuation_len": c_len, "walk_anchors": result.walk_anchors,
+        "walk_accept_lengths": result.walk_accept_lengths, "walk_drafted": result.walk_drafted,
+        "walk_drafts": [result.drafts[index[a]] for a in result.walk_anchors],
+        "anchor_accepted": result.accepted, "self_consistency": list(agree),
+        "counts": _counts(prompt.id, B, walk_n, result.walk_drafted, result.slot_correct).to_dict(),
+    }
+
+
+def _live_row(prompt: Prompt, name: str, B: int, live, p_len: int, c_len: int, agree) -> dict[str, Any]:
+    walk_n = [n - 1 for n in live.walk_accept_lengths]
+    return {
+        "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,
+        "continuation_len": c_len, "walk_anchors": live.walk_anchors,
+        "walk_accept_lengths": live.walk_accept_lengths, "walk_drafted": live.walk_drafted,
+        "walk_drafts": live.walk_drafts, "step_seconds": live.step_seconds, "prefill_seconds": live.prefill_seconds,
+        "live_agrees_with_greedy": list(agree),
+        "counts": _counts(prompt.id, B, walk_n, live.walk_drafted, None).to_dict(),
+    }
+
+
+def _assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
+              block_sizes) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from . import __version__
+
+    order = {p.id: i for i, p in enumerate(prompts)}
+    rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
+    sets: dict[str, int] = {}
+    for p in prompts:
+        sets[p.set] = sets.get(p.set, 0) + 1
+    consistency = [r["self_consistency"] for r in rows if "self_consistency" in r]
+    seen: set[str] = set()
+    agree = total = 0
+    for row, pair in zip([r for r in rows if "self_consistency" in r], consistency):
+        if row["prompt_id"] not in seen:
+            seen.add(row["prompt_id"])
+            agree, total = agree + pair[0], total + pair[1]
+    drafter_objects = []
+    for entry in entries:
+        mine = [r for r in rows if r["drafter"] == entry.name]
+        per_prompt = {r["prompt_id"]: M.AcceptanceCounts.from_dict(r["counts"]) for r in mine}
+        merged = M.AcceptanceCounts(block_size=block_sizes[entry.name])
+        for counts in per_prompt.values():
+            merged = merged + counts
+        by_set = M.by_prompt_set(per_prompt, {r["prompt_id"]: r["prompt_set"] for r in mine}) if per_prompt else {}
+        obj = {
+            "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
+            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "metrics": {**R.metrics_summary(merged, seed=options.seed),
+                        "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
+            "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
+            "counts": merged.to_dict(),
+        }
+        if options.mode == "live":
+            obj["live"] = {"steps": merged.steps, "seconds": sum(sum(r.get("step_seconds", [])) for r in mine),
+                           "prefill_seconds": sum(r.get("prefill_seconds", 0.0) for r in mine)}
+        drafter_objects.append(obj)
+    text = target.model.config.get_text_config()
+    return {
+        "schema_version": R.SCHEMA_VERSION,
+        "provenance": {
+            "dflash_eval": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "git_sha": _git_sha(), "argv": options.argv,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
+                       "model_type": getattr(text, "model_type", None), "num_layers": target.info.num_layers,
+                       "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
+            "tokenizer_hash": tokenizer_hash(target.tokenizer),
+            "chat_template_hash": chat_template_hash(target.tokenizer),
+            "enable_thinking": thinking, "max_new_tokens": options.max_new_tokens, "temperature": 0,
+            "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
+            "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
+            "continuations": f"responses:{options.responses}" if options.responses else "generated",
+            "self_consistency": {"agree": agree, "total": total},
+            # with --responses the same count measures how far the external continuations are greedy
+            "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
+            "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets},
+            "warnings": warnings,
+        },
+        "drafters": drafter_objects,
+    }

@@ -1,0 +1,157 @@
+"""Prompts to token ids, and the target's greedy continuations, cached on disk.
+
+Why a cache: at temperature 0 the committed text of speculative decoding *is* the target's greedy
+continuation (primer section 5), so it is generated once per (target weights, tokenizer, chat template,
+prompt, thinking flag, max_new_tokens) and reused by every later run and every drafter. Generation is
+the most expensive step of a run on a large target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import InputError
+from .target import Target
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str  # the user message (formatted with the target's chat template)
+    set: str = "custom"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """Hash of the vocabulary and merges (tokenizer.json as the backend serializes it)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return sha256_text(text)
+
+
+def chat_template_hash(tokenizer) -> str:
+    return sha256_text(tokenizer.chat_template or "")
+
+
+def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:
+    """One user message through the target's chat template, with the generation prompt added."""
+    if not tokenizer.chat_template:
+        raise InputError(prompt.id, "the target tokenizer has no chat template")
+    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}], tokenize=False,
+                                         add_generation_prompt=True, enable_thinking=enable_thinking)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def stop_token_ids(target: Target) -> list[int]:
+    """End-of-turn / EOS ids: the generation config's list plus the tokenizer's eos."""
+    ids: set[int] = set()
+    configured = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if target.tokenizer.eos_token_id is not None:
+        ids.add(int(target.tokenizer.eos_token_id))
+    return sorted(ids)
+
+
+def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """Keep tokens up to and including the first stop token."""
+    out = []
+    for token in tokens:
+        out.append(int(token))
+        if token in stops:
+            break
+    return out
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("DFLASH_EVAL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dflash-eval")
+    return Path(base)
+
+
+class ContinuationCache:
+    """One small JSON file per continuation, named by the hash of everything it depends on."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+
+    @staticmethod
+    def key(target: Target, prompt_text: str, enable_thinking: bool, max_new_tokens: int) -> str:
+        parts = [target.fingerprint(), tokenizer_hash(target.tokenizer), chat_template_hash(target.tokenizer),
+                 prompt_text, str(enable_thinking), str(max_new_tokens)]
+        return sha256_text("\x1f".join(parts))
+
+    def get(self, key: str) -> list[int] | None:
+        if self.directory is None:
+            return None
+        path = self.directory / f"{key}.json"
+        try:
+            return [int(t) for t in json.loads(path.read_text())["continuation"]]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None  # absent or damaged entries are simply regenerated
+
+    def put(self, key: str, continuation: list[int]) -> None:
+        if self.directory is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"continuation": continuation}))
+        tmp.replace(self.directory / f"{key}.json")
+
+
+@torch.inference_mode()
+def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 1) -> list[list[int]]:
+    """The target's greedy continuations (cut after the first stop token), `batch_size` prompts at a time.
+
+    Batches are left-padded; on CPU the default batch of 1 keeps incremental generation numerically
+    identical to one long forward (checked by the run's self-consistency figure)."""
+    stops = stop_token_ids(target)
+    pad = target.tokenizer.pad_token_id
+    pad = pad if pad is not None else stops[0]
+    results: list[list[int]] = []
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        width = max(len(p) for p in batch)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=target.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=target.device)
+        out = target.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                                    eos_token_id=stops, pad_token_id=pad, temperature=None, top_p=None, top_k=None)
+        for row in out[:, width:].tolist():
+            results.append(cut_at_stop(row, stops))
+    return results
+
+
+def read_responses(path: Path, tokenizer) -> dict[str, list[int]]:
+    """`--responses FILE.jsonl`: continuations produced elsewhere (e.g. by vLLM), by prompt id.
+
+    Rows: {"id", "response": text} or {"id", "response_ids": [...]}."""
+    out: dict[str, list[int]] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key = str(row["id"])
+            if "response_ids" in row:
+                out[key] = [int(t) for t in row["response_ids"]]
+            else:
+                out[key] = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise InputError(path, f"line {number}: expected {{\"id\", \"response\"}} or {{\"id\", \"response_ids\"}}") from None
+    return out

@@ -1,0 +1,134 @@
+"""Exact offline replay of greedy speculative decoding (the trajectory engine).
+
+At temperature 0 the text a speculative-decoding loop commits is the target's greedy continuation y,
+whatever the drafter proposes. So instead of running the loop we (1) run the target once over
+prompt + y to capture the taps, (2) run the drafter with *every* continuation position as an anchor,
+many anchors per forward with the training mask, and get the accepted length n(a) for all anchors, then
+(3) walk a0 = prompt_len, a_{i+1} = a_i + n(a_i) + 1. The walk reproduces the live loop step for step
+(tested against `live.py`), and the all-anchor results give teacher-forced statistics for free.
+
+End of generation, exactly as the live loop does it:
+- near the length cap (prompt_len + max_new_tokens), z-lab's loop drafts a shorter block of
+  min(B, remaining + 1) slots; with bidirectional in-block attention that changes the drafts themselves,
+  so it is the default (`shorter_final_block=True`); vLLM keeps full-size blocks (False);
+- acceptance is clipped to the tokens that remain (up to the cap or the stop token that ended y).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .drafter import DFlashDrafter
+from .drafting import draft_logits
+
+NOT_SCORED = -1  # slot past the end of the sequence or not drafted (short final block)
+
+
+@dataclass
+class DrafterOnPrompt:
+    """One drafter on one prompt: all anchors, then the greedy walk over them."""
+
+    prompt_len: int
+    anchors: list[int] = field(default_factory=list)  # every anchor evaluated, in order
+    block_lengths: list[int] = field(default_factory=list)  # slots of the block at that anchor (incl. slot 0)
+    accepted: list[int] = field(default_factory=list)  # n(a): leading right slots, clipped to what remains
+    slot_correct: list[list[int]] = field(default_factory=list)  # [anchor][slot 1..B-1]: 1, 0 or NOT_SCORED
+    drafts: list[list[int]] = field(default_factory=list)  # drafted target ids, slots 1..L-1
+    walk_anchors: list[int] = field(default_factory=list)
+    walk_accept_lengths: list[int] = field(default_factory=list)  # n + 1 per step (tokens committed)
+    walk_drafted: list[int] = field(default_factory=list)  # slots that could count at that step
+
+
+def block_length(anchor: int, cap_end: int, block_size: int, shorter_final_block: bool) -> int:
+    """Slots in the block drafted at `anchor` (slot 0 included); cap_end = prompt_len + max_new_tokens."""
+    room = cap_end - 1 - anchor  # tokens the loop may still commit after the anchor
+    return max(1, min(block_size, room + 1)) if shorter_final_block else block_size
+
+
+def auto_anchor_batch(seq_len: int, block_size: int, vocab: int, heads: int, budget_bytes: float = 2e9) -> int:
+    """Anchors per drafter forward so that logits (fp32) and attention scores fit a memory budget.
+
+    Per anchor: B * V logits plus B * heads * (T + N) scores when attention is materialised (CPU)."""
+    per_anchor = block_size * (vocab * 4 + heads * 4 * seq_len * 2)
+    return int(max(1, min(512, budget_bytes // max(per_anchor, 1))))
+
+
+def walk(result: DrafterOnPrompt, seq_len: int) -> None:
+    """a0 = prompt_len, a_{i+1} = a_i + n(a_i) + 1, until every token of the sequence is committed."""
+    first = result.anchors[0] if result.anchors else result.prompt_len
+    a = result.prompt_len
+    while a < seq_len - 1:
+        index = a - first
+        n = result.accepted[index]
+        scorable = sum(1 for c in result.slot_correct[index] if c != NOT_SCORED)
+        result.walk_anchors.append(a)
+        result.walk_accept_lengths.append(n + 1)
+        result.walk_drafted.append(max(scorable, 1))
+        a += n + 1
+
+
+@torch.inference_mode()
+def replay(
+    drafter: DFlashDrafter,
+    taps: torch.Tensor,
+    tokens: torch.Tensor,
+    prompt_len: int,
+    max_new_tokens: int,
+    *,
+    shorter_final_block: bool = True,
+    anchor_batch: int | None = None,
+    anchor_in_context: bool = False,
+    ctx: torch.Tensor | None = None,
+) -> DrafterOnPrompt:
+    """All-anchor drafting over one trajectory, then the walk.
+
+    taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T);
+    ctx: precomputed drafter.context(taps) (the doctor reuses it across variants)."""
+    B = drafter.spec.block_size
+    T = int(tokens.shape[0])
+    cap_end = prompt_len + max_new_tokens
+    ctx = drafter.context(taps) if ctx is None else ctx
+    tokens_dev = tokens.to(ctx.device)
+    result = DrafterOnPrompt(prompt_len=prompt_len)
+    anchors = list(range(prompt_len, T - 1))  # the last token has nothing left to draft
+    if anchor_batch is None:
+        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads)
+    for start in range(0, len(anchors), anchor_batch):
+        chunk = anchors[start:start + anchor_batch]
+        lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
+        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context)
+        drafted = drafter.to_target_ids(logits.argmax(-1)).cpu()
+        offset = 0
+        for a, length in zip(chunk, lengths):
+            block = drafted[offset + 1: offset + length].tolist()  # slot 0 is the anchor, not a prediction
+            offset += length
+            correct = []
+            for j in range(1, B):
+                if j < length and a + j < T:
+                    correct.append(int(block[j - 1] == int(tokens[a + j])))
+                else:
+                    correct.append(NOT_SCORED)
+            n = 0
+            while n < len(correct) and correct[n] == 1:
+                n += 1
+            result.anchors.append(a)
+            result.block_lengths.append(length)
+            result.drafts.append(block)
+            result.slot_correct.append(correct)
+            result.accepted.append(n)
+    walk(result, T)
+    return result
+
+
+def self_consistency(greedy_full: torch.Tensor, tokens: torch.Tensor, prompt_len: int) -> tuple[int, int]:
+    """(agreeing, total): continuation tokens equal to the argmax of one full-sequence forward.
+
+    Incremental generation and one long forward should agree exactly in fp32; in bf16 a few tokens may
+    flip, and each flip means the replay's 'target token' differs from what the live loop would verify."""
+    T = int(tokens.shape[0])
+    if T <= prompt_len:
+        return 0, 0
+    predicted = greedy_full[prompt_len - 1: T - 1].cpu()
+    return int((predicted == tokens[prompt_len:].cpu()).sum()), T - prompt_len

@@ -1,0 +1,142 @@
+"""The output contract of `dflash-eval run`: run.json, samples.jsonl, per_position.csv.
+
+Other tools and our own checks read these files, so this module is their one definition. Counts are
+stored; every ratio in run.json is recomputable from the counts it sits beside.
+
+DIR/run.json
+    schema_version      int, bumped on any incompatible change (this is 1)
+    provenance          how the numbers were produced:
+        dflash_eval, torch, transformers, python   package versions
+        git_sha          commit of the dflash-eval checkout, or null when not installed from git
+        argv             the command line
+        created          UTC timestamp of the final write
+        target           {"name", "path", "fingerprint", "model_type", "num_layers", "hidden_size", "vocab_size"}
+        tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
+        chat_template_hash  sha256 of the chat template string
+        enable_thinking  the flag passed to the chat template
+        max_new_tokens   generation cap
+        temperature      always 0 (greedy; the replay is exact only there)
+        dtype, device    the target's and drafters' compute dtype and device
+        kernels          operation -> bound function for Gated-DeltaNet layers ({} for dense targets)
+        mode             "trajectory" (offline replay) or "live" (step-by-step loop)
+        final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
+        continuations    "generated" or "responses:<file>"
+        self_consistency {"agree", "total"}: continuation tokens equal to the full-forward argmax
+        responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
+        prompts          {"source", "count", "sets": {set: count}}
+    drafters            one object per drafter, in command-line order:
+        name, path      display name and checkpoint folder
+        format          "zlab" or "speculators"
+        fingerprint     sha256 of config.json + weight files
+        spec            the normalized DrafterSpec (taps in z-lab numbering, plus speculators_taps,
+                        block_size, mask_token_id, per-layer attention kind/window/causality, ...)
+        metrics         tau_macro (z-lab), tau_micro (vLLM), tau_macro_ci [lo, hi] (bootstrap 95% over
+                        prompts), steps, reach / conditional / marginal (lists over slots 1..B-1),
+                        histogram (counts of n = 0..B-1), token_acceptance_rate, prompts_without_steps
+        by_prompt_set   {set: metrics} with the same fields
+        counts          the merged AcceptanceCounts (metrics.AcceptanceCounts.to_dict)
+        live            (live mode) {"steps", "seconds", "prefill_seconds"}
+
+DIR/samples.jsonl   one row per (prompt, drafter):
+    prompt_id, prompt_set, drafter, prompt_len, continuation_len
+    walk_anchors        anchor position of each step
+    walk_accept_lengths n + 1 per step, in order (tokens committed by the step)
+    walk_drafted        slots that could count at each step (B-1, fewer at the end)
+    walk_drafts         drafted target token ids at each step (slots 1..)
+    anchor_accepted     n(a) for every anchor a = prompt_len .. T-2 (trajectory mode)
+    counts              this row's AcceptanceCounts (walk + all-anchor marginal counts)
+
+DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible
+    acceptance_at_pos_{i} (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i},
+    marginal_at_pos_{i} for i = 1..B-1.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from . import metrics as M
+
+SCHEMA_VERSION = 1
+RUN_JSON = "run.json"
+SAMPLES = "samples.jsonl"
+PER_POSITION = "per_position.csv"
+STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write beside, then rename: a crash never leaves a half-written result file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, Any]:
+    """Every number shown for a drafter, from its counts (divide last)."""
+    if not counts.steps:
+        return {"steps": 0, "tau_macro": None, "tau_micro": None, "tau_macro_ci": None, "reach": [],
+                "conditional": [], "marginal": M.marginal(counts), "histogram": counts.accept_length_histogram,
+                "token_acceptance_rate": None}
+    ci = M.bootstrap_tau_ci(counts, n_resamples=2000, seed=seed, kind="macro")
+    return {
+        "tau_macro": M.tau_macro(counts),
+        "tau_micro": M.tau_micro(counts),
+        "tau_macro_ci": [ci.low, ci.high],
+        "steps": M.steps(counts),
+        "reach": M.reach(counts, denominator="all"),
+        "conditional": M.conditional(counts, denominator="all"),
+        "marginal": M.marginal(counts),
+        "histogram": list(counts.accept_length_histogram),
+        "token_acceptance_rate": M.token_acceptance_rate(counts),
+    }
+
+
+def per_position_csv(drafters: list[dict[str, Any]]) -> str:
+    width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
+    header = ["drafter", "tau_macro", "tau_micro"]
+    for kind in ("acceptance_at_pos", "conditional_at_pos", "marginal_at_pos"):
+        header += [f"{kind}_{i}" for i in range(1, width + 1)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for d in drafters:
+        m = d["metrics"]
+        row = [d["name"], m["tau_macro"], m["tau_micro"]]
+        for key in ("reach", "conditional", "marginal"):
+            values = list(m[key]) + [None] * (width - len(m[key]))
+            row += ["" if v is None else f"{v:.6f}" for v in values]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """Rows of a samples file; a torn last line (killed mid-write) is dropped, not fatal."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def read_run(directory: Path) -> dict[str, Any]:
+    from .errors import InputError
+
+    path = directory / RUN_JSON
+    try:
+        data = json.loads(path.read_text())
+    except OSError:
+        raise InputError(directory, "not a dflash-eval run directory (no run.json)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON at line {exc.lineno}") from None
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    return data

@@ -1,0 +1,273 @@
+"""A minimal DFlash trainer: real trained drafters for fixtures, benchmarks and the bundled demo.
+
+Why this exists: a random-weight drafter has tau ~1 and proves nothing about acceptance, and the doctor
+must be tested on drafters that carry the *classic training bugs* for real (a bug injected into weights
+by hand would not show the symptoms the doctor looks for). So this trains small drafters on a tiny
+target's own greedy continuations (primer sections 1, 2 and 5) and can inject, on request:
+
+- `anchor_in_context`: training mask `p <= a` (the anchor's own hidden state visible as context, the
+  train/eval skew of primer section 2); a strict-mask evaluation then collapses;
+- `drop_tap`: one tap's features zeroed during training while `fc` keeps `n_taps * H` inputs ("the
+  projection fed 4 of 5 layers"); that tap's slice of `fc` ends up dead (exactly zero);
+- `shift_taps`: train on layers `t + shift` while the checkpoint records `t` (the z-lab/speculators
+  numbering trap of primer section 3); the drafter then scores higher on `t + shift` than on `t`.
+
+What is trained, and why it is built this way:
+- Data: one greedy continuation per prompt (`greedy_sequences`), produced by the target's own
+  `generate`, so the labels are exactly what the offline replay will compare drafts against. Fixtures
+  evaluate on their training sequences: memorisation is expected and fine there.
+- Features: taps are captured once per sequence with `target.capture_taps` (forward hooks) and cached
+  before the loop; the target is frozen, so recomputing them each step would only cost time.
+- Layout: all sequences are packed into one context and every step drafts many anchors in one forward,
+  in the flattened layout of `drafting.draft_logits` (same `block_token_ids`, `masks.layer_masks`), plus a
+  same-sequence restriction on context rows. Positions restart at 0 in every sequence, so each block sees
+  exactly what `draft_logits` over that sequence alone would give it.
+- Loss: cross-entropy on slots k = 1..B-1 weighted `exp(-(k - 1) / gamma)` (DFlash's position decay:
+  early slots matter most because acceptance stops at the first miss); slot 0 is the anchor and is never
+  a prediction; slots past the sequence end are masked out.
+- The embedding and lm_head are the target's and stay frozen (z-lab style); only the body trains.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .checkpoint_writer import design_spec, save_checkpoint
+from .drafter import DFlashDrafter
+from .drafting import block_token_ids
+from .masks import block_layout, layer_masks
+from .target import Target, capture_taps
+
+# Short coding requests for fixtures and the demo (the tiny targets answer them with random-but-greedy
+# text, which is all a fixture drafter needs).
+DEMO_PROMPTS = (
+    "Write a Python function that reverses a string.",
+    "Write a Python function that checks whether a number is prime.",
+    "Write a function to compute the factorial of n.",
+    "Write a Python function that returns the largest value in a list.",
+    "Implement binary search over a sorted list.",
+    "Write a function that counts the words in a text.",
+    "Write a Python class for a simple stack.",
+    "Write a function to remove duplicates from a list.",
+    "Write a Python function that prints FizzBuzz from 1 to n.",
+    "Write a function that merges two sorted lists.",
+    "Write a Python function to compute the nth Fibonacci number.",
+    "Write a function that checks whether a string is a palindrome.",
+    "Write a function to find the shared elements from the given two lists.",
+    "Write a Python function to sum the digits of an integer.",
+    "Write a function that converts Celsius to Fahrenheit.",
+    "Write a Python function that sorts a list of tuples by the second item.",
+)
+
+
+@dataclass
+class TrainConfig:
+    block_size: int = 4
+    num_layers: int = 2
+    steps: int = 300
+    lr: float = 3e-3
+    anchors_per_step: int = 64  # over all sequences together; all anchors when there are fewer
+    gamma: float = 4.0  # slot k weight exp(-(k - 1) / gamma)
+    seed: int = 0
+    taps: list[int] | None = None  # default: design_spec's rule (z-lab: spread from 1 to L-3)
+    sliding_window: int | None = None
+    sliding_layers: int = 0
+    intermediate_size: int | None = None  # default: design_spec's (3 * hidden)
+    warmup_steps: int = 20  # linear warm-up, then cosine decay to 10% of lr
+    # injectable classic bugs (primer sections 2-3, /work/shared/seeds):
+    anchor_in_context: bool = False  # train with p <= a (the anchor's own hidden state visible as context)
+    drop_tap: int | None = None  # index into taps zeroed during training (fc still n_taps wide)
+    shift_taps: int = 0  # train on layers t + shift while the checkpoint records t
+
+
+def _mask_token_id(tokenizer) -> int:
+    mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_id is None:
+        mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
+    if mask_id is None or mask_id == getattr(tokenizer, "unk_token_id", None):
+        raise ValueError("the target tokenizer has no mask token (<|mask|>) to use as the DFlash MASK")
+    return int(mask_id)
+
+
+def greedy_sequences(target: Target, prompts: list[str], max_new_tokens: int, *,
+                     enable_thinking: bool = False) -> list[tuple[torch.Tensor, int]]:
+    """(token ids of prompt + greedy continuation, prompt length) per prompt.
+
+    The prompt is one user message through the target's chat template with add_generation_prompt=True;
+    the continuation is the target's `generate(do_sample=False)` and stops at (and keeps) its eos."""
+    tokenizer = target.tokenizer
+    out = []
+    for prompt in prompts:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=enable_thinking)
+        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        with torch.inference_mode():
+            generated = target.model.generate(
+                input_ids=ids[None].to(target.device), attention_mask=torch.ones_like(ids)[None].to(target.device),
+                max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        out.append((generated[0].cpu().clone(), len(ids)))
+    return out
+
+
+@dataclass
+class _Packed:
+    """All training sequences laid end to end (the target is frozen: features are computed once)."""
+
+    taps: torch.Tensor  # [C, n_taps * H] float32, a normal (non-inference) tensor
+    tokens: torch.Tensor  # [C]
+    start: torch.Tensor  # [C] index of the first row of each row's sequence
+    end: torch.Tensor  # [C] one past the last row of each row's sequence
+    anchors: torch.Tensor  # [M] candidate anchors (continuation positions with >= 1 slot inside)
+
+
+def _pack(target: Target, sequences: list[tuple[torch.Tensor, int]], capture: list[int]) -> _Packed:
+    taps, tokens, start, end, anchors = [], [], [], [], []
+    offset = 0
+    for ids, prompt_len in sequences:
+        ids = ids.view(-1).cpu()
+        n = ids.shape[0]
+        # clone() outside inference mode: capture_taps returns inference tensors, which autograd
+        # refuses to save for backward
+        taps.append(capture_taps(target, ids, capture).taps.float().cpu().clone())
+        tokens.append(ids)
+        start.append(torch.full((n,), offset))
+        end.append(torch.full((n,), offset + n))
+        # anchor a commits token a and drafts a+1..a+B-1: anchors run over the continuation (the first
+        # is the first generated token, as in the replay walk) while slot 1 stays inside the sequence
+        anchors.append(torch.arange(prompt_len, n - 1) + offset)
+        offset += n
+    return _Packed(torch.cat(taps), torch.cat(tokens), torch.cat(start), torch.cat(end), torch.cat(anchors))
+
+
+def training_logits(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchors: list[int],
+                    block_lengths: list[int], *, seq_start: torch.Tensor | None = None,
+                    anchor_in_context: bool = False) -> torch.Tensor:
+    """Grad-enabled `drafting.draft_logits` for packed sequences: [N, draft_vocab] for every slot.
+
+    `seq_start[p]` is the first row of row p's sequence (None: one sequence). Context rows of other
+    sequences are hidden, and positions are counted from each sequence's start, so a block gets exactly
+    the logits that `draft_logits` over its own sequence would give it."""
+    device = ctx.device
+    context_len = ctx.shape[0]
+    if seq_start is None:
+        seq_start = torch.zeros(context_len, dtype=torch.long)
+    seq_start = seq_start.to(device)
+    ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
+    anchor_of, slot_of, _ = (t.to(device) for t in block_layout(anchors, block_lengths))
+    same_sequence = torch.arange(context_len, device=device)[None, :] >= seq_start[anchor_of][:, None]
+    masks = []
+    for mask in layer_masks(drafter.spec.layers, anchors, block_lengths, context_len,
+                            anchor_in_context=anchor_in_context, device=device):
+        # layers with the same attention share one mask tensor: keep the sharing
+        for built, restricted in masks:
+            if built is mask:
+                masks.append((mask, restricted))
+                break
+        else:
+            restricted = mask.clone()
+            restricted[:, :context_len] &= same_sequence
+            masks.append((mask, restricted))
+    positions = anchor_of - seq_start[anchor_of] + slot_of
+    ctx_positions = torch.arange(context_len, device=device) - seq_start
+    hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, [m for _, m in masks])
+    return drafter.logits(hidden)
+
+
+def _lr_at(step: int, config: TrainConfig) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], config: TrainConfig, out_dir,
+                  fmt: str = "zlab") -> Path:
+    """Train a drafter on `sequences` and write it to `out_dir` in `fmt` ("zlab" or "speculators").
+
+    The checkpoint records `config.taps` (or the default rule), also when `shift_taps` trained it on other
+    layers: that is the bug being injected. `train_log.json` beside the weights holds the config, the
+    loss curve and timings (extra files do not disturb loading). Deterministic for a fixed seed."""
+    if fmt not in ("zlab", "speculators"):
+        raise ValueError(f"unknown format {fmt!r}")
+    if not sequences:
+        raise ValueError("train_drafter: no sequences")
+    began = time.perf_counter()
+    spec = design_spec(target.info, taps=config.taps, block_size=config.block_size,
+                       mask_token_id=_mask_token_id(target.tokenizer), num_layers=config.num_layers,
+                       intermediate_size=config.intermediate_size, sliding_window=config.sliding_window,
+                       sliding_layers=config.sliding_layers)
+    recorded = list(spec.taps)
+    capture = [t + config.shift_taps for t in recorded]
+    if any(not 0 <= t < target.info.num_layers for t in capture):
+        raise ValueError(f"taps {recorded} shifted by {config.shift_taps} leave the target's "
+                         f"{target.info.num_layers} layers")
+    if config.drop_tap is not None and not 0 <= config.drop_tap < len(recorded):
+        raise ValueError(f"drop_tap {config.drop_tap} is not an index into taps {recorded}")
+    width = spec.target_hidden_size
+    data = _pack(target, sequences, capture)
+    if config.drop_tap is not None:
+        data.taps[:, config.drop_tap * width:(config.drop_tap + 1) * width] = 0
+
+    # Everything random (init, anchor draws) comes from the seed; the caller's RNG is left alone.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        drafter = DFlashDrafter(spec).float().train()
+    if config.drop_tap is not None:
+        # The dropped tap's fc slice never gets a gradient (its inputs are zero), so it would keep its
+        # random init and the exported drafter would react to that layer with noise. A trainer whose
+        # projection really had n_taps - 1 inputs, padded to the recorded width, has zeros there: model that.
+        with torch.no_grad():
+            drafter.fc.weight[:, config.drop_tap * width:(config.drop_tap + 1) * width] = 0
+    drafter.attach_target(target.embed_tokens, target.lm_head)  # frozen: the target has requires_grad False
+    generator = torch.Generator().manual_seed(config.seed)
+
+    block = config.block_size
+    weights = torch.tensor([0.0] + [math.exp(-(k - 1) / config.gamma) for k in range(1, block)])
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    losses = []
+    for step in range(config.steps):
+        if data.anchors.numel() <= config.anchors_per_step:
+            anchors = data.anchors
+        else:
+            anchors = data.anchors[torch.randperm(data.anchors.numel(), generator=generator)[:config.anchors_per_step]]
+        anchors = anchors.sort().values
+        anchor_list = anchors.tolist()
+        lengths = [block] * len(anchor_list)
+        ctx = drafter.context(data.taps)
+        logits = training_logits(drafter, ctx, data.tokens, anchor_list, lengths, seq_start=data.start,
+                                 anchor_in_context=config.anchor_in_context)
+        # labels: the sequence token at anchor + k, for slots inside the anchor's own sequence
+        label_pos = anchors[:, None] + torch.arange(block)[None, :]
+        inside = label_pos < data.end[anchors][:, None]
+        labels = data.tokens[label_pos.clamp(max=data.tokens.numel() - 1)]
+        slot_weight = weights[None, :] * inside
+        ce = F.cross_entropy(logits.view(len(anchor_list), block, -1).flatten(0, 1), labels.flatten(),
+                             reduction="none").view(len(anchor_list), block)
+        loss = (ce * slot_weight).sum() / slot_weight.sum()
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, config)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+
+    out = Path(out_dir)
+    save_checkpoint(out, spec, drafter.state_dict(), fmt, target_embed=target.embed_tokens.weight,
+                    target_lm_head=target.lm_head.weight,
+                    verifier=str(target.path) if fmt == "speculators" else None)
+    log = {
+        "config": asdict(config), "format": fmt, "target": str(target.path),
+        "taps_recorded": recorded, "taps_trained": capture,
+        "sequences": len(sequences), "candidate_anchors": int(data.anchors.numel()),
+        "final_loss": losses[-1], "loss": losses, "seconds": round(time.perf_counter() - began, 3),
+    }
+    (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    return out
