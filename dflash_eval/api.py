@@ -197,7 +197,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
         reporter.note(f"resuming: {len(complete)} of {len(prompts)} prompts already done")
 
     ids = {p.id: prompt_ids(target.tokenizer, p, thinking) for p in pending}
-    continuations = _continuations(target, pending, ids, options, thinking, responses, reporter)
+    continuations, generated_count = _continuations(target, pending, ids, options, thinking, responses, reporter)
 
     from .engine import replay, self_consistency
     from .live import live_generate
@@ -233,7 +233,8 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
 
     all_rows = R.read_samples(options.out / R.SAMPLES)
     run = _assemble(options, target, entries, drafters, all_rows, prompts, thinking, warnings, fingerprints,
-                    kernel_summary(kernel_report(target.model)), block_sizes)
+                    kernel_summary(kernel_report(target.model)), block_sizes,
+                    generated_count=generated_count, evaluated_count=len(pending))
     R.atomic_write(options.out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
     R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
     R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True}))
@@ -248,12 +249,13 @@ def _tap_columns(union: list[int], taps: list[int], hidden: int) -> list[int]:
     return cols
 
 
-def _continuations(target, prompts: list[Prompt], ids, options: RunOptions, thinking, responses, reporter) -> dict[str, list[int]]:
+def _continuations(target, prompts: list[Prompt], ids, options: RunOptions, thinking, responses,
+                   reporter) -> tuple[dict[str, list[int]], int]:
     if responses is not None:
         missing = [p.id for p in prompts if p.id not in responses]
         if missing:
             raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
-        return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}
+        return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
     cache = ContinuationCache(options.cache_dir)
     keys = {p.id: cache.key(target, p.text, thinking, options.max_new_tokens) for p in prompts}
     found = {p.id: cache.get(keys[p.id]) for p in prompts}
@@ -266,7 +268,7 @@ def _continuations(target, prompts: list[Prompt], ids, options: RunOptions, thin
             cache.put(keys[prompt.id], cont)
             found[prompt.id] = cont
             reporter.advance("generate", prompt.id)
-    return found  # type: ignore[return-value]
+    return found, len(todo)  # type: ignore[return-value]
 
 
 def _counts(prompt_id: str, block_size: int, walk_n: list[int], drafted: list[int], slot_rows) -> M.AcceptanceCounts:
@@ -307,7 +309,7 @@ def _live_row(prompt: Prompt, name: str, B: int, live, p_len: int, c_len: int, a
 
 
 def _assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
-              block_sizes) -> dict[str, Any]:
+              block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -366,6 +368,9 @@ def _assemble(options, target, entries, drafters, rows, prompts, thinking, warni
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
             "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets},
             "warnings": warnings,
+            # work done by this invocation (a resumed run counts only what it did itself)
+            "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,
+                     "prompts_evaluated": evaluated_count},
         },
         "drafters": drafter_objects,
     }

@@ -24,6 +24,8 @@ DIR/run.json
         self_consistency {"agree", "total"}: continuation tokens equal to the full-forward argmax
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
         prompts          {"source", "count", "sets": {set: count}}
+        warnings         e.g. a drafter's recorded verifier differs from --target
+        work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"

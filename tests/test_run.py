@@ -1,0 +1,127 @@
+"""`dflash-eval run` end to end on the tiny fixtures: outputs, one tap pass, caching, refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_eval.cli import app
+
+runner = CliRunner()
+
+
+def run_cli(*args, cache):
+    return runner.invoke(app, ["run", *args, "--cache-dir", str(cache), "--max-new-tokens", "24", "--limit", "3"],
+                         env={"COLUMNS": "200"})
+
+
+def test_three_drafters_share_one_tap_pass_per_prompt_and_continuations_are_cached(drafter_dirs, test_bed, tmp_path):
+    cache = tmp_path / "cache"
+    args = ["--target", str(test_bed["qwen3"]), "-d", str(drafter_dirs["zlab"]), "-d",
+            f"{drafter_dirs['speculators']}:spec", "-d", str(drafter_dirs["sliding"])]
+    first = run_cli(*args, "--out", str(tmp_path / "a"), cache=cache)
+    assert first.exit_code == 0, first.output
+    run = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert run["provenance"]["work"] == {"tap_passes": 3, "continuations_generated": 3, "prompts_evaluated": 3}
+    assert [d["name"] for d in run["drafters"]] == ["zlab", "spec", "sliding"]
+    # identical weights in two formats: identical metrics
+    assert run["drafters"][0]["metrics"] == run["drafters"][1]["metrics"]
+    second = run_cli(*args, "--out", str(tmp_path / "b"), cache=cache)
+    assert second.exit_code == 0, second.output
+    again = json.loads((tmp_path / "b" / "run.json").read_text())
+    assert again["provenance"]["work"]["continuations_generated"] == 0
+    assert [d["metrics"] for d in again["drafters"]] == [d["metrics"] for d in run["drafters"]]
+
+
+def test_output_contract(drafter_dirs, test_bed, tmp_path):
+    result = run_cli("-d", str(drafter_dirs["speculators"]), "--out", str(tmp_path / "r"), cache=tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    assert "tau macro" in result.stdout
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    prov = run["provenance"]
+    assert run["schema_version"] == 1
+    assert prov["target"]["path"] == str(test_bed["qwen3"].resolve())  # taken from the recorded verifier
+    assert prov["enable_thinking"] is False and prov["max_new_tokens"] == 24 and prov["mode"] == "trajectory"
+    assert prov["self_consistency"]["agree"] == prov["self_consistency"]["total"] > 0  # fp32 CPU: 100%
+    for key in ("tokenizer_hash", "chat_template_hash", "git_sha", "argv", "kernels", "dtype", "device"):
+        assert key in prov
+    drafter = run["drafters"][0]
+    assert drafter["format"] == "speculators" and drafter["spec"]["speculators_taps"] == [2, 3, 4]
+    m = drafter["metrics"]
+    B = drafter["spec"]["block_size"]
+    assert len(m["reach"]) == len(m["conditional"]) == len(m["marginal"]) == B - 1
+    assert len(m["histogram"]) == B and sum(m["histogram"]) == m["steps"]
+    assert m["tau_macro_ci"][0] <= m["tau_macro"] <= m["tau_macro_ci"][1]
+    rows = [json.loads(line) for line in (tmp_path / "r" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        assert sum(row["walk_accept_lengths"]) == row["continuation_len"] - 1  # every token after y0 committed
+        assert row["walk_anchors"][0] == row["prompt_len"]
+    with (tmp_path / "r" / "per_position.csv").open() as handle:
+        table = list(csv.DictReader(handle))
+    assert table[0]["drafter"] == "speculators" and "acceptance_at_pos_1" in table[0]
+
+
+def test_bad_drafter_never_touches_the_output_folder(drafter_dirs, test_bed, tmp_path):
+    out = tmp_path / "out"
+    good = run_cli("-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--out", str(out), cache=tmp_path / "c")
+    assert good.exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    broken = tmp_path / "broken"
+    shutil.copytree(drafter_dirs["zlab"], broken)
+    (broken / "model.safetensors").write_bytes((broken / "model.safetensors").read_bytes()[:100])
+    result = run_cli("-d", str(broken), "--target", str(test_bed["qwen3"]), "--out", str(out), cache=tmp_path / "c")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "truncated" in result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_rerun_with_other_settings_into_the_same_folder_is_refused(drafter_dirs, test_bed, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--out", str(out),
+                   cache=tmp_path / "c").exit_code == 0
+    before = (out / "run.json").read_bytes()
+    other = run_cli("-d", str(drafter_dirs["sliding"]), "--target", str(test_bed["qwen3"]), "--out", str(out),
+                    cache=tmp_path / "c")
+    assert other.exit_code == 2 and "different settings" in other.stderr
+    assert (out / "run.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--prompts", "missing.jsonl"], "cannot read prompts"),
+    (["--mode", "fast"], "unknown --mode"),
+])
+def test_bad_options_are_one_line_errors(drafter_dirs, test_bed, tmp_path, args, message):
+    result = run_cli("-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--out",
+                     str(tmp_path / "o"), *args, cache=tmp_path / "c")
+    assert result.exit_code == 2 and message in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_reference_zlab_resolves_from_the_hf_cache(drafter_dirs, test_bed, tmp_path, monkeypatch):
+    """`--reference z-lab` for a target named like a published one: the z-lab drafter comes from a real
+    HF cache layout (offline), the in-house speculators drafter finds the target it records."""
+    from huggingface_hub import constants
+    from test_references import cache_repo
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    target = tmp_path / "Qwen3-8B"  # the tiny qwen3, under the name the registry knows
+    shutil.copytree(test_bed["qwen3"], target)
+    files = {p.name: p.read_bytes() for p in drafter_dirs["zlab"].iterdir()}
+    cache_repo(cache, "z-lab/Qwen3-8B-DFlash-b16", files)
+    result = run_cli("-d", f"{drafter_dirs['sliding']}:mine", "--target", str(target), "--reference", "z-lab",
+                     "--out", str(tmp_path / "r"), cache=tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert [d["name"] for d in run["drafters"]] == ["mine", "z-lab"]
+    assert "models--z-lab--Qwen3-8B-DFlash-b16" in run["drafters"][1]["path"]
+
+    missing = run_cli("-d", str(drafter_dirs["sliding"]), "--target", str(test_bed["qwen3"]), "--reference", "z-lab",
+                      "--out", str(tmp_path / "r2"), cache=tmp_path / "c")
+    assert missing.exit_code == 2 and "no published z-lab drafter" in missing.stderr
+    assert not (tmp_path / "r2").exists()
