@@ -10,6 +10,7 @@ run.json as an uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -47,6 +48,7 @@ class RunOptions:
     dtype: str = "auto"
     cache_dir: Path | None = field(default_factory=default_cache_dir)
     responses: Path | None = None
+    kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -152,17 +154,16 @@ def prepare_out_dir(out: Path, digest: str) -> list[dict[str, Any]]:
 
 def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the run.json content."""
-    import torch
-
-    from .drafter import load_drafter
     from .prompts import load_prompts
-    from .target import kernel_summary, kernel_report, load_target, target_info
+    from .target import load_target, target_info, torch_fallback_kernels
 
     reporter = reporter or Reporter()
     if options.mode not in ("trajectory", "live"):
         raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
     if options.final_block not in ("shorter", "full"):
         raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
+    if options.kernels not in ("auto", "torch"):
+        raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
     entries, target_path, warnings = resolve_drafters(options)
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written
@@ -175,11 +176,24 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
         "target": str(target_path), "drafters": fingerprints, "max_new_tokens": options.max_new_tokens,
         "thinking": thinking, "mode": options.mode, "final_block": options.final_block,
         "prompts": [[p.id, p.text, p.set] for p in prompts], "device": options.device, "dtype": options.dtype,
-        "responses": str(options.responses) if options.responses else None,
+        "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
     }
     done_rows = prepare_out_dir(options.out, settings_hash(settings))
 
-    target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+    target = load_target(str(target_path), device=options.device, dtype=options.dtype,
+                         allow_accelerated_on_cpu=options.kernels == "torch")
+    with (torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()):
+        return _evaluate_loaded(options, reporter, target, entries, prompts, thinking, settings, done_rows,
+                                warnings, fingerprints)
+
+
+def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, settings, done_rows, warnings,
+                     fingerprints) -> dict[str, Any]:
+    import torch
+
+    from .drafter import load_drafter
+    from .target import kernel_report, kernel_summary
+
     drafters = {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
                 .attach_target(target.embed_tokens, target.lm_head) for e in entries}
     block_sizes = {name: d.spec.block_size for name, d in drafters.items()}
@@ -221,12 +235,12 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
                     capture = replay(drafter, target_capture.taps[:, columns[name]], tokens, len(p_ids),
                                      options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
                                      anchor_batch=options.anchor_batch)
-                    rows.append(_row(prompt, name, drafter.spec.block_size, capture, len(p_ids), len(cont), agree))
+                    rows.append(_row(prompt, name, drafter.spec.block_size, capture, len(p_ids), cont, agree))
                 else:
                     live = live_generate(target, drafter, p_ids, options.max_new_tokens,
                                          shorter_final_block=options.final_block == "shorter")
                     agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
-                    rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), len(cont), agree))
+                    rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), cont, agree))
             sink.write("".join(json.dumps(r) + "\n" for r in rows))
             sink.flush()
             reporter.advance("prompts", prompt.id)
@@ -283,12 +297,12 @@ def _counts(prompt_id: str, block_size: int, walk_n: list[int], drafted: list[in
     return counts
 
 
-def _row(prompt: Prompt, name: str, B: int, result, p_len: int, c_len: int, agree) -> dict[str, Any]:
+def _row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: list[int], agree) -> dict[str, Any]:
     walk_n = [n - 1 for n in result.walk_accept_lengths]
     index = {a: i for i, a in enumerate(result.anchors)}
     return {
         "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,
-        "continuation_len": c_len, "walk_anchors": result.walk_anchors,
+        "continuation_len": len(cont), "continuation_ids": cont, "walk_anchors": result.walk_anchors,
         "walk_accept_lengths": result.walk_accept_lengths, "walk_drafted": result.walk_drafted,
         "walk_drafts": [result.drafts[index[a]] for a in result.walk_anchors],
         "anchor_accepted": result.accepted, "self_consistency": list(agree),
@@ -296,11 +310,12 @@ def _row(prompt: Prompt, name: str, B: int, result, p_len: int, c_len: int, agre
     }
 
 
-def _live_row(prompt: Prompt, name: str, B: int, live, p_len: int, c_len: int, agree) -> dict[str, Any]:
+def _live_row(prompt: Prompt, name: str, B: int, live, p_len: int, cont: list[int], agree) -> dict[str, Any]:
     walk_n = [n - 1 for n in live.walk_accept_lengths]
     return {
         "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,
-        "continuation_len": c_len, "walk_anchors": live.walk_anchors,
+        "continuation_len": len(live.continuation), "continuation_ids": live.continuation,
+        "walk_anchors": live.walk_anchors,
         "walk_accept_lengths": live.walk_accept_lengths, "walk_drafted": live.walk_drafted,
         "walk_drafts": live.walk_drafts, "step_seconds": live.step_seconds, "prefill_seconds": live.prefill_seconds,
         "live_agrees_with_greedy": list(agree),

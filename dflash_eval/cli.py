@@ -107,6 +107,7 @@ def run(
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE)."),
+    kernels: str = typer.Option("auto", "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback)."),
     seed: int = typer.Option(0, "--seed", help="Seed for bootstrap intervals."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
@@ -121,7 +122,7 @@ def run(
     options = RunOptions(drafters=list(drafter), out=out, target=target, reference=reference, prompts=prompts,
                          limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
                          final_block=final_block, anchor_batch=anchor_batch, device=device, dtype=dtype,
-                         cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed,
+                         cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed, kernels=kernels,
                          argv=["dflash-eval", *sys.argv[1:]])
     try:
         result = evaluate(options, reporter)

@@ -161,12 +161,48 @@ def kernel_report(model: nn.Module) -> list[LayerKernel]:
     return report
 
 
+@contextmanager
+def torch_fallback_kernels(model: nn.Module):
+    """Temporarily route every Gated-DeltaNet operation to transformers' pure-torch fallback.
+
+    transformers binds fla kernels at import time for the whole process; to compare fla and fallback
+    hidden states in one process (the GPU check, the doctor) we swap the modeling module's globals for
+    the fallback the wrapper closes over, filtering keyword arguments as the wrapper does."""
+    swapped: list[tuple[object, str, object]] = []
+    modules = {sys.modules[type(layer.linear_attn).__module__] for layer in decoder_layers(model)
+               if getattr(layer, "linear_attn", None) is not None}
+    for module in modules:
+        for global_name in KERNEL_FUNCTIONS.values():
+            wrapper = getattr(module, global_name, None)
+            if wrapper is None or not getattr(wrapper, "__closure__", None):
+                continue
+            fallback = inspect.getclosurevars(wrapper).nonlocals.get("torch_function")
+            if fallback is None:
+                continue
+            accepted = set(inspect.signature(fallback).parameters)
+
+            def call(*args, _fallback=fallback, _accepted=accepted, **kwargs):
+                return _fallback(*args, **{k: v for k, v in kwargs.items() if k in _accepted})
+
+            call.__module__, call.__qualname__ = fallback.__module__, fallback.__qualname__
+            swapped.append((module, global_name, wrapper))
+            setattr(module, global_name, call)
+    try:
+        yield
+    finally:
+        for module, name, original in swapped:
+            setattr(module, name, original)
+
+
 def kernel_summary(report: list[LayerKernel]) -> dict[str, str]:
     """operation -> bound function (all layers of one model share them); for provenance."""
     return {k.operation: k.function for k in report}
 
 
-def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto") -> Target:
+def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
+                allow_accelerated_on_cpu: bool = False) -> Target:
+    """Load a target (local folder or HF cache name, offline). `allow_accelerated_on_cpu` is for callers
+    that route the kernels to the torch fallback themselves (`torch_fallback_kernels`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_local_or_cached(name_or_path)
@@ -180,7 +216,7 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto")
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
     report = kernel_report(model)
     accelerated = [k for k in report if k.accelerated]
-    if accelerated and dev.type != "cuda":
+    if accelerated and dev.type != "cuda" and not allow_accelerated_on_cpu:
         k = accelerated[0]
         raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
                                "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "

@@ -86,8 +86,17 @@ def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, t
     """))
     script = textwrap.dedent(f"""
         import sys
+        import torch
+        from transformers import AutoModelForCausalLM
         from dflash_eval.errors import InputError
-        from dflash_eval.target import load_target
+        from dflash_eval.target import kernel_report, load_target, torch_fallback_kernels
+        # the override routes every operation back to the torch fallback, so a CPU forward works
+        model = AutoModelForCausalLM.from_pretrained({str(test_bed["qwen3_5_text"])!r})
+        assert kernel_report(model)[0].accelerated
+        with torch_fallback_kernels(model):
+            assert not any(k.accelerated for k in kernel_report(model))
+            model(torch.tensor([[1, 2, 3, 4]]))
+        assert kernel_report(model)[0].accelerated
         try:
             load_target({str(test_bed["qwen3_5_text"])!r}, device="cpu")
         except InputError as exc:
