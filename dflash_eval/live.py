@@ -69,7 +69,8 @@ def live_generate(
     ctx_rows = [drafter.context(tap_states)]  # context features for positions 0 .. anchor-1
     result.tokens.append(int(greedy[-1]))
     a = p
-    while a < cap_end - 1 and result.tokens[a] not in stops:
+    # a == len(tokens) after a step that accepted a stop token (no bonus follows it)
+    while a < min(len(result.tokens), cap_end - 1) and result.tokens[a] not in stops:
         started = time.perf_counter()
         room = cap_end - 1 - a
         length = block_length(a, cap_end, B, shorter_final_block)

@@ -26,6 +26,11 @@ What is trained, and why it is built this way:
   early slots matter most because acceptance stops at the first miss); slot 0 is the anchor and is never
   a prediction; slots past the sequence end are masked out.
 - The embedding and lm_head are the target's and stay frozen (z-lab style); only the body trains.
+- Fixtures whose bugs must show use `fixture_config()` (every layer a one-row sliding window): with full
+  attention and a few hundred anchors the drafter memorises through the whole context and the anchor
+  bug does not show at all; see that function. Measured on the tiny qwen3 bed (the 12 demo prompts x 48
+  tokens, B = 4, 300 steps, ~3 s on 2 cores): correct drafter tau 3.93 strict / 2.14 lenient, anchor-bug
+  drafter 2.07 strict / 3.95 lenient, shifted drafter 3.06 on its recorded taps / 3.93 on t + 1.
 """
 
 from __future__ import annotations
@@ -43,28 +48,8 @@ from .checkpoint_writer import design_spec, save_checkpoint
 from .drafter import DFlashDrafter
 from .drafting import block_token_ids
 from .masks import block_layout, layer_masks
+from .prompts import DEMO_PROMPTS  # noqa: F401  (one list for the demo and the fixtures; re-exported)
 from .target import Target, capture_taps
-
-# Short coding requests for fixtures and the demo (the tiny targets answer them with random-but-greedy
-# text, which is all a fixture drafter needs).
-DEMO_PROMPTS = (
-    "Write a Python function that reverses a string.",
-    "Write a Python function that checks whether a number is prime.",
-    "Write a function to compute the factorial of n.",
-    "Write a Python function that returns the largest value in a list.",
-    "Implement binary search over a sorted list.",
-    "Write a function that counts the words in a text.",
-    "Write a Python class for a simple stack.",
-    "Write a function to remove duplicates from a list.",
-    "Write a Python function that prints FizzBuzz from 1 to n.",
-    "Write a function that merges two sorted lists.",
-    "Write a Python function to compute the nth Fibonacci number.",
-    "Write a function that checks whether a string is a palindrome.",
-    "Write a function to find the shared elements from the given two lists.",
-    "Write a Python function to sum the digits of an integer.",
-    "Write a function that converts Celsius to Fahrenheit.",
-    "Write a Python function that sorts a list of tuples by the second item.",
-)
 
 
 @dataclass
@@ -85,6 +70,18 @@ class TrainConfig:
     anchor_in_context: bool = False  # train with p <= a (the anchor's own hidden state visible as context)
     drop_tap: int | None = None  # index into taps zeroed during training (fc still n_taps wide)
     shift_taps: int = 0  # train on layers t + shift while the checkpoint records t
+
+
+def fixture_config(**changes) -> TrainConfig:
+    """A `TrainConfig` for fixture drafters whose injected bugs must show: every layer a window of 1 row.
+
+    Why: trained on a few hundred anchors, a full-attention drafter memorises each sequence through the
+    bag of *all* its context rows and never learns to read the newest ones, so training with the anchor
+    in context leaves it untouched (measured on the tiny qwen3 bed: tau 3.98 under both masks). Drafters
+    trained on corpora they cannot memorise do read the most recent rows; a one-row window forces that
+    here, and the bugs then show as they do in the wild (see tests/test_train.py for the numbers)."""
+    base = {"sliding_window": 1, "sliding_layers": changes.get("num_layers", TrainConfig.num_layers)}
+    return TrainConfig(**{**base, **changes})
 
 
 def _mask_token_id(tokenizer) -> int:
@@ -146,37 +143,40 @@ def _pack(target: Target, sequences: list[tuple[torch.Tensor, int]], capture: li
     return _Packed(torch.cat(taps), torch.cat(tokens), torch.cat(start), torch.cat(end), torch.cat(anchors))
 
 
-def training_logits(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchors: list[int],
+def training_logits(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tensor, anchors: list[int],
                     block_lengths: list[int], *, seq_start: torch.Tensor | None = None,
                     anchor_in_context: bool = False) -> torch.Tensor:
     """Grad-enabled `drafting.draft_logits` for packed sequences: [N, draft_vocab] for every slot.
 
-    `seq_start[p]` is the first row of row p's sequence (None: one sequence). Context rows of other
-    sequences are hidden, and positions are counted from each sequence's start, so a block gets exactly
-    the logits that `draft_logits` over its own sequence would give it."""
-    device = ctx.device
-    context_len = ctx.shape[0]
+    taps: [C, n_taps * H] for all packed rows; `seq_start[p]` is the first row of row p's sequence (None:
+    one sequence). Context rows of other sequences are hidden, and positions count from each sequence's
+    start, so a block gets exactly the logits `draft_logits` over its own sequence alone would give it."""
+    device = taps.device
+    context_len = taps.shape[0]
     if seq_start is None:
         seq_start = torch.zeros(context_len, dtype=torch.long)
     seq_start = seq_start.to(device)
     ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
     anchor_of, slot_of, _ = (t.to(device) for t in block_layout(anchors, block_lengths))
     same_sequence = torch.arange(context_len, device=device)[None, :] >= seq_start[anchor_of][:, None]
-    masks = []
-    for mask in layer_masks(drafter.spec.layers, anchors, block_lengths, context_len,
-                            anchor_in_context=anchor_in_context, device=device):
-        # layers with the same attention share one mask tensor: keep the sharing
-        for built, restricted in masks:
-            if built is mask:
-                masks.append((mask, restricted))
-                break
-        else:
+    per_layer = layer_masks(drafter.spec.layers, anchors, block_lengths, context_len,
+                            anchor_in_context=anchor_in_context, device=device)
+    distinct: dict[int, torch.Tensor] = {}  # layers that attend alike share one mask tensor: keep that
+    for mask in per_layer:
+        if id(mask) not in distinct:
             restricted = mask.clone()
             restricted[:, :context_len] &= same_sequence
-            masks.append((mask, restricted))
+            distinct[id(mask)] = restricted
+    # Keep only the context rows some query can see: attention cost is N x C, and with windows (or few
+    # anchors) most packed rows are invisible to every query. Dropping whole never-visible columns from
+    # the mask changes nothing, and positions travel with the rows.
+    rows = torch.stack([m[:, :context_len].any(0) for m in distinct.values()]).any(0).nonzero().view(-1)
+    compact = {key: torch.cat([m[:, rows], m[:, context_len:]], dim=1) for key, m in distinct.items()}
+    masks = [compact[id(mask)] for mask in per_layer]
+    ctx = drafter.context(taps[rows])
+    ctx_positions = rows - seq_start[rows]
     positions = anchor_of - seq_start[anchor_of] + slot_of
-    ctx_positions = torch.arange(context_len, device=device) - seq_start
-    hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, [m for _, m in masks])
+    hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, masks)
     return drafter.logits(hidden)
 
 
@@ -212,20 +212,28 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         raise ValueError(f"drop_tap {config.drop_tap} is not an index into taps {recorded}")
     width = spec.target_hidden_size
     data = _pack(target, sequences, capture)
+    if data.anchors.numel() == 0:
+        raise ValueError("train_drafter: no sequence has a continuation to draft")
     if config.drop_tap is not None:
         data.taps[:, config.drop_tap * width:(config.drop_tap + 1) * width] = 0
 
     # Everything random (init, anchor draws) comes from the seed; the caller's RNG is left alone.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        drafter = DFlashDrafter(spec).float().train()
+        drafter = DFlashDrafter(spec).float().train()  # torch's default init; RMSNorm weights 1
     if config.drop_tap is not None:
         # The dropped tap's fc slice never gets a gradient (its inputs are zero), so it would keep its
         # random init and the exported drafter would react to that layer with noise. A trainer whose
         # projection really had n_taps - 1 inputs, padded to the recorded width, has zeros there: model that.
         with torch.no_grad():
             drafter.fc.weight[:, config.drop_tap * width:(config.drop_tap + 1) * width] = 0
-    drafter.attach_target(target.embed_tokens, target.lm_head)  # frozen: the target has requires_grad False
+    # The target's tables, frozen (z-lab style: the checkpoint carries no embedding/lm_head of its own).
+    # fp32 CPU copies, so a target loaded in bf16 or on a GPU trains the same way.
+    embed = torch.nn.Embedding.from_pretrained(target.embed_tokens.weight.detach().float().cpu(), freeze=True)
+    head_weight = target.lm_head.weight.detach().float().cpu()
+    head = torch.nn.Linear(head_weight.shape[1], head_weight.shape[0], bias=False).requires_grad_(False)
+    head.weight.data = head_weight
+    drafter.attach_target(embed, head)
     generator = torch.Generator().manual_seed(config.seed)
 
     block = config.block_size
@@ -240,8 +248,7 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         anchors = anchors.sort().values
         anchor_list = anchors.tolist()
         lengths = [block] * len(anchor_list)
-        ctx = drafter.context(data.taps)
-        logits = training_logits(drafter, ctx, data.tokens, anchor_list, lengths, seq_start=data.start,
+        logits = training_logits(drafter, data.taps, data.tokens, anchor_list, lengths, seq_start=data.start,
                                  anchor_in_context=config.anchor_in_context)
         # labels: the sequence token at anchor + k, for slots inside the anchor's own sequence
         label_pos = anchors[:, None] + torch.arange(block)[None, :]
