@@ -102,8 +102,9 @@ def read_safetensors_header(path: Path) -> dict[str, TensorMeta]:
     return tensors
 
 
-def weight_files(directory: Path) -> list[Path]:
+def weight_files(directory: str | Path) -> list[Path]:
     """The safetensors files of a checkpoint: one file, or the shards listed by the index."""
+    directory = Path(directory)
     single = directory / SINGLE_WEIGHTS
     index = directory / INDEX_WEIGHTS
     if single.is_file():

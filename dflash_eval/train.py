@@ -95,21 +95,15 @@ def _mask_token_id(tokenizer) -> int:
 
 def greedy_sequences(target: Target, prompts: list[str], max_new_tokens: int, *,
                      enable_thinking: bool = False) -> list[tuple[torch.Tensor, int]]:
-    """(token ids of prompt + greedy continuation, prompt length) per prompt.
+    """(token ids of prompt + greedy continuation, prompt length) per prompt: exactly what `run` replays
+    (same chat templating, same greedy generation, cut after the first stop token)."""
+    from .continuations import Prompt, generate_greedy, prompt_ids
 
-    The prompt is one user message through the target's chat template with add_generation_prompt=True;
-    the continuation is the target's `generate(do_sample=False)` and stops at (and keeps) its eos."""
-    tokenizer = target.tokenizer
     out = []
-    for prompt in prompts:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True, enable_thinking=enable_thinking)
-        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        with torch.inference_mode():
-            generated = target.model.generate(
-                input_ids=ids[None].to(target.device), attention_mask=torch.ones_like(ids)[None].to(target.device),
-                max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-        out.append((generated[0].cpu().clone(), len(ids)))
+    for index, text in enumerate(prompts):
+        ids = prompt_ids(target.tokenizer, Prompt(str(index), text), enable_thinking)
+        continuation = generate_greedy(target, [ids], max_new_tokens)[0]
+        out.append((torch.tensor(ids + continuation, dtype=torch.long), len(ids)))
     return out
 
 

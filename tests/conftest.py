@@ -50,16 +50,17 @@ def drafter_dirs(test_bed, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
     """Drafters trained by the fixture trainer on each target's own greedy continuations of the demo
-    prompts (B = 4): {"qwen3": {"target", "good"}, "qwen3_5_text": {"target", "good"}}."""
+    prompts (B = 4, one-row sliding windows: see train.fixture_config):
+    {"qwen3": {"target", "good"}, "qwen3_5_text": {"target", "good"}}."""
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import load_target
-    from dflash_eval.train import TrainConfig, greedy_sequences, train_drafter
+    from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("trained")
     out: dict[str, dict[str, Path]] = {}
     for kind in ("qwen3", "qwen3_5_text"):
         target = load_target(str(test_bed[kind]), device="cpu", dtype="float32")
         sequences = greedy_sequences(target, list(DEMO_PROMPTS), 40)
-        good = train_drafter(target, sequences, TrainConfig(block_size=4), root / f"{kind}-good")
+        good = train_drafter(target, sequences, fixture_config(block_size=4), root / f"{kind}-good")
         out[kind] = {"target": test_bed[kind], "good": good}
     return out

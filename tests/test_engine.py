@@ -19,6 +19,14 @@ from dflash_eval.prompts import DEMO_PROMPTS
 from dflash_eval.target import capture_taps, load_target
 
 MAX_NEW = 40
+# Prompts the fixture drafters never saw: acceptance drops and drafts get rejected, which exercises the
+# live loop's cache restore (the training prompts alone are accepted almost everywhere).
+HELD_OUT = (
+    "Write a function that returns the maximum of three numbers.",
+    "Sort a dictionary by its values.",
+    "Write a generator that yields prime numbers.",
+    "Convert a Roman numeral to an integer.",
+)
 
 
 @pytest.fixture(scope="module", params=["qwen3", "qwen3_5_text"])
@@ -35,8 +43,8 @@ def setup(request, trained):
 def test_replay_walk_equals_live_loop_and_live_output_is_greedy(setup, max_new, final_block):
     kind, target, drafter = setup
     shorter = final_block == "shorter"
-    taus, ended_by_stop = [], 0
-    for i, text in enumerate(DEMO_PROMPTS):
+    taus, ended_by_stop, rejected_steps = [], 0, 0
+    for i, text in enumerate(DEMO_PROMPTS + HELD_OUT):
         ids = prompt_ids(target.tokenizer, Prompt(str(i), text), enable_thinking=False)
         greedy = generate_greedy(target, [ids], max_new)[0]
         ended_by_stop += greedy[-1] in stop_token_ids(target)
@@ -49,12 +57,14 @@ def test_replay_walk_equals_live_loop_and_live_output_is_greedy(setup, max_new, 
         assert offline.walk_anchors == live.walk_anchors, f"{kind} prompt {i}"
         assert offline.walk_accept_lengths == live.walk_accept_lengths, f"{kind} prompt {i}"
         assert offline.walk_drafted == live.walk_drafted
+        rejected_steps += sum(n - 1 < d for n, d in zip(live.walk_accept_lengths, live.walk_drafted))
         if offline.walk_accept_lengths:
             taus.append(sum(offline.walk_accept_lengths) / len(offline.walk_accept_lengths))
     tau = sum(taus) / len(taus)
     print(f"{kind} max_new={max_new} {final_block}: tau macro {tau:.2f} over {len(taus)} prompts, "
-          f"{ended_by_stop} ended by a stop token")
+          f"{ended_by_stop} ended by a stop token, {rejected_steps} steps with a rejected draft")
     assert tau > 2.0  # B = 4: at most 4; a random drafter scores ~1.0
+    assert rejected_steps >= 10  # the restore path ran
 
 
 def test_anchor_batching_does_not_change_results(setup):
