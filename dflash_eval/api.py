@@ -14,9 +14,11 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,10 @@ class RunOptions:
     kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+# Seconds to pause after each prompt; only the resume test sets it (DFLASH_EVAL_SLOW_PROMPTS).
+_SLOW_PROMPTS = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
 
 
 class Reporter:
@@ -243,6 +249,8 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                     rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), cont, agree))
             sink.write("".join(json.dumps(r) + "\n" for r in rows))
             sink.flush()
+            if _SLOW_PROMPTS:  # test hook: leaves time to kill the process between prompts
+                time.sleep(_SLOW_PROMPTS)
             reporter.advance("prompts", prompt.id)
 
     all_rows = R.read_samples(options.out / R.SAMPLES)

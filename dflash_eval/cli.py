@@ -126,6 +126,9 @@ def run(
                          argv=["dflash-eval", *sys.argv[1:]])
     try:
         result = evaluate(options, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
     finally:
         reporter.close()
     render_run_summary(console, result)

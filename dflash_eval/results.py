@@ -78,12 +78,17 @@ def atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _marginal_or_empty(counts: M.AcceptanceCounts) -> list[float | None]:
+    """Live runs score only the walk, not every anchor: no marginal there (an empty list, not an error)."""
+    return M.marginal(counts) if any(counts.marginal_total) else []
+
+
 def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, Any]:
     """Every number shown for a drafter, from its counts (divide last)."""
     if not counts.steps:
         return {"steps": 0, "tau_macro": None, "tau_micro": None, "tau_macro_ci": None, "reach": [],
-                "conditional": [], "marginal": M.marginal(counts), "histogram": counts.accept_length_histogram,
-                "token_acceptance_rate": None}
+                "conditional": [], "marginal": _marginal_or_empty(counts),
+                "histogram": counts.accept_length_histogram, "token_acceptance_rate": None}
     ci = M.bootstrap_tau_ci(counts, n_resamples=2000, seed=seed, kind="macro")
     return {
         "tau_macro": M.tau_macro(counts),
@@ -92,7 +97,7 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
         "steps": M.steps(counts),
         "reach": M.reach(counts, denominator="all"),
         "conditional": M.conditional(counts, denominator="all"),
-        "marginal": M.marginal(counts),
+        "marginal": _marginal_or_empty(counts),
         "histogram": list(counts.accept_length_histogram),
         "token_acceptance_rate": M.token_acceptance_rate(counts),
     }

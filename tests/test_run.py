@@ -125,3 +125,78 @@ def test_reference_zlab_resolves_from_the_hf_cache(drafter_dirs, test_bed, tmp_p
                       "--out", str(tmp_path / "r2"), cache=tmp_path / "c")
     assert missing.exit_code == 2 and "no published z-lab drafter" in missing.stderr
     assert not (tmp_path / "r2").exists()
+
+
+def test_killed_run_resumes_to_the_same_results(trained, tmp_path):
+    """Kill `run` (SIGKILL, mid-run) after some prompts, rerun the same command: the final run.json
+    metrics equal those of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    good = trained["qwen3"]["good"]
+    args = ["-d", str(good), "--target", str(trained["qwen3"]["target"]), "--max-new-tokens", "40",
+            "--cache-dir", str(tmp_path / "cache")]
+    whole = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "dflash_eval.cli", "run", *args, "--out", str(out)]
+    env = {**os.environ, "DFLASH_EVAL_SLOW_PROMPTS": "0.5"}  # half a second per prompt: time to kill mid-run
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    samples = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if samples.exists() and len(samples.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    done_before = len(samples.read_text().splitlines())
+    assert 3 <= done_before < 12 and not (out / "run.json").exists()
+    resumed = runner.invoke(app, ["run", *args, "--out", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming" in resumed.stdout
+    first = json.loads((tmp_path / "whole" / "run.json").read_text())
+    second = json.loads((out / "run.json").read_text())
+    assert second["provenance"]["work"]["prompts_evaluated"] == 12 - done_before
+    assert second["drafters"][0]["metrics"] == first["drafters"][0]["metrics"]
+    assert second["drafters"][0]["counts"] == first["drafters"][0]["counts"]
+    assert first["drafters"][0]["metrics"]["tau_macro"] > 2.0
+
+
+def test_live_mode_gives_the_same_acceptance_as_the_replay(trained, tmp_path):
+    args = ["-d", str(trained["qwen3_5_text"]["good"]), "--target", str(trained["qwen3_5_text"]["target"]),
+            "--max-new-tokens", "24", "--limit", "4", "--cache-dir", str(tmp_path / "cache"), "--no-thinking"]
+    replayed = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "t")])
+    live = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "l"), "--mode", "live"])
+    assert replayed.exit_code == 0 and live.exit_code == 0, live.output
+    a = json.loads((tmp_path / "t" / "run.json").read_text())["drafters"][0]
+    b = json.loads((tmp_path / "l" / "run.json").read_text())["drafters"][0]
+    assert a["metrics"]["tau_macro"] == b["metrics"]["tau_macro"] and a["metrics"]["reach"] == b["metrics"]["reach"]
+    assert b["live"]["steps"] == b["metrics"]["steps"] and b["live"]["seconds"] > 0
+
+
+def test_responses_from_elsewhere_report_their_greedy_agreement(drafter_dirs, test_bed, tmp_path):
+    """--responses: continuations produced by another engine; agreement with the target's greedy is shown."""
+    first = run_cli("-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--out", str(tmp_path / "a"),
+                    cache=tmp_path / "c")
+    assert first.exit_code == 0
+    rows = [json.loads(line) for line in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
+    responses = tmp_path / "responses.jsonl"
+    edited = []
+    for row in rows:
+        ids = list(row["continuation_ids"])
+        if row["prompt_id"] == rows[0]["prompt_id"]:
+            ids[-1] = (ids[-1] + 1) % 500  # the last token: one the target would not have chosen
+        edited.append(json.dumps({"id": row["prompt_id"], "response_ids": ids}))
+    responses.write_text("\n".join(edited) + "\n")
+    result = run_cli("-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--out", str(tmp_path / "b"),
+                     "--responses", str(responses), cache=tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    prov = json.loads((tmp_path / "b" / "run.json").read_text())["provenance"]
+    total = sum(r["continuation_len"] for r in rows)
+    assert prov["continuations"].startswith("responses:")
+    assert prov["responses_agreement"] == {"agree": total - 1, "total": total}
+    assert prov["work"]["continuations_generated"] == 0
