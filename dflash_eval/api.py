@@ -45,6 +45,7 @@ class RunOptions:
     mode: str = "trajectory"  # or "live"
     final_block: str = "shorter"  # z-lab; "full" = vLLM
     anchor_batch: int | None = None
+    tap_chunk: int = 4096  # target positions per forward of the tap pass (longer sequences: chunked prefill)
     generation_batch: int | None = None
     device: str = "auto"
     dtype: str = "auto"
@@ -183,6 +184,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
         "thinking": thinking, "mode": options.mode, "final_block": options.final_block,
         "prompts": [[p.id, p.text, p.set] for p in prompts], "device": options.device, "dtype": options.dtype,
         "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
+        "tap_chunk": options.tap_chunk,
     }
     done_rows = prepare_out_dir(options.out, settings_hash(settings))
 
@@ -234,7 +236,7 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
             if options.mode == "trajectory":
                 from .target import capture_taps
 
-                target_capture = capture_taps(target, tokens, union_taps)
+                target_capture = capture_taps(target, tokens, union_taps, sequence_chunk=options.tap_chunk)
                 agree = self_consistency(target_capture.greedy, tokens, len(p_ids))
             for name, drafter in drafters.items():
                 if options.mode == "trajectory":

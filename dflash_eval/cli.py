@@ -103,6 +103,7 @@ def run(
     mode: str = typer.Option("trajectory", "--mode", help="trajectory (exact offline replay) or live (step-by-step loop)."),
     final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM)."),
     anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
+    tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill."),
     responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32."),
@@ -121,7 +122,7 @@ def run(
     reporter = RichReporter(console)
     options = RunOptions(drafters=list(drafter), out=out, target=target, reference=reference, prompts=prompts,
                          limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
-                         final_block=final_block, anchor_batch=anchor_batch, device=device, dtype=dtype,
+                         final_block=final_block, anchor_batch=anchor_batch, tap_chunk=tap_chunk, device=device, dtype=dtype,
                          cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed, kernels=kernels,
                          argv=["dflash-eval", *sys.argv[1:]])
     try:

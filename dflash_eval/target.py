@@ -265,15 +265,29 @@ def _cache_keyword(model: nn.Module) -> str:
 
 
 @torch.inference_mode()
-def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024) -> Capture:
-    """One forward over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
+def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024,
+                 sequence_chunk: int | None = None) -> Capture:
+    """One pass over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
 
-    Logits are computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need
-    ~4 GB of bf16 logits at once) and reduced to argmax immediately."""
+    `sequence_chunk` bounds activation memory on long sequences: the pass then runs as a chunked prefill
+    with the KV/recurrent cache (same states up to floating-point effects of the chunking). Logits are
+    computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need ~4 GB of bf16
+    logits at once) and reduced to argmax immediately."""
     ids = input_ids.view(1, -1).to(target.device)
+    base = target.model.model
+    step = sequence_chunk or ids.shape[1]
+    hidden_parts, tap_parts, cache = [], [], None
     with hooked_layers(target, taps) as read_taps:
-        hidden = target.model.model(input_ids=ids, use_cache=False).last_hidden_state[0]
-        tap_states = read_taps()
+        for start in range(0, ids.shape[1], step):
+            kwargs: dict = {"use_cache": step < ids.shape[1]}
+            if cache is not None:
+                kwargs[_cache_keyword(base)] = cache
+            out = base(input_ids=ids[:, start:start + step], **kwargs)
+            cache = out.past_key_values if kwargs["use_cache"] else None
+            hidden_parts.append(out.last_hidden_state[0])
+            tap_parts.append(read_taps())
+    hidden = torch.cat(hidden_parts)
+    tap_states = torch.cat(tap_parts)
     target.tap_passes += 1
     greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
                         for i in range(0, hidden.shape[0], logits_chunk)])

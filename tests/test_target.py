@@ -108,3 +108,15 @@ def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, t
     assert done.returncode == 2, done.stderr[-2000:]
     assert "fla.ops.gated_delta_rule.chunk_gated_delta_rule" in done.stdout
     assert "needs CUDA" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3_5_text"])
+def test_chunked_tap_pass_matches_one_forward(test_bed, kind):
+    """Long sequences run as a chunked prefill with the cache; the taps and greedy tokens stay the same."""
+    target = load_target(str(test_bed[kind]), device="cpu")
+    ids = torch.tensor(target.tokenizer("def add(a, b):\n    return a + b\n" * 6)["input_ids"])
+    whole = capture_taps(target, ids, [1, 5])
+    chunked = capture_taps(target, ids, [1, 5], sequence_chunk=17)
+    torch.testing.assert_close(chunked.taps, whole.taps, rtol=1e-4, atol=1e-4)
+    assert torch.equal(chunked.greedy, whole.greedy)
+    assert target.tap_passes == 2  # a chunked pass is still one pass
