@@ -249,6 +249,10 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                                          shorter_final_block=options.final_block == "shorter")
                     agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                     rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), cont, agree))
+            decode = _piece_decoder(target.tokenizer)
+            for row in rows:  # decoded text, so `show` and reports need no tokenizer
+                row["continuation_pieces"] = decode(row["continuation_ids"])
+                row["walk_draft_pieces"] = [decode(d) for d in row["walk_drafts"]]
             sink.write("".join(json.dumps(r) + "\n" for r in rows))
             sink.flush()
             if _SLOW_PROMPTS:  # test hook: leaves time to kill the process between prompts
@@ -263,6 +267,20 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
     R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
     R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True}))
     return run
+
+
+def _piece_decoder(tokenizer):
+    """ids -> one decoded string per token, memoised per id (walk drafts repeat ids a lot)."""
+    from .samples import token_pieces
+
+    memo: dict[int, str] = {}
+
+    def decode(ids: list[int]) -> list[str]:
+        missing = [i for i in set(ids) if i not in memo]
+        memo.update(zip(missing, token_pieces(tokenizer, missing)))
+        return [memo[i] for i in ids]
+
+    return decode
 
 
 def _tap_columns(union: list[int], taps: list[int], hidden: int) -> list[int]:

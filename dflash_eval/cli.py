@@ -136,6 +136,37 @@ def run(
     console.print(f"results: {out}/run.json, samples.jsonl, per_position.csv")
 
 
+@app.command()
+@reports_input_errors
+def show(
+    run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Only this drafter."),
+    worst: Optional[int] = typer.Option(None, "--worst", min=1, help="The K blocks with the shortest accepted prefix."),
+    first: Optional[int] = typer.Option(None, "--first", min=1, help="The first N blocks (default 10 unless --prompt is given)."),
+    sample: Optional[int] = typer.Option(None, "--random", min=1, help="K blocks at random."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Decoded draft blocks along the walk, next to the target's tokens."""
+    from .render.terminal import SAMPLE_LEGEND, render_blocks
+    from .results import read_run, read_samples
+    from .samples import select_blocks
+
+    run = read_run(run_dir)
+    names = [d["name"] for d in run["drafters"]]
+    if drafter is not None and drafter not in names:
+        raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
+    rows = read_samples(run_dir / "samples.jsonl")
+    if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
+        raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
+    if first is None and worst is None and sample is None and prompt is None:
+        first = 10
+    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
+    console = stdout_console()
+    render_blocks(console, blocks)
+    console.print(SAMPLE_LEGEND)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app(prog_name="dflash-eval")
 

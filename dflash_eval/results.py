@@ -46,6 +46,9 @@ DIR/samples.jsonl   one row per (prompt, drafter):
     walk_drafted        slots that could count at each step (B-1, fewer at the end)
     walk_drafts         drafted target token ids at each step (slots 1..)
     anchor_accepted     n(a) for every anchor a = prompt_len .. T-2 (trajectory mode)
+    continuation_ids    the target's continuation (token ids) the drafts were scored against
+    continuation_pieces each continuation token decoded alone (token boundaries stay visible)
+    walk_draft_pieces   each walk step's drafted tokens, decoded alone
     counts              this row's AcceptanceCounts (walk + all-anchor marginal counts)
 
 DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible

@@ -92,3 +92,47 @@ def render_run_summary(console: Console, run: dict) -> None:
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
     for warning in prov.get("warnings", []):
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+def block_text(block) -> tuple["Text", "Text"]:
+    """Two aligned lines: the draft (accepted green, first rejected red, later dim) and the target."""
+    from rich.text import Text
+
+    from ..samples import visible
+
+    draft, target = Text(), Text()
+    rejected = block.first_rejected
+    for i, piece in enumerate(block.draft):
+        shown = visible(piece)
+        ref = visible(block.target[i]) if i < len(block.target) else ""
+        width = max(len(shown), len(ref))
+        style = ("green" if i < block.accepted else "bold white on red" if i == rejected else "dim")
+        draft.append(shown.ljust(width), style=style)
+        draft.append("│", style="dim")
+        target.append(ref.ljust(width), style="cyan" if i < block.accepted else "")
+        target.append("│", style="dim")
+    return draft, target
+
+
+def render_blocks(console: Console, blocks, *, title: str | None = None) -> None:
+    """Decoded blocks along the walk: token boundaries (│) and whitespace (· ↵ →) made visible."""
+    from rich.text import Text
+
+    from ..samples import visible
+
+    if title:
+        console.print(f"[bold]{title}[/]")
+    if not blocks:
+        console.print("(no blocks match)")
+    for block in blocks:
+        scored = min(len(block.draft), len(block.target))
+        header = Text.assemble((f"{block.prompt_id}", "bold"), f" · {block.drafter} · step {block.step} · anchor @{block.anchor_pos} ",
+                               (visible(block.anchor), "bold cyan"), f" · accepted {block.accepted}/{scored}")
+        draft, target = block_text(block)
+        console.print(header)
+        console.print(Text("  draft  │", style="dim") + draft)
+        console.print(Text("  target │", style="dim") + target)
+
+
+SAMPLE_LEGEND = ("draft tokens: [green]accepted[/], [bold white on red]first rejected[/], [dim]not reached[/]; "
+                 "target row: the target's tokens at the same slots; │ token boundary, · space, ↵ newline, → tab")
