@@ -250,6 +250,8 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                     agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                     rows.append(_live_row(prompt, name, drafter.spec.block_size, live, len(p_ids), cont, agree))
             decode = _piece_decoder(target.tokenizer)
+            for row in rows:
+                _add_repetition(row)
             for row in rows:  # decoded text, so `show` and reports need no tokenizer
                 row["continuation_pieces"] = decode(row["continuation_ids"])
                 row["walk_draft_pieces"] = [decode(d) for d in row["walk_drafts"]]
@@ -267,6 +269,51 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
     R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
     R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True}))
     return run
+
+
+def _add_repetition(row: dict[str, Any]) -> None:
+    """Repetition flags per walk step (reasons, empty when clean) and the row's repetition counts."""
+    from . import repetition
+
+    p, cont = row["prompt_len"], row["continuation_ids"]
+    blocks = row["walk_drafts"]
+    references = [cont[a - p + 1: a - p + 1 + len(b)] for a, b in zip(row["walk_anchors"], blocks)]
+    accepted = [min(n - 1, len(b)) for n, b in zip(row["walk_accept_lengths"], blocks)]
+    flags, prev, prev_ref = [], None, None
+    for block, ref in zip(blocks, references):
+        flags.append(list(repetition.flag_block(block, ref, prev, prev_ref).reasons))
+        prev, prev_ref = block, ref
+    row["walk_flags"] = flags
+    row["repetition"] = (repetition.count_walk(row["prompt_id"], blocks, references, accepted).to_dict()
+                         if blocks and all(blocks) else None)
+
+
+def _repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.AcceptanceCounts],
+                        block_size: int, seed: int) -> dict[str, Any] | None:
+    from . import repetition
+
+    parts = [repetition.RepetitionCounts.from_dict(r["repetition"]) for r in rows if r.get("repetition")]
+    if not parts:
+        return None
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    inside, outside = repetition.accepted_inside_outside(total)
+    flagged = sorted(repetition.flagged_prompts(total))
+    kept = M.AcceptanceCounts(block_size=block_size)
+    for pid, counts in per_prompt.items():
+        if pid not in flagged:
+            kept = kept + counts
+    return {
+        "blocks": total.blocks, "flagged_blocks": total.flagged_blocks,
+        "flagged_share": total.flagged_blocks / total.blocks if total.blocks else None,
+        "flagged_by_detector": total.flagged_by_detector,
+        "flagged_share_by_slot": [c / total.blocks for c in total.flagged_by_slot] if total.blocks else [],
+        "accepted_inside_flagged": inside, "accepted_outside_flagged": outside,
+        "flagged_prompts": flagged,
+        "tau_macro_without_flagged_prompts": M.tau_macro(kept) if kept.steps else None,
+        "counts": total.to_dict(),
+    }
 
 
 def _piece_decoder(tokenizer):
@@ -384,6 +431,7 @@ def _assemble(options, target, entries, drafters, rows, prompts, thinking, warni
             "metrics": {**R.metrics_summary(merged, seed=options.seed),
                         "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
             "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
+            "repetition": _repetition_summary(mine, per_prompt, block_sizes[entry.name], options.seed),
             "counts": merged.to_dict(),
         }
         if options.mode == "live":

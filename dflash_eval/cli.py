@@ -114,7 +114,7 @@ def run(
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
     from .continuations import default_cache_dir
-    from .render.terminal import render_run_summary
+    from .render.terminal import render_report
 
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
@@ -132,8 +132,24 @@ def run(
         raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
     finally:
         reporter.close()
-    render_run_summary(console, result)
+    from .results import read_samples
+
+    render_report(console, result, read_samples(out / "samples.jsonl"))
     console.print(f"results: {out}/run.json, samples.jsonl, per_position.csv")
+
+
+@app.command()
+@reports_input_errors
+def report(
+    run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
+    samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
+) -> None:
+    """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
+    from .render.terminal import render_report
+    from .results import read_run, read_samples
+
+    run = read_run(run_dir)
+    render_report(stdout_console(), run, read_samples(run_dir / "samples.jsonl"), samples_per_drafter=samples)
 
 
 @app.command()

@@ -37,6 +37,11 @@ DIR/run.json
                         histogram (counts of n = 0..B-1), token_acceptance_rate, prompts_without_steps
         by_prompt_set   {set: metrics} with the same fields
         counts          the merged AcceptanceCounts (metrics.AcceptanceCounts.to_dict)
+        repetition      degenerate-draft detectors (repetition.py) over the walk's blocks, each judged
+                        against the target's own tokens at those slots: blocks, flagged_blocks,
+                        flagged_share, flagged_by_detector, flagged_share_by_slot, accepted_inside_flagged /
+                        accepted_outside_flagged (mean n per block), flagged_prompts (>= 25% of blocks),
+                        tau_macro_without_flagged_prompts, counts (RepetitionCounts.to_dict)
         live            (live mode) {"steps", "seconds", "prefill_seconds"}
 
 DIR/samples.jsonl   one row per (prompt, drafter):
@@ -49,6 +54,8 @@ DIR/samples.jsonl   one row per (prompt, drafter):
     continuation_ids    the target's continuation (token ids) the drafts were scored against
     continuation_pieces each continuation token decoded alone (token boundaries stay visible)
     walk_draft_pieces   each walk step's drafted tokens, decoded alone
+    walk_flags          per walk step, the repetition detectors that fired (empty list when clean)
+    repetition          this row's RepetitionCounts
     counts              this row's AcceptanceCounts (walk + all-anchor marginal counts)
 
 DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible

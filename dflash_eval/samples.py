@@ -24,6 +24,7 @@ class BlockView:
     draft: tuple[str, ...]  # decoded drafted tokens, slots 1..
     target: tuple[str, ...]  # decoded target tokens at the same slots (shorter at the end of the output)
     accepted: int  # n: leading drafted tokens accepted
+    flags: tuple[str, ...] = ()  # repetition detectors that fired on this block
 
     @property
     def first_rejected(self) -> int | None:
@@ -39,6 +40,7 @@ def token_pieces(tokenizer, ids: Sequence[int]) -> list[str]:
 def walk_blocks(row: dict) -> list[BlockView]:
     pieces = row.get("continuation_pieces") or []
     drafts = row.get("walk_draft_pieces") or []
+    flags = row.get("walk_flags") or []
     p = row["prompt_len"]
     blocks = []
     for step, (anchor, n_plus_1) in enumerate(zip(row["walk_anchors"], row["walk_accept_lengths"])):
@@ -46,7 +48,8 @@ def walk_blocks(row: dict) -> list[BlockView]:
         start = anchor - p + 1
         target = tuple(pieces[start:start + len(draft)])
         blocks.append(BlockView(row["prompt_id"], row["drafter"], step, anchor,
-                                pieces[anchor - p] if 0 <= anchor - p < len(pieces) else "", draft, target, n_plus_1 - 1))
+                                pieces[anchor - p] if 0 <= anchor - p < len(pieces) else "", draft, target, n_plus_1 - 1,
+                                tuple(flags[step]) if step < len(flags) else ()))
     return blocks
 
 

@@ -71,3 +71,36 @@ def write_random_drafter(target_dir: str | Path, out_dir: str | Path, fmt: str =
     if spec.has_d2t and "d2t" not in state:
         state["d2t"] = reduced_vocab_d2t(info.vocab_size, spec.draft_vocab_size, keep=[mask_id], seed=seed)
     return save_checkpoint(out_dir, spec, state, fmt, target_embed=embed, target_lm_head=head, verifier=verifier)
+
+
+def write_repeat_anchor_drafter(target_dir: str | Path, out_dir: str | Path, *, block_size: int = 8) -> Path:
+    """A speculators-format drafter whose every slot drafts its anchor token again: the extreme of the
+    degenerate drafts ("elif elif elif") that repetition detection must flag.
+
+    Construction: fc = 0 makes the context zero; the checkpoint's MASK embedding row is zero, so only the
+    anchor slot carries a value; q = 0 gives uniform attention, and identity v/o projections copy the
+    (normalized) anchor embedding into every slot; with no MLP and the lm_head tied to the embedding the
+    argmax is the anchor token itself (its own row has by far the largest dot product)."""
+    from transformers import AutoTokenizer
+
+    from .target import target_info
+
+    info = target_info(target_dir)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
+    mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
+    heads = 4
+    spec = design_spec(info, mask_token_id=mask_id, block_size=block_size, num_layers=1, num_attention_heads=heads,
+                       num_key_value_heads=heads, head_dim=info.hidden_size // heads)
+    state = {name: torch.zeros_like(t) for name, t in random_state_dict(spec).items()}
+    for name in state:
+        if name.endswith("norm.weight"):
+            state[name] = torch.ones_like(state[name])
+    eye = torch.eye(info.hidden_size)
+    state["layers.0.self_attn.v_proj.weight"] = eye.clone()
+    state["layers.0.self_attn.o_proj.weight"] = eye.clone()
+    embed, _ = tiny_target_tables(target_dir)
+    embed = embed.clone()
+    embed[mask_id] = 0.0
+    state["embed_tokens.weight"] = embed
+    state["lm_head.weight"] = embed.clone()
+    return save_checkpoint(out_dir, spec, state, "speculators", verifier=str(target_dir))

@@ -64,3 +64,10 @@ def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
         good = train_drafter(target, sequences, fixture_config(block_size=4), root / f"{kind}-good")
         out[kind] = {"target": test_bed[kind], "good": good}
     return out
+
+
+@pytest.fixture(scope="session")
+def repeat_anchor_drafter(test_bed, tmp_path_factory) -> Path:
+    from dflash_eval.testbed import write_repeat_anchor_drafter
+
+    return write_repeat_anchor_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("repeat") / "repeat-anchor")

@@ -128,6 +128,8 @@ def render_blocks(console: Console, blocks, *, title: str | None = None) -> None
         scored = min(len(block.draft), len(block.target))
         header = Text.assemble((f"{block.prompt_id}", "bold"), f" · {block.drafter} · step {block.step} · anchor @{block.anchor_pos} ",
                                (visible(block.anchor), "bold cyan"), f" · accepted {block.accepted}/{scored}")
+        if block.flags:
+            header.append(f"  ⚠ repetition: {', '.join(block.flags)}", style="bold yellow")
         draft, target = block_text(block)
         console.print(header)
         console.print(Text("  draft  │", style="dim") + draft)
@@ -136,3 +138,100 @@ def render_blocks(console: Console, blocks, *, title: str | None = None) -> None
 
 SAMPLE_LEGEND = ("draft tokens: [green]accepted[/], [bold white on red]first rejected[/], [dim]not reached[/]; "
                  "target row: the target's tokens at the same slots; │ token boundary, · space, ↵ newline, → tab")
+
+
+LEGEND = (
+    ("tau macro", "mean over prompts of each prompt's mean accepted length incl. the bonus token (1..B); "
+                  "z-lab's published numbers; [95% CI] = bootstrap over prompts"),
+    ("tau micro", "all committed tokens / all steps = 1 + accepted / steps; vLLM's mean acceptance length"),
+    ("steps", "speculative-decoding steps of the greedy walk (one target verify each)"),
+    ("histogram", "distribution of the accepted length n = 0..B-1 over steps"),
+    ("reach r_i", "share of steps whose accepted prefix reaches slot i; vLLM per-position acceptance and "
+                  "speculators acceptance_at_pos_i; sum over i = tau micro - 1"),
+    ("cond c_i", "r_i / r_(i-1): given slot i-1 was accepted, chance slot i is too (EAGLE style)"),
+    ("marg m_i", "share of ALL anchors whose slot i draft is right, regardless of earlier slots (teacher "
+                 "forced, speculators' training metric); high m_i with low r_i = errors early in the block"),
+    ("flagged blocks", "walk blocks whose draft repeats a token, a short loop, bigrams, or the previous draft "
+                       "clearly more than the target's own text at those slots (repetition.py)"),
+    ("flagged prompts", "prompts with >= 25% of their blocks flagged; the last column recomputes tau macro "
+                        "without them"),
+)
+
+
+def render_per_position(console: Console, run: dict) -> None:
+    """Slots as rows, drafters side by side; best value per slot and metric in bold green."""
+    drafters = run["drafters"]
+    width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
+    table = Table(title="Per position (slot i = i-th drafted token)", header_style="bold")
+    table.add_column("slot", justify="right")
+    keys = (("reach", "reach r_i"), ("conditional", "cond c_i"), ("marginal", "marg m_i"))
+    for d in drafters:
+        for _, label in keys:
+            table.add_column(f"{d['name']}\n{label}", justify="right")
+    for i in range(width):
+        cells = []
+        best = {}
+        for key, _ in keys:
+            values = [d["metrics"][key][i] for d in drafters if i < len(d["metrics"][key]) and d["metrics"][key][i] is not None]
+            best[key] = max(values) if values else None
+        for d in drafters:
+            for key, _ in keys:
+                series = d["metrics"][key]
+                value = series[i] if i < len(series) else None
+                text = _fmt(value)
+                if value is not None and len(drafters) > 1 and value == best[key]:
+                    text = f"[bold green]{text}[/]"
+                cells.append(text)
+        table.add_row(str(i + 1), *cells)
+    console.print(table)
+
+
+def render_legend(console: Console) -> None:
+    table = Table(title="Legend", show_header=False, box=None, padding=(0, 1))
+    table.add_column(style="bold")
+    table.add_column()
+    for name, meaning in LEGEND:
+        table.add_row(name, meaning)
+    console.print(table)
+
+
+def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_drafter: int = 2) -> None:
+    """The whole terminal report: summary, per-position table, repetition, a few blocks, legend."""
+    from ..samples import select_blocks
+
+    render_run_summary(console, run)
+    render_per_position(console, run)
+    if any("repetition" in d for d in run["drafters"]):
+        render_repetition(console, run)
+    for d in run["drafters"]:
+        blocks = select_blocks(rows, drafter=d["name"], worst=samples_per_drafter)
+        render_blocks(console, blocks, title=f"Worst blocks of {d['name']} (shortest accepted prefix)")
+    console.print(SAMPLE_LEGEND)
+    render_legend(console)
+
+
+def render_repetition(console: Console, run: dict) -> None:
+    """Degenerate drafts: how often, where in the block, and what they cost."""
+    table = Table(title="Repetition (each block judged against the target's own tokens at those slots)",
+                  header_style="bold")
+    table.add_column("drafter")
+    table.add_column("flagged blocks", justify="right")
+    table.add_column("by detector")
+    table.add_column("flagged share by slot")
+    table.add_column("mean n inside /\noutside flagged", justify="right")
+    table.add_column("flagged\nprompts", justify="right")
+    table.add_column("tau macro without\nflagged prompts", justify="right")
+    for d in run["drafters"]:
+        rep = d.get("repetition")
+        if not rep:
+            table.add_row(d["name"], "-", "", "", "", "", "")
+            continue
+        share = rep["flagged_share"] or 0.0
+        style = "bold red" if share >= 0.25 else "yellow" if share >= 0.05 else ""
+        detectors = ", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none"
+        table.add_row(d["name"], f"[{style}]{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)[/]" if style
+                      else f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)", detectors,
+                      sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
+                      f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
+                      str(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-")
+    console.print(table)
