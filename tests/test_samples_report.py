@@ -66,3 +66,21 @@ def test_show_marks_flagged_blocks(repeat_anchor_drafter, tmp_path):
     result = runner.invoke(app, ["show", str(tmp_path / "r"), "--first", "3"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert result.stdout.count("repetition: run") >= 2
+
+
+def test_report_on_a_stored_run_matches_the_reviewed_snapshot():
+    """tests/data/report_run was written by tests/data/make_report_run.py; the snapshot was reviewed by
+    eye (summary, per-position table, repetition table, flagged sample blocks, legend)."""
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    result = runner.invoke(app, ["report", str(data / "report_run")], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (data / "report_run.snapshot.txt").read_text()
+    for definition in ("z-lab's published numbers", "vLLM's mean acceptance length", "acceptance_at_pos_i", "EAGLE style"):
+        assert definition in result.stdout
+
+
+def test_report_on_a_folder_without_a_run_is_a_one_line_error(tmp_path):
+    result = runner.invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "not a dflash-eval run directory" in result.stderr
