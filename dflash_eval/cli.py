@@ -154,6 +154,31 @@ def report(
 
 @app.command()
 @reports_input_errors
+def diff(
+    a: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the baseline)."),
+    b: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the candidate)."),
+    force: bool = typer.Option(False, "--force", help="Compare even when the settings differ (loudly flagged)."),
+    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", min=0.0, max=1.0,
+                                       help="Largest share of differing target continuation tokens accepted as fair."),
+    top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
+    import json as json_module
+
+    from .diffing import diff as run_diff
+    from .render.terminal import render_diff
+
+    result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed)
+    if as_json:
+        typer.echo(json_module.dumps(result, indent=1))
+    else:
+        render_diff(stdout_console(), result)
+
+
+@app.command()
+@reports_input_errors
 def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),

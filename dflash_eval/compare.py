@@ -171,15 +171,18 @@ def _signed(x: float) -> str:
     return f"{round(x, 2) + 0.0:+.2f}"  # + 0.0 turns -0.0 into 0.0, so no "-0.00"
 
 
-def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0) -> str:
+def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0, alpha: float = 0.05) -> str:
     """One line: B is better / worse than / indistinguishable from A, with delta, interval, p and prompt count.
 
-    Better when the whole interval lies above `threshold`, worse when it lies below -threshold; an interval
-    containing 0 (or not clearing the threshold) is indistinguishable.
+    Better when the whole interval lies above `threshold` and the permutation test agrees (p < alpha), worse
+    when it lies below -threshold with p < alpha; anything else is indistinguishable. The p condition
+    matters on few prompts, where a bootstrap interval can collapse to a point that excludes 0 while the
+    exact permutation test (p = 1 on one prompt) says nothing is shown.
     """
-    if delta.low > threshold and delta.low > 0:
+    significant = delta.p_value < alpha
+    if significant and delta.low > threshold and delta.low > 0:
         relation = "is better than"
-    elif delta.high < -threshold and delta.high < 0:
+    elif significant and delta.high < -threshold and delta.high < 0:
         relation = "is worse than"
     else:
         relation = "is indistinguishable from"

@@ -51,7 +51,8 @@ def drafter_dirs(test_bed, tmp_path_factory) -> dict[str, Path]:
 def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
     """Drafters trained by the fixture trainer on each target's own greedy continuations of the demo
     prompts (B = 4, one-row sliding windows: see train.fixture_config):
-    {"qwen3": {"target", "good"}, "qwen3_5_text": {"target", "good"}}."""
+    {"qwen3": {"target", "good", "anchor_bug"}, "qwen3_5_text": {"target", "good"}}; anchor_bug was trained
+    with the anchor's own hidden state in its context (the classic train/eval skew)."""
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import load_target
     from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
@@ -63,6 +64,10 @@ def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
         sequences = greedy_sequences(target, list(DEMO_PROMPTS), 40)
         good = train_drafter(target, sequences, fixture_config(block_size=4), root / f"{kind}-good")
         out[kind] = {"target": test_bed[kind], "good": good}
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    out["qwen3"]["anchor_bug"] = train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 40),
+                                               fixture_config(block_size=4, anchor_in_context=True),
+                                               root / "qwen3-anchor-bug")
     return out
 
 
