@@ -179,6 +179,50 @@ def diff(
 
 @app.command()
 @reports_input_errors
+def doctor(
+    drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target (default: the verifier the drafter records)."),
+    prompts: str = typer.Option("demo", "--prompts", "-p", help="Prompt set or JSONL file."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
+    thinking: bool = typer.Option(False, "--thinking/--no-thinking"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here (and add a 'doctor' section to its run.json, if any)."),
+    device: str = typer.Option("auto", "--device"),
+    dtype: str = typer.Option("auto", "--dtype"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
+    import json as json_module
+
+    from .api import RunOptions
+    from .continuations import default_cache_dir
+    from .doctor import run_doctor
+    from .render.terminal import render_doctor
+    from .results import RUN_JSON, atomic_write
+
+    console = stdout_console()
+    reporter = RichReporter(console)
+    options = RunOptions(drafters=[drafter], out=out or Path("."), target=target, prompts=prompts, limit=limit,
+                         max_new_tokens=max_new_tokens, thinking=thinking, device=device, dtype=dtype,
+                         cache_dir=cache_dir or default_cache_dir(), seed=seed)
+    try:
+        result = run_doctor(options, reporter)
+    finally:
+        reporter.close()
+    render_doctor(console, result)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "doctor.json", json_module.dumps(result, indent=1) + "\n")
+        if (out / RUN_JSON).exists():
+            run_data = json_module.loads((out / RUN_JSON).read_text())
+            run_data["doctor"] = result
+            atomic_write(out / RUN_JSON, json_module.dumps(run_data, indent=1) + "\n")
+        console.print(f"written: {out / 'doctor.json'}")
+
+
+@app.command()
+@reports_input_errors
 def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),

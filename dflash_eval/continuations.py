@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,8 +24,18 @@ from .target import Target
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    text: str  # the user message (formatted with the target's chat template)
+    text: str  # the user message (formatted with the target's chat template); see `messages`
     set: str = "custom"
+    # A whole chat conversation ({"role", "content"} dicts, ending with a user turn), templated instead of
+    # `text` when present. Prompts built by `prompts.load_prompts` then carry the conversation's canonical
+    # JSON in `text`, so that everything keyed on `text` (the continuation cache) still tells them apart.
+    messages: tuple[dict, ...] | None = field(default=None, hash=False)
+
+    def chat(self) -> list[dict]:
+        """The conversation sent to the target: `messages`, or `text` as one user message."""
+        if self.messages is not None:
+            return [dict(m) for m in self.messages]
+        return [{"role": "user", "content": self.text}]
 
 
 def sha256_text(text: str) -> str:
@@ -43,13 +53,18 @@ def chat_template_hash(tokenizer) -> str:
     return sha256_text(tokenizer.chat_template or "")
 
 
-def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:
-    """One user message through the target's chat template, with the generation prompt added."""
+def chat_text(tokenizer, prompt: Prompt, enable_thinking: bool) -> str:
+    """The exact text sent to the target: the prompt's conversation (`messages`, else `text` as one user
+    message) through the target's chat template, with the generation prompt added."""
     if not tokenizer.chat_template:
         raise InputError(prompt.id, "the target tokenizer has no chat template")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}], tokenize=False,
-                                         add_generation_prompt=True, enable_thinking=enable_thinking)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer.apply_chat_template(prompt.chat(), tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking)
+
+
+def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:
+    """The prompt through the target's chat template (`chat_text`), as token ids."""
+    return tokenizer(chat_text(tokenizer, prompt, enable_thinking), add_special_tokens=False)["input_ids"]
 
 
 def stop_token_ids(target: Target) -> list[int]:

@@ -35,6 +35,7 @@ def draft_logits(
     *,
     anchor_in_context: bool = False,
     position_offset: int = 0,
+    block_offset: int = 0,
 ) -> torch.Tensor:
     """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it).
 
@@ -44,7 +45,9 @@ def draft_logits(
     ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
     masks = layer_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
                         anchor_in_context=anchor_in_context, device=device)
-    positions = block_positions(anchors, block_lengths).to(device) + position_offset
+    # block_offset moves the block's positions relative to the context's (doctor's position variant);
+    # position_offset moves both, which RoPE cannot see (kept for completeness of the layout)
+    positions = block_positions(anchors, block_lengths).to(device) + position_offset + block_offset
     ctx_positions = torch.arange(ctx.shape[0], device=device) + position_offset
     hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, masks)
     return drafter.logits(hidden)

@@ -80,6 +80,7 @@ def replay(
     shorter_final_block: bool = True,
     anchor_batch: int | None = None,
     anchor_in_context: bool = False,
+    block_offset: int = 0,
     ctx: torch.Tensor | None = None,
 ) -> DrafterOnPrompt:
     """All-anchor drafting over one trajectory, then the walk.
@@ -98,7 +99,8 @@ def replay(
     for start in range(0, len(anchors), anchor_batch):
         chunk = anchors[start:start + anchor_batch]
         lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
-        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context)
+        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context,
+                              block_offset=block_offset)
         drafted = drafter.to_target_ids(logits.argmax(-1)).cpu()
         offset = 0
         for a, length in zip(chunk, lengths):

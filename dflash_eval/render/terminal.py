@@ -291,3 +291,30 @@ def render_diff(console: Console, result: dict) -> None:
                     draft, target = block_text(view)
                     console.print(f"  {label} draft  │", draft, f" (accepted {view.accepted})", sep="")
                 console.print("  target   │", target, sep="")
+
+
+def render_doctor(console: Console, result: dict) -> None:
+    table = Table(title=f"doctor: {result['drafter']} on {result['prompts']} prompts (one target pass each; "
+                        "delta = variant - as configured, paired over prompts)", header_style="bold")
+    for column in ("variant", "tau macro", "delta [95% CI]", "p", "drafts unchanged"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in result["variants"]:
+        d = row.get("delta")
+        if d is None:
+            table.add_row(f"[bold]{row['variant']}[/]", _fmt(row["tau_macro"], 2), "", "", "")
+            continue
+        style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
+        delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+        table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
+                      f"{d['p_value']:.3g}", f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else "")
+    console.print(table)
+    mask = result["mask_row"]
+    console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({mask['detail']})")
+    kernels = result["kernels"]
+    if kernels["compared"]:
+        worst = max(kernels["per_layer"].items(), key=lambda kv: kv[1]["max_rel"])
+        console.print(f"fla vs torch fallback: greedy agreement {100 * kernels['greedy_agreement']:.2f}%, largest tap "
+                      f"difference at layer {worst[0]}: max rel {worst[1]['max_rel']:.2e}")
+    else:
+        console.print(f"fla vs torch fallback: not compared ({kernels['detail']})")
+    console.print(f"[bold]verdict: {result['verdict']}[/]")

@@ -1,0 +1,438 @@
+"""Build the bundled demo models: ``python -m dflash_eval.demo.build [--out DIR] [--minutes M]``.
+
+What it does, in order (single process, CPU, fixed seeds; about 8 minutes on 2 cores with the defaults):
+
+1. **Corpus** (``corpus/``, licences in ``corpus/LICENSES.md``): every MBPP-sanitized solution (``code``)
+   and every HumanEval ``prompt + canonical_solution``, each as one chat exchange -- user: the MBPP task
+   text / HumanEval wrapped in z-lab's template; assistant: the code in a ```python block, preceded by
+   the empty think block that ``enable_thinking=False`` pre-fills -- rendered with the tokenizer's ChatML
+   template. So the target learns to answer coding requests in exactly the chat format ``run`` sends.
+2. **Tokenizer**: a byte-level BPE of :data:`VOCAB_SIZE` entries trained on that text with
+   :func:`dflash_eval.tiny.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the ChatML template).
+3. **Target**: a hybrid ``qwen3_5_text`` model (:data:`TARGET_SHAPE`: Gated-DeltaNet *and* gated
+   full-attention layers) trained from scratch as a language model on the corpus (AdamW, warm-up then
+   cosine decay, packed sequences of :data:`SEQ_LEN` tokens) and saved in float32 safetensors with its
+   tokenizer. ``--minutes`` sets the *number of steps* (``minutes * STEPS_PER_MINUTE``, calibrated on a
+   2-core CPU), never a wall-clock deadline, so the result does not depend on the machine's speed.
+4. **Drafters** (:func:`dflash_eval.train.train_drafter`) on the target's *own* greedy continuations
+   (``train.greedy_sequences``, thinking off, :data:`DRAFT_MAX_NEW` new tokens) of the MBPP task prompts
+   -- a training set disjoint from the demo prompts (``prompts.DEMO_PROMPTS``) the demo evaluates on:
+   ``demo-reference`` (z-lab format, correct training mask ``p < a``) and ``demo-inhouse`` (speculators
+   format, trained with the anchor's own hidden state in its context, ``p <= a``: the bug of the story in
+   ``shared/seeds``). The in-house drafter records its verifier as ``../target``, relative to its folder.
+5. **Measurement**: ``api.evaluate`` of both drafters on the 12 demo prompts x 64 new tokens (thinking
+   off, and the family default), written with everything else to ``BUILD.json``.
+
+Reproducibility: every random draw comes from fixed seeds (``torch.manual_seed`` plus seeded generators)
+in one process, so a rebuild on the same machine and library versions gives the same bytes. Bit-exact
+reproduction across machines, CPU types, thread counts or torch/transformers versions is *not*
+guaranteed (floating-point reduction order differs, and the target's greedy continuations can flip at a
+near-tie); the measured tau of each drafter reproduces within :data:`TAU_TOLERANCE` (absolute, macro
+tau on the demo prompts), and the ordering reference > in-house with non-overlapping intervals holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import (BUILD_JSON, CORPUS_DIR, HUMANEVAL_FILE, INHOUSE_NAME, MBPP_FILE, MODELS_DIR, REFERENCE_NAME,
+               TARGET_NAME)
+
+SEED = 0
+VOCAB_SIZE = 1536  # BPE entries; the special tokens come on top
+# The target: 6 decoder layers, Qwen3.5's pattern in miniature (two Gated-DeltaNet layers, then one gated
+# full-attention layer, twice).
+TARGET_SHAPE: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 6,
+    "layer_types": ["linear_attention", "linear_attention", "full_attention"] * 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+}
+SEQ_LEN = 256
+BATCH = 8
+LR = 3e-3
+WARMUP_STEPS = 40
+WEIGHT_DECAY = 0.01
+STEPS_PER_MINUTE = 100  # target steps per --minute (measured ~1.6 steps/s on a shared 2-core CPU)
+DEFAULT_MINUTES = 4.0
+
+DRAFT_MAX_NEW = 64
+EVAL_MAX_NEW = 64
+TAU_TOLERANCE = 0.3
+
+# z-lab's HumanEval template (primer section 7)
+HUMANEVAL_TEMPLATE = ("Write a solution to the following problem and make sure that it passes the tests:\n"
+                      "```python\n{prompt}\n```")
+EMPTY_THINK = "<think>\n\n</think>\n\n"  # what enable_thinking=False pre-fills in the assistant turn
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+# -- corpus -------------------------------------------------------------------------------------------------
+
+
+def load_records(corpus_dir: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
+    mbpp = json.loads((corpus_dir / MBPP_FILE).read_text())
+    humaneval = [json.loads(line) for line in (corpus_dir / HUMANEVAL_FILE).read_text().splitlines() if line.strip()]
+    return mbpp, humaneval
+
+
+def code_block(code: str) -> str:
+    return "```python\n" + code.strip("\n") + "\n```"
+
+
+def conversations(corpus_dir: Path = CORPUS_DIR) -> list[tuple[str, str]]:
+    """(user text, assistant text) per corpus item: MBPP first (file order), then HumanEval."""
+    mbpp, humaneval = load_records(corpus_dir)
+    pairs = [(r["prompt"], code_block(r["code"])) for r in mbpp]
+    pairs += [(HUMANEVAL_TEMPLATE.format(prompt=r["prompt"]), code_block(r["prompt"] + r["canonical_solution"]))
+              for r in humaneval]
+    return pairs
+
+
+def drafter_training_prompts(corpus_dir: Path = CORPUS_DIR) -> list[str]:
+    """The MBPP task texts (all 427, file order): the drafters' training prompts, none of them a demo prompt."""
+    from ..prompts import DEMO_PROMPTS
+
+    mbpp, _ = load_records(corpus_dir)
+    demo = set(DEMO_PROMPTS)
+    return [r["prompt"] for r in mbpp if r["prompt"] not in demo]
+
+
+def render(tokenizer, user: str, assistant: str) -> str:
+    """One exchange in the chat template, the assistant turn exactly as a thinking-off generation continues."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": user}, {"role": "assistant", "content": EMPTY_THINK + assistant}],
+        tokenize=False)
+
+
+# -- target -------------------------------------------------------------------------------------------------
+
+
+def target_config(tokenizer):
+    from transformers import Qwen3_5TextConfig
+
+    from ..tiny import IM_END, PAD_TOKEN
+
+    pad, eos = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(IM_END)
+    rotary_half = int(TARGET_SHAPE["head_dim"] * 0.25) // 2
+    return Qwen3_5TextConfig(
+        vocab_size=len(tokenizer), **TARGET_SHAPE,
+        max_position_embeddings=4096, initializer_range=0.02, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+        # Qwen3.5's RoPE as released: partial rotary with interleaved multimodal sections summing to the
+        # rotary half-dimension
+        rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [rotary_half - 2 * (rotary_half // 4), rotary_half // 4, rotary_half // 4],
+                         "mrope_interleaved": True},
+    )
+
+
+def _packed_rows(docs: list[list[int]], generator: torch.Generator, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One epoch: documents in a seeded random order, packed greedily into rows of SEQ_LEN (a document never
+    straddles two rows; longer ones are cut), right-padded. Returns (ids, labels) with -100 on padding."""
+    rows, current = [], []
+    for i in torch.randperm(len(docs), generator=generator).tolist():
+        doc = docs[i][:SEQ_LEN]
+        if len(current) + len(doc) > SEQ_LEN:
+            rows.append(current)
+            current = []
+        current = current + doc
+    if current:
+        rows.append(current)
+    ids = torch.full((len(rows), SEQ_LEN), pad, dtype=torch.long)
+    labels = torch.full((len(rows), SEQ_LEN), -100, dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, :len(row)] = torch.tensor(row)
+        labels[r, :len(row)] = torch.tensor(row)
+    order = torch.randperm(len(rows), generator=generator)
+    return ids[order], labels[order]
+
+
+def train_target(tokenizer, texts: list[str], steps: int, seed: int = SEED):
+    """Train the hybrid target from scratch; returns (model, loss log [(step, mean loss)])."""
+    from transformers import Qwen3_5ForCausalLM
+
+    docs = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    tokens = sum(min(len(d), SEQ_LEN) for d in docs)
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(target_config(tokenizer)).float().train()
+    params = sum(p.numel() for p in model.parameters())
+    _log(f"target: {params / 1e6:.2f}M parameters, {len(docs)} documents, {tokens} tokens, {steps} steps of "
+         f"{BATCH} x {SEQ_LEN}")
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.95))
+    generator = torch.Generator().manual_seed(seed)
+    ids = labels = None
+    cursor = 0
+    log, window = [], []
+    began = time.perf_counter()
+    for step in range(steps):
+        if ids is None or cursor + BATCH > ids.shape[0]:
+            ids, labels = _packed_rows(docs, generator, tokenizer.pad_token_id)
+            cursor = 0
+        batch_ids, batch_labels = ids[cursor:cursor + BATCH], labels[cursor:cursor + BATCH]
+        cursor += BATCH
+        if step < WARMUP_STEPS:
+            lr = LR * (step + 1) / WARMUP_STEPS
+        else:
+            progress = (step - WARMUP_STEPS) / max(1, steps - WARMUP_STEPS)
+            lr = LR * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = model(input_ids=batch_ids, labels=batch_labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        window.append(float(loss.detach()))
+        if (step + 1) % 25 == 0 or step == 0 or step == steps - 1:
+            mean = sum(window) / len(window)
+            log.append([step + 1, round(mean, 4)])
+            _log(f"  target step {step + 1:5d}/{steps}  loss {mean:.3f}  lr {lr:.2e}  "
+                 f"{time.perf_counter() - began:6.1f}s")
+            window = []
+    return model.eval(), log
+
+
+def save_target(model, tokenizer_dir: Path, out_dir: Path) -> Path:
+    """save_pretrained (float32 safetensors), a Qwen-style greedy generation config, the tokenizer files."""
+    from transformers import GenerationConfig
+
+    config = model.config
+    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id,
+                                               eos_token_id=[config.eos_token_id, config.pad_token_id],
+                                               pad_token_id=config.pad_token_id, do_sample=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir))
+    for path in sorted(tokenizer_dir.iterdir()):
+        if path.is_file():
+            shutil.copyfile(path, out_dir / path.name)
+    return out_dir
+
+
+# -- drafters -----------------------------------------------------------------------------------------------
+
+
+def drafter_config(**changes):
+    """The demo drafters' training config (both drafters: only ``anchor_in_context`` differs)."""
+    from ..train import TrainConfig
+
+    base = dict(block_size=8, num_layers=2, steps=600, lr=3e-3, anchors_per_step=128, gamma=4.0, seed=SEED,
+                sliding_window=1, sliding_layers=2)
+    return TrainConfig(**{**base, **changes})
+
+
+def _relativise_drafter(folder: Path, target_dir: Path) -> None:
+    """Record the verifier (speculators) and the training target (train_log.json) relative to the drafter
+    folder, so the committed files hold no build machine's paths."""
+    relative = os.path.relpath(target_dir, folder)
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    verifier = config.get("speculators_config", {}).get("verifier")
+    if verifier is not None:
+        verifier["name_or_path"] = relative
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+    log_path = folder / "train_log.json"
+    if log_path.exists():
+        log = json.loads(log_path.read_text())
+        log["target"] = relative
+        log_path.write_text(json.dumps(log, indent=1) + "\n")
+
+
+# -- measurement --------------------------------------------------------------------------------------------
+
+
+def measure(models: Path, thinking: bool | None, max_new_tokens: int = EVAL_MAX_NEW, limit: int | None = None,
+            seed: int = SEED) -> dict[str, Any]:
+    """Evaluate both drafters on the demo prompts; the figures BUILD.json records."""
+    from ..api import RunOptions, evaluate
+
+    with tempfile.TemporaryDirectory(prefix="dflash-demo-measure-") as tmp:
+        run = evaluate(RunOptions(
+            drafters=[str(models / REFERENCE_NAME), str(models / INHOUSE_NAME)], target=str(models / TARGET_NAME),
+            prompts="demo", limit=limit, max_new_tokens=max_new_tokens, thinking=thinking,
+            out=Path(tmp) / "run", cache_dir=Path(tmp) / "cache", device="cpu", dtype="float32", seed=seed,
+            argv=["dflash_eval.demo.build"]))
+    out: dict[str, Any] = {"prompts": "demo", "limit": limit, "max_new_tokens": max_new_tokens,
+                           "enable_thinking": run["provenance"]["enable_thinking"], "drafters": {}}
+    for drafter in run["drafters"]:
+        metrics, repetition = drafter["metrics"], drafter["repetition"] or {}
+        out["drafters"][drafter["name"]] = {
+            "format": drafter["format"],
+            "tau_macro": metrics["tau_macro"], "tau_macro_ci95": metrics["tau_macro_ci"],
+            "tau_micro": metrics["tau_micro"], "steps": metrics["steps"],
+            "reach": metrics["reach"], "histogram": metrics["histogram"],
+            "flagged_share": repetition.get("flagged_share"), "flagged_blocks": repetition.get("flagged_blocks"),
+            "blocks": repetition.get("blocks"), "flagged_prompts": repetition.get("flagged_prompts"),
+        }
+    return out
+
+
+def sample_continuations(target, prompts: list[str], max_new_tokens: int) -> list[dict[str, str]]:
+    from ..train import greedy_sequences
+
+    out = []
+    for (ids, prompt_len), prompt in zip(greedy_sequences(target, prompts, max_new_tokens), prompts):
+        out.append({"prompt": prompt, "continuation": target.tokenizer.decode(ids[prompt_len:].tolist())})
+    return out
+
+
+# -- the whole build ----------------------------------------------------------------------------------------
+
+
+def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: int | None = None,
+          measure_runs: bool = True, seed: int = SEED) -> dict[str, Any]:
+    import transformers
+
+    from ..prompts import DEMO_PROMPTS
+    from ..target import load_target
+    from ..tiny import train_tokenizer
+    from ..train import greedy_sequences, train_drafter
+
+    began = time.perf_counter()
+    timings: dict[str, float] = {}
+    torch.manual_seed(seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (TARGET_NAME, REFERENCE_NAME, INHOUSE_NAME, BUILD_JSON):
+        stale = out / name
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
+    target_steps = steps if steps is not None else max(1, round(minutes * STEPS_PER_MINUTE))
+
+    # 1-2. corpus and tokenizer
+    pairs = conversations()
+    with tempfile.TemporaryDirectory(prefix="dflash-demo-tokenizer-") as tmp:
+        tokenizer_dir = train_tokenizer(Path(tmp) / "tokenizer", corpus=[u + "\n" + a for u, a in pairs],
+                                        vocab_size=VOCAB_SIZE)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        texts = [render(tokenizer, u, a) for u, a in pairs]
+        timings["tokenizer"] = time.perf_counter() - began
+
+        # 3. target
+        t0 = time.perf_counter()
+        model, loss_log = train_target(tokenizer, texts, target_steps, seed)
+        save_target(model, tokenizer_dir, out / TARGET_NAME)
+        del model
+        timings["target"] = time.perf_counter() - t0
+
+    # 4. drafters, on the target as the evaluator loads it
+    t0 = time.perf_counter()
+    target = load_target(str(out / TARGET_NAME), device="cpu", dtype="float32")
+    samples = sample_continuations(target, list(DEMO_PROMPTS[:3]), 48)
+    for sample in samples:
+        _log(f"sample: {sample['prompt']!r} ->\n{sample['continuation']}\n")
+    train_prompts = drafter_training_prompts()
+    sequences = greedy_sequences(target, train_prompts, DRAFT_MAX_NEW, enable_thinking=False)
+    timings["continuations"] = time.perf_counter() - t0
+    drafters: dict[str, Any] = {}
+    for name, fmt, bug in ((REFERENCE_NAME, "zlab", False), (INHOUSE_NAME, "speculators", True)):
+        t0 = time.perf_counter()
+        config = drafter_config(anchor_in_context=bug, seed=seed)
+        folder = train_drafter(target, sequences, config, out / name, fmt)
+        _relativise_drafter(folder, out / TARGET_NAME)
+        train_log = json.loads((folder / "train_log.json").read_text())
+        losses = train_log["loss"]
+        drafters[name] = {"format": fmt, "anchor_in_context": bug, "config": train_log["config"],
+                          "taps": train_log["taps_recorded"], "loss_first": losses[0],
+                          "loss_last_50_mean": sum(losses[-50:]) / len(losses[-50:]),
+                          "seconds": train_log["seconds"]}
+        timings[name] = time.perf_counter() - t0
+        _log(f"{name}: {fmt}, anchor_in_context={bug}, loss {losses[0]:.3f} -> "
+             f"{drafters[name]['loss_last_50_mean']:.3f} in {train_log['seconds']:.1f}s")
+    del target
+
+    # 5. measurement
+    measured: dict[str, Any] = {}
+    if measure_runs:
+        t0 = time.perf_counter()
+        measured["thinking_off"] = measure(out, thinking=False, seed=seed)
+        measured["family_default"] = measure(out, thinking=None, seed=seed)
+        timings["measure"] = time.perf_counter() - t0
+        for key, run in measured.items():
+            for name, d in run["drafters"].items():
+                low, high = d["tau_macro_ci95"]
+                _log(f"{key:15s} {name:15s} tau {d['tau_macro']:.3f} [{low:.3f}, {high:.3f}]  "
+                     f"flagged share {d['flagged_share']:.3f}")
+
+    info = {
+        "built_by": "python -m dflash_eval.demo.build",
+        "seed": seed,
+        "minutes": minutes, "target_steps": target_steps,
+        "seconds": round(time.perf_counter() - began, 1),
+        "seconds_by_stage": {k: round(v, 1) for k, v in timings.items()},
+        "machine": {"python": platform.python_version(), "torch": torch.__version__,
+                    "transformers": transformers.__version__, "platform": platform.platform(),
+                    "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
+        "corpus": {MBPP_FILE: {"sha256": _sha256(CORPUS_DIR / MBPP_FILE), "license": "CC BY 4.0"},
+                   HUMANEVAL_FILE: {"sha256": _sha256(CORPUS_DIR / HUMANEVAL_FILE), "license": "MIT"},
+                   "documents": len(pairs), "format": "ChatML user/assistant, assistant = empty think block + "
+                                                     "```python block (enable_thinking=False)"},
+        "tokenizer": {"bpe_vocab_size": VOCAB_SIZE, "len": len(tokenizer)},
+        "target": {"model_type": "qwen3_5_text", "shape": TARGET_SHAPE, "seq_len": SEQ_LEN, "batch": BATCH,
+                   "lr": LR, "warmup_steps": WARMUP_STEPS, "weight_decay": WEIGHT_DECAY,
+                   "steps_per_minute": STEPS_PER_MINUTE, "loss": loss_log,
+                   "loss_first": loss_log[0][1], "loss_last": loss_log[-1][1], "samples": samples},
+        "drafter_training": {"prompts": "MBPP sanitized task texts (all, file order; disjoint from DEMO_PROMPTS)",
+                             "count": len(train_prompts), "max_new_tokens": DRAFT_MAX_NEW, "enable_thinking": False,
+                             "continuation_tokens": sum(int(ids.numel()) - p for ids, p in sequences)},
+        "drafters": drafters,
+        "measured": measured,
+        "tau_tolerance": TAU_TOLERANCE,
+    }
+    (out / BUILD_JSON).write_text(json.dumps(info, indent=1) + "\n")
+    _log(f"built {out} in {info['seconds']:.0f}s")
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflash_eval.demo.build", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=MODELS_DIR, help=f"output folder (default: {MODELS_DIR})")
+    parser.add_argument("--minutes", type=float, default=DEFAULT_MINUTES,
+                        help=f"target training length in 2-core CPU minutes; sets the step count to "
+                             f"minutes x {STEPS_PER_MINUTE} (default {DEFAULT_MINUTES})")
+    parser.add_argument("--steps", type=int, default=None, help="target training steps (overrides --minutes)")
+    parser.add_argument("--no-measure", action="store_true", help="skip the tau measurement")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    build(args.out, args.minutes, steps=args.steps, measure_runs=not args.no_measure)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""`doctor`: name the train/eval mismatch behind an acceptance gap.
+
+"My drafter is 4x worse than the reference; which of the usual bugs is it?" Each classic bug is a
+mismatch between how a drafter was trained and how it is evaluated. If we evaluate the drafter the way a
+bug would have trained it and acceptance jumps, the drafter *behaves as if* trained that way. So doctor
+replays the drafter under controlled variants on one cached trajectory per prompt (one target pass,
+many cheap drafter passes) and compares each with the configuration, paired over prompts:
+
+| variant                 | the bug it stands for                                               |
+|-------------------------|---------------------------------------------------------------------|
+| anchor in context       | trained with p <= a: the anchor's own hidden state leaked as context |
+| taps shifted -1 / +1    | z-lab ids (output of layer t) vs speculators ids (t+1) mixed up      |
+| tap k zeroed            | the projection does not really use tap k (fed 4 of 5 layers)         |
+| all causal / all bidir. | in-block causality differs between trainer and evaluator            |
+| no sliding window       | trained with full attention where the config says sliding            |
+| block positions +1      | block position ids offset from the context's (a uniform offset of    |
+|                         | all positions is invisible to RoPE, so only a relative one matters)  |
+| taps through final norm | trained on post-norm states (double norm)                           |
+
+Static checks come first: captured taps all zero, constant or non-finite (the hybrid-extraction bug)
+stop doctor before any drafter runs; the MASK embedding row must exist, be non-zero and not look like an
+untrained row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from . import compare as C
+from . import metrics as M
+from .errors import InputError
+from .spec import DrafterSpec, LayerAttention
+
+
+@dataclass
+class Variant:
+    name: str
+    bug: str  # what a gain under this variant suggests, phrased for the verdict
+    spec: DrafterSpec | None = None  # a modified spec (masks / causality / windows), None = as configured
+    taps: tuple[int, ...] | None = None  # target layers to feed instead of the configured ones
+    zero_tap: int | None = None  # index into the taps whose features are zeroed
+    anchor_in_context: bool = False
+    block_offset: int = 0  # block positions shifted relative to the context
+    final_norm: bool = False  # taps passed through the target's final norm
+
+
+def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
+    variants = [Variant("as configured", "")]
+    variants.append(Variant("anchor in context (p <= a)", "trained with the anchor's own hidden state in its context",
+                            anchor_in_context=True))
+    for shift in (-1, +1):
+        shifted = tuple(t + shift for t in spec.taps)
+        if min(shifted) >= 0 and max(shifted) < num_layers:
+            variants.append(Variant(f"taps shifted {shift:+d} ({list(shifted)})",
+                                    f"trained on target layers shifted by {shift:+d} (z-lab t vs speculators t+1 numbering)",
+                                    taps=shifted))
+    for k, t in enumerate(spec.taps):
+        variants.append(Variant(f"tap {k} zeroed (layer {t})", f"the projection not using tap {k} (layer {t})", zero_tap=k))
+    for causal in (True, False):
+        layers = tuple(replace(layer, causal_in_block=causal) for layer in spec.layers)
+        if layers != spec.layers:
+            label = "causal" if causal else "bidirectional"
+            variants.append(Variant(f"all layers {label} in block", f"trained with {label} in-block attention",
+                                    spec=replace(spec, layers=layers)))
+    if any(layer.window is not None for layer in spec.layers):
+        layers = tuple(LayerAttention("full", None, layer.causal_in_block) for layer in spec.layers)
+        variants.append(Variant("sliding windows off", "trained with full attention where the config has windows",
+                                spec=replace(spec, layers=layers)))
+    variants.append(Variant("block positions +1", "trained with block position ids offset by one from the context's",
+                            block_offset=1))
+    variants.append(Variant("taps through final norm", "trained on post-norm target states (double norm)", final_norm=True))
+    return variants
+
+
+def check_taps(taps: torch.Tensor, spec: DrafterSpec, hidden: int, where: str) -> None:
+    """The hybrid-extraction bug: taps that are all zero, constant or non-finite. Refuse before drafting."""
+    for k, t in enumerate(spec.taps):
+        block = taps[:, k * hidden:(k + 1) * hidden].float()
+        problem = None
+        if not torch.isfinite(block).all():
+            problem = "non-finite values"
+        elif block.abs().max() == 0:
+            problem = "all zero"
+        elif (block - block[:1]).abs().max() == 0:
+            problem = "constant across positions"
+        if problem:
+            raise InputError(where, f"captured tap {k} (output of layer {t}) is {problem}: the target's hidden "
+                                    "states are broken (e.g. a hybrid layer extraction bug); no drafter was run")
+
+
+def check_mask_row(embed: torch.Tensor, mask_id: int) -> dict[str, Any]:
+    """The MASK row: present, non-zero, and not an untrained row (near-zero norm or a copy of many rows)."""
+    if not 0 <= mask_id < embed.shape[0]:
+        return {"ok": False, "detail": f"mask_token_id {mask_id} is outside the embedding table ({embed.shape[0]} rows)"}
+    norms = embed.float().norm(dim=-1)
+    row = embed[mask_id].float()
+    median = float(norms.median())
+    norm = float(norms[mask_id])
+    duplicates = int((embed.float() == row).all(dim=-1).sum()) - 1
+    if norm == 0:
+        return {"ok": False, "detail": "the MASK embedding row is all zero"}
+    if norm < 0.1 * median or duplicates >= 2:
+        return {"ok": False, "detail": f"the MASK row looks untrained (norm {norm:.3g} vs median {median:.3g}, "
+                                       f"{duplicates} identical rows)"}
+    return {"ok": True, "detail": f"norm {norm:.3g} (median row {median:.3g}), unique"}
+
+
+@dataclass
+class VariantResult:
+    variant: Variant
+    counts: M.AcceptanceCounts
+    drafts: list[list[list[int]]]  # per prompt, per anchor: drafted ids (to tell "unchanged" from "equal tau")
+
+
+def evaluate_variants(drafter, variants: list[Variant], trajectories: list[dict], final_norm: Callable, hidden: int,
+                      max_new_tokens: int, anchor_batch: int | None) -> list[VariantResult]:
+    """Replay every variant on every cached trajectory. `trajectories`: {"id", "tokens", "prompt_len",
+    "layers": {layer: [T, H] features}} from the single target pass."""
+    results = []
+    configured = drafter.spec
+    for variant in variants:
+        counts = M.AcceptanceCounts(block_size=configured.block_size)
+        drafts = []
+        drafter.spec = variant.spec or configured
+        try:
+            for traj in trajectories:
+                layers = variant.taps or configured.taps
+                feats = [traj["layers"][t] for t in layers]
+                if variant.final_norm:
+                    feats = [final_norm(f) for f in feats]
+                if variant.zero_tap is not None:
+                    feats[variant.zero_tap] = torch.zeros_like(feats[variant.zero_tap])
+                taps = torch.cat(feats, dim=-1)
+                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant)
+                drafts.append(result.drafts)
+                walk = [n - 1 for n in result.walk_accept_lengths]
+                if walk:
+                    counts = counts + M.AcceptanceCounts.from_walk(traj["id"], walk, configured.block_size, result.walk_drafted)
+        finally:
+            drafter.spec = configured
+        results.append(VariantResult(variant, counts, drafts))
+    return results
+
+
+def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant):
+    from .engine import replay
+
+    return replay(drafter, taps, traj["tokens"], traj["prompt_len"], max_new_tokens, anchor_batch=anchor_batch,
+                  anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset)
+
+
+def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 0.1) -> dict[str, Any]:
+    """Per variant: tau and delta vs the configuration with a paired interval; then the verdict."""
+    base = results[0]
+    rows = []
+    for result in results:
+        entry = {"variant": result.variant.name, "tau_macro": M.tau_macro(result.counts) if result.counts.steps else None}
+        if result is not base:
+            delta = C.delta_tau(base.counts, result.counts, seed=seed)
+            same = sum(a == b for pa, pb in zip(base.drafts, result.drafts) for a, b in zip(pa, pb))
+            total = sum(len(p) for p in base.drafts)
+            entry.update(delta=delta.to_dict(), identical_drafts=same / total if total else None)
+        rows.append(entry)
+    gains = [(r, res) for r, res in zip(rows[1:], results[1:])
+             if r["delta"]["low"] > 0 and r["delta"]["p_value"] < 0.05 and r["delta"]["estimate"] >= min_gain
+             and res.variant.zero_tap is None]
+    tau0 = rows[0]["tau_macro"]
+    if gains:
+        best, res = max(gains, key=lambda pair: pair[0]["delta"]["estimate"])
+        d = best["delta"]
+        verdict = (f"behaves as if {res.variant.bug}: tau {tau0:.2f} -> {best['tau_macro']:.2f} when evaluated that way "
+                   f"(delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], p = {d['p_value']:.3g})")
+        finding = res.variant.name
+    else:
+        unused = [(r, res) for r, res in zip(rows[1:], results[1:])
+                  if res.variant.zero_tap is not None and r["identical_drafts"] == 1.0]
+        used = [r for r, res in zip(rows[1:], results[1:]) if res.variant.zero_tap is not None and r["identical_drafts"] != 1.0]
+        if unused and used:
+            names = ", ".join(res.variant.name.split(" zeroed")[0] + res.variant.name.split("zeroed")[1] for _, res in unused)
+            verdict = (f"the projection ignores {names}: zeroing it leaves every draft unchanged while zeroing the "
+                       f"other taps changes them; trained with that tap missing (fc fed {len(used)} of {len(used) + len(unused)} layers)?")
+            finding = unused[0][1].variant.name
+        else:
+            verdict = f"no mismatch found: no variant beats the configuration (tau {tau0:.2f})"
+            finding = None
+    return {"variants": rows, "verdict": verdict, "finding": finding}
+
+
+def run_doctor(options, reporter=None) -> dict[str, Any]:
+    """Load, capture once per prompt, check, replay every variant, summarize (the `doctor` command).
+
+    `options` is an api.RunOptions with exactly one drafter."""
+    from .api import Reporter, _continuations, resolve_drafters
+    from .checkpoints import checked_spec, weight_files
+    from .continuations import prompt_ids
+    from .drafter import load_drafter
+    from .prompts import load_prompts
+    from .target import capture_taps, kernel_report, load_target, target_info, torch_fallback_kernels
+
+    reporter = reporter or Reporter()
+    entries, target_path, warnings = resolve_drafters(options)
+    if len(entries) != 1:
+        raise InputError(None, "doctor examines one drafter at a time")
+    entry = entries[0]
+    info = target_info(target_path)
+    entry.spec, _ = checked_spec(entry.path, info)
+    prompts = load_prompts(options.prompts, options.limit)
+    thinking = bool(options.thinking)
+    target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+    spec = entry.spec
+    variants = build_variants(spec, info.num_layers)
+    layers = sorted({t for v in variants for t in (v.taps or spec.taps)})
+    ids = {p.id: prompt_ids(target.tokenizer, p, thinking) for p in prompts}
+    continuations, _ = _continuations(target, prompts, ids, options, thinking, None, reporter)
+
+    trajectories = []
+    reporter.phase("target pass", len(prompts))
+    for prompt in prompts:
+        tokens = torch.tensor(ids[prompt.id] + continuations[prompt.id])
+        capture = capture_taps(target, tokens, layers, sequence_chunk=options.tap_chunk)
+        per_layer = capture.taps.split(info.hidden_size, dim=-1)
+        trajectories.append({"id": prompt.id, "tokens": tokens, "prompt_len": len(ids[prompt.id]),
+                             "layers": dict(zip(layers, per_layer)), "greedy": capture.greedy})
+        reporter.advance("target pass", prompt.id)
+    for traj in trajectories:  # before any drafter runs
+        check_taps(torch.cat([traj["layers"][t] for t in spec.taps], dim=-1), spec, info.hidden_size, str(target_path))
+
+    kernels = _kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
+    drafter = load_drafter(spec, weight_files(entry.path), device=target.device, dtype=target.dtype)
+    drafter.attach_target(target.embed_tokens, target.lm_head)
+    embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
+    mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
+    final_norm = target.model.model.norm
+    reporter.phase("variants", len(variants))
+    results = []
+    for variant in variants:
+        results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
+                                         options.max_new_tokens, options.anchor_batch))
+        reporter.advance("variants", variant.name)
+    summary = summarize(results, seed=options.seed)
+    return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
+            "tap_passes": target.tap_passes, "mask_row": mask_row, "kernels": kernels, "warnings": warnings,
+            "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
+
+
+def _kernel_comparison(target, trajectory, layers, fallback_ctx, capture_taps, kernel_report) -> dict[str, Any]:
+    """On GPU with fla bound: the same taps through the torch fallback, per layer, and greedy agreement."""
+    report = kernel_report(target.model)
+    if not any(k.accelerated for k in report):
+        return {"compared": False, "detail": "no accelerated Gated-DeltaNet kernels bound (dense target or torch fallback)"}
+    with fallback_ctx(target.model):
+        fallback = capture_taps(target, trajectory["tokens"], layers)
+    target.tap_passes -= 1  # a diagnostic re-run of one prompt, not a tap pass of the evaluation
+    fla = torch.cat([trajectory["layers"][t] for t in layers], dim=-1)
+    H = target.info.hidden_size
+    per_layer = {}
+    for k, t in enumerate(layers):
+        a, b = fla[:, k * H:(k + 1) * H].float(), fallback.taps[:, k * H:(k + 1) * H].float()
+        per_layer[str(t)] = {"max_abs": float((a - b).abs().max()),
+                             "max_rel": float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))}
+    agree = float((fallback.greedy == trajectory["greedy"]).float().mean())
+    return {"compared": True, "per_layer": per_layer, "greedy_agreement": agree}

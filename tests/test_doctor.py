@@ -1,0 +1,77 @@
+"""`dflash-eval doctor` names the injected bug of each fixture drafter, and nothing for a correct one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from dflash_eval.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def bugged(trained, tmp_path_factory):
+    """Two more fixture drafters with injected bugs: tap 1 dropped, taps shifted by one layer."""
+    from dflash_eval.prompts import DEMO_PROMPTS
+    from dflash_eval.target import load_target
+    from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
+
+    root = tmp_path_factory.mktemp("bugged")
+    target = load_target(str(trained["qwen3"]["target"]), device="cpu")
+    sequences = greedy_sequences(target, list(DEMO_PROMPTS), 40)
+    return {
+        "drop": train_drafter(target, sequences, fixture_config(block_size=4, drop_tap=1), root / "drop"),
+        "shift": train_drafter(target, sequences, fixture_config(block_size=4, shift_taps=1), root / "shift"),
+    }
+
+
+def doctor(drafter, target, tmp_path, *extra):
+    result = runner.invoke(app, ["doctor", "-d", str(drafter), "--target", str(target), "--max-new-tokens", "40",
+                                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "doc"), *extra],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return json.loads((tmp_path / "doc" / "doctor.json").read_text()), result.stdout
+
+
+def test_correct_drafter_gets_no_mismatch(trained, tmp_path):
+    report, stdout = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path)
+    assert report["verdict"].startswith("no mismatch found")
+    assert report["tap_passes"] == 12  # one per prompt, however many variants (10 here)
+    assert len(report["variants"]) >= 8
+    assert "verdict: no mismatch found" in stdout
+
+
+def test_anchor_in_context_bug_is_named(trained, tmp_path):
+    report, _ = doctor(trained["qwen3"]["anchor_bug"], trained["qwen3"]["target"], tmp_path)
+    assert report["finding"] == "anchor in context (p <= a)"
+    assert report["verdict"].startswith("behaves as if trained with the anchor's own hidden state in its context: tau ")
+
+
+def test_shifted_taps_are_named(trained, bugged, tmp_path):
+    report, _ = doctor(bugged["shift"], trained["qwen3"]["target"], tmp_path)
+    assert report["finding"].startswith("taps shifted +1")
+    assert "z-lab t vs speculators t+1 numbering" in report["verdict"]
+
+
+def test_dropped_tap_is_named(trained, bugged, tmp_path):
+    report, _ = doctor(bugged["drop"], trained["qwen3"]["target"], tmp_path)
+    assert report["finding"] == "tap 1 zeroed (layer 2)"
+    assert report["verdict"].startswith("the projection ignores tap 1 (layer 2)")
+
+
+def test_zeroed_target_taps_are_caught_before_any_drafter_runs(trained, tmp_path):
+    """A target whose hidden states are all zero (as with a broken hybrid-layer extraction)."""
+    broken = tmp_path / "zero-target"
+    shutil.copytree(trained["qwen3"]["target"], broken)
+    weights = load_file(str(broken / "model.safetensors"))
+    weights["model.embed_tokens.weight"].zero_()
+    save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    result = runner.invoke(app, ["doctor", "-d", str(trained["qwen3"]["good"]), "--target", str(broken),
+                                 "--max-new-tokens", "8", "--limit", "2", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 2
+    assert "captured tap 0 (output of layer 1) is all zero" in result.stderr and "no drafter was run" in result.stderr
