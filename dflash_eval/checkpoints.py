@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, read_json_object
 from .spec import DrafterSpec, LayerAttention
 
 CONFIG_NAME = "config.json"
@@ -142,18 +142,11 @@ def read_weight_metadata(directory: Path) -> tuple[dict[str, TensorMeta], dict[s
 
 
 def read_config(directory: Path) -> dict[str, Any]:
-    path = directory / CONFIG_NAME
     if not directory.is_dir():
         raise InputError(directory, "not a directory (expected a drafter checkpoint folder with config.json)")
-    if not path.is_file():
+    if not (directory / CONFIG_NAME).is_file():
         raise InputError(directory, "not a DFlash checkpoint: no config.json")
-    try:
-        config = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    if not isinstance(config, dict):
-        raise InputError(path, "invalid config: not a JSON object")
-    return config
+    return read_json_object(directory / CONFIG_NAME, missing="not a DFlash checkpoint: no config.json")
 
 
 def detect_format(config: dict[str, Any], path: Path) -> str:

@@ -108,6 +108,7 @@ def run(
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
     dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE)."),
+    html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end."),
     kernels: str = typer.Option("auto", "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback)."),
     seed: int = typer.Option(0, "--seed", help="Seed for bootstrap intervals."),
 ) -> None:
@@ -134,8 +135,15 @@ def run(
         reporter.close()
     from .results import read_samples
 
-    render_report(console, result, read_samples(out / "samples.jsonl"))
-    console.print(f"results: {out}/run.json, samples.jsonl, per_position.csv")
+    rows = read_samples(out / "samples.jsonl")
+    render_report(console, result, rows)
+    written = f"results: {out}/run.json, samples.jsonl, per_position.csv"
+    if html:
+        from .render.html import render_run_html, write_html
+
+        write_html(out / "report.html", render_run_html(result, rows))
+        written += ", report.html"
+    console.print(written)
 
 
 @app.command()
@@ -143,13 +151,20 @@ def run(
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from .render.terminal import render_report
     from .results import read_run, read_samples
 
     run = read_run(run_dir)
-    render_report(stdout_console(), run, read_samples(run_dir / "samples.jsonl"), samples_per_drafter=samples)
+    rows = read_samples(run_dir / "samples.jsonl")
+    console = stdout_console()
+    render_report(console, run, rows, samples_per_drafter=samples)
+    if html is not None:
+        from .render.html import render_run_html, write_html
+
+        console.print(f"written: {write_html(html, render_run_html(run, rows))}")
 
 
 @app.command()
@@ -162,6 +177,7 @@ def diff(
                                        help="Largest share of differing target continuation tokens accepted as fair."),
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML file."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
@@ -175,6 +191,12 @@ def diff(
         typer.echo(json_module.dumps(result, indent=1))
     else:
         render_diff(stdout_console(), result)
+    if html is not None:
+        from .render.html import render_diff_html, write_html
+
+        path = write_html(html, render_diff_html(result))
+        if not as_json:
+            stdout_console().print(f"written: {path}")
 
 
 @app.command()

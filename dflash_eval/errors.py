@@ -23,3 +23,20 @@ class InputError(Exception):
 
     def one_line(self) -> str:
         return f"{self.path}: {self.problem}" if self.path else self.problem
+
+
+def read_json_object(path: Path, *, missing: str) -> dict:
+    """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(path, missing) from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, "invalid JSON: not an object")
+    return data

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import torch
 from torch import nn
 
 from .checkpoints import TargetInfo, resolve_local_or_cached
-from .errors import InputError
+from .errors import InputError, read_json_object
 
 # Module-level functions of the hybrid modeling files that transformers may swap for kernels.
 KERNEL_FUNCTIONS = {
@@ -103,12 +102,7 @@ def target_info(name_or_path: str | Path) -> TargetInfo:
     """Sizes from the target's config.json alone, for validating drafters without loading weights."""
     path = resolve_local_or_cached(str(name_or_path))
     config_file = path / "config.json"
-    if not config_file.is_file():
-        raise InputError(path, "not a model folder: no config.json")
-    try:
-        raw = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(config_file, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    raw = read_json_object(config_file, missing="not a model folder: no config.json")
     text = raw.get("text_config") or raw
     try:
         return TargetInfo(name=str(name_or_path), num_layers=int(text["num_hidden_layers"]),
