@@ -40,6 +40,7 @@ class RunOptions:
     reference: str | None = None  # "z-lab" or a checkpoint path
     prompts: str = "demo"
     limit: int | None = None
+    prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
     max_new_tokens: int = 256
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
     mode: str = "trajectory"  # or "live"
@@ -175,7 +176,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
-    prompts = load_prompts(options.prompts, options.limit)
+    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
     thinking = _thinking_default(model_type) if options.thinking is None else options.thinking
     fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}

@@ -207,7 +207,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     entry = entries[0]
     info = target_info(target_path)
     entry.spec, _ = checked_spec(entry.path, info)
-    prompts = load_prompts(options.prompts, options.limit)
+    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     thinking = bool(options.thinking)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec

@@ -11,9 +11,10 @@ The one inline script (sortable tables, pagination, jump-to-prompt) is a static 
 allows exactly that script by its sha256, so even an escaping bug could not run an injected `<script>`.
 
 Charts: matplotlib, rendered to inline SVG, rather than plotly.
-- File size: a plotly chart needs plotly.js embedded (about 3.5 MB minified) to work offline, before any data;
-  matplotlib's SVG of one chart is 20-60 KB (glyphs are defined once per chart and reused), so a report of
-  a 164-prompt, 3-drafter run stays a few MB, most of it the decoded samples.
+- File size: a plotly chart needs plotly.js embedded (3.5 MB or more minified) to work offline, before any
+  data; matplotlib's SVG of one chart is 30-100 KB (glyphs are defined once per chart and reused), so the
+  report of a 164-prompt, 3-drafter, B = 16 run is about 1.8 MB (benchmarks/html_size.py), 80% of it the
+  decoded samples, and a small run's is about 0.2 MB.
 - Offline: SVG is plain markup in the page, drawn by the browser with no script at all; text is converted
   to paths (`svg.fonttype = "path"`), so no font is referenced and the charts look identical everywhere,
   including in a mail client's or a code-review tool's preview that runs no JavaScript.
@@ -140,17 +141,17 @@ _SVG_DROP = (re.compile(r"<\?xml.*?\?>", re.S), re.compile(r"<!DOCTYPE.*?>", re.
              re.compile(r'\s+version="1\.1"'))
 _SVG_IDS = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
 _SVG_SIZE = re.compile(r'<svg\s+([^>]*?)width="([\d.]+)pt"\s+height="([\d.]+)pt"')
-_chart_counter = iter(range(1, 1 << 62))
+_CHART_IDS = {"tau": "t", "slots": "s", "hist": "h", "prompts": "p", "repetition": "r", "delta": "d",
+              "dslots": "e", "dhist": "f"}  # each chart once per page: its letter keeps its ids unique there
 
 
-def _clean_svg(svg: str, name: str) -> str:
+def _clean_svg(svg: str, name: str, prefix: str) -> str:
     """matplotlib's SVG made fit to inline: no prolog, DOCTYPE, metadata (it names matplotlib's web site),
     comments or global <style>; ids prefixed per chart so that several charts in one page never collide;
     unreferenced ids dropped; width/height turned into a responsive max-width."""
     for pattern in _SVG_DROP:
         svg = pattern.sub("", svg)
     referenced = set(re.findall(r'(?:href="#|url\(#)([^")]+)', svg))
-    prefix = f"{name}-"
 
     def rename(match: re.Match) -> str:
         head, ident = match.groups()
@@ -187,7 +188,7 @@ def _svg(fig, name: str) -> str:
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval", "svg.image_inline": True}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
-    return _clean_svg(buf.getvalue(), f"{name}{next(_chart_counter)}")
+    return _clean_svg(buf.getvalue(), f"{name} chart", f"{_CHART_IDS[name]}-")
 
 
 def _rc():
@@ -270,7 +271,7 @@ def _histogram_chart(drafters: list[dict]) -> str:
     """Share of steps accepting exactly n drafted tokens, drafters side by side."""
     with _rc():
         size = max((len(d["metrics"]["histogram"]) for d in drafters), default=1)
-        fig, (ax,) = _figure(max(6.0, 0.35 * size * max(len(drafters), 1) + 2), 3.0)
+        fig, (ax,) = _figure(min(11.5, max(6.0, 0.2 * size * max(len(drafters), 1) + 2)), 3.0)
         n = max(len(drafters), 1)
         width = 0.8 / n
         for k, d in enumerate(drafters):
@@ -294,8 +295,8 @@ def _prompt_chart(drafters: list[dict], per_prompt: dict[str, dict[str, float]])
             values = sorted(v for v in per_prompt.get(d["name"], {}).values())
             if not values:
                 continue
-            ax.plot(range(1, len(values) + 1), values, marker="o", markersize=2.5, linewidth=1,
-                    color=d["color"], label=_label(d["name"]))
+            ax.plot(range(1, len(values) + 1), values, marker="o" if len(values) <= 60 else None,
+                    markersize=2.5, linewidth=1.2, color=d["color"], label=_label(d["name"]))
             if d["metrics"].get("tau_macro") is not None:
                 ax.axhline(d["metrics"]["tau_macro"], color=d["color"], linestyle=":", linewidth=0.9)
         ax.set_xlabel("prompts, sorted by their tau (rank)")
@@ -382,24 +383,32 @@ def _natural(text: str):
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
 
 
+_CONTROL = {i: 0x2400 + i for i in range(32)} | {127: 0x2421}  # C0 controls and DEL as their Unicode pictures
+
+
+def _shown(piece: str) -> str:
+    """A token piece as shown: whitespace made visible as in the terminal, control characters as ␀..␟."""
+    return visible(piece).translate(_CONTROL)
+
+
 def _cells(block: BlockView) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str | None]:
     """(draft cells, target cells, note on the first divergence): (text, css class) per slot."""
     rejected = block.first_rejected
-    draft = [(visible(piece), "a" if i < block.accepted else "x" if i == rejected else "u")
+    draft = [(_shown(piece), "a" if i < block.accepted else "x" if i == rejected else "u")
              for i, piece in enumerate(block.draft)]
-    target = [(visible(piece), "t" if i < block.accepted else "tx" if i == rejected else "")
+    target = [(_shown(piece), "t" if i < block.accepted else "tx" if i == rejected else "")
               for i, piece in enumerate(block.target)]
     note = None
     if rejected is not None:
-        note = (f"first divergence at slot {rejected + 1}: drafted {visible(block.draft[rejected])!r}, "
-                f"target {visible(block.target[rejected])!r}")
+        note = (f"first divergence at slot {rejected + 1}: drafted {_shown(block.draft[rejected])!r}, "
+                f"target {_shown(block.target[rejected])!r}")
     return draft, target, note
 
 
 def _block(block: BlockView) -> dict[str, Any]:
     draft, target, note = _cells(block)
     return {"prompt_id": block.prompt_id, "drafter": block.drafter, "step": block.step,
-            "anchor_pos": block.anchor_pos, "anchor": visible(block.anchor), "accepted": block.accepted,
+            "anchor_pos": block.anchor_pos, "anchor": _shown(block.anchor), "accepted": block.accepted,
             "scored": min(len(block.draft), len(block.target)), "flags": list(block.flags),
             "rows": [("draft", draft), ("target", target)], "note": note,
             "divergence": block.first_rejected}
@@ -412,11 +421,11 @@ def _pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
     if len(target_b) > len(target):
         target = target_b
     target = [(text, "") for text, _ in target]  # accepted by whom differs: leave the target plain
-    return {"anchor_pos": a.anchor_pos, "anchor": visible(a.anchor), "step": a.step,
+    return {"anchor_pos": a.anchor_pos, "anchor": _shown(a.anchor), "step": a.step,
             "accepted_a": a.accepted, "accepted_b": b.accepted,
             "rows": [("A draft", draft_a), ("B draft", draft_b), ("target", target)],
-            "notes": [f"A: {note_a}" if note_a else "A: all scored slots accepted",
-                      f"B: {note_b}" if note_b else "B: all scored slots accepted"]}
+            "notes": [(f"{side}: {note}", "div") if note else (f"{side}: all scored slots accepted", "muted")
+                      for side, note in (("A", note_a), ("B", note_b))]}
 
 
 def _view_block(data: dict) -> BlockView:
