@@ -164,7 +164,7 @@ def read_prompts_file(path: str | Path) -> list[Prompt]:
     try:
         content = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise InputError(path, "no such file (prompt sources: " + ", ".join(PROMPT_SETS)
+        raise InputError(path, "cannot read prompts: no such file (prompt sources: " + ", ".join(PROMPT_SETS)
                          + ", a FILE.jsonl or dir:PATH)") from None
     except IsADirectoryError:
         raise InputError(path, f"is a directory; for code-completion prompts from its files use dir:{path}") from None

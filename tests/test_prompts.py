@@ -176,7 +176,7 @@ def test_malformed_lines_are_reported_with_file_and_line_number(tmp_path, bad_li
 def test_unusable_files_are_refused(tmp_path):
     with pytest.raises(InputError, match="no prompts in file"):
         load_prompts(str(write_lines(tmp_path / "empty.jsonl", "")))
-    with pytest.raises(InputError, match=r"no such file \(prompt sources: humaneval, mbpp, demo"):
+    with pytest.raises(InputError, match=r"cannot read prompts: no such file \(prompt sources: humaneval, mbpp, demo"):
         load_prompts(str(tmp_path / "missing.jsonl"))
     with pytest.raises(InputError, match="use dir:"):
         load_prompts(str(tmp_path))
