@@ -37,6 +37,10 @@ SPECULATORS_KEYS = {
     "transformer_layer_config", "draft_vocab_size", "block_size", "target_hidden_size",
     "aux_hidden_state_layer_ids", "mask_token_id", "sliding_window_non_causal", "sample_from_anchor",
     "torch_dtype", "dtype", "transformers_version", "auto_map", "model_type",
+    # generic PretrainedConfig serialization keys (speculators configs are PretrainedConfigs): no DFlash meaning
+    "_name_or_path", "name_or_path", "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder",
+    "output_attentions", "output_hidden_states", "problem_type", "return_dict", "tie_word_embeddings",
+    "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "has_no_defaults_at_init",
 }
 
 

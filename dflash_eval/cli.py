@@ -241,6 +241,11 @@ def doctor(
             run_data = json_module.loads((out / RUN_JSON).read_text())
             run_data["doctor"] = result
             atomic_write(out / RUN_JSON, json_module.dumps(run_data, indent=1) + "\n")
+            if (out / "report.html").exists():
+                from .render.html import render_run_html, write_html
+                from .results import read_samples
+
+                write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
         console.print(f"written: {out / 'doctor.json'}")
 
 

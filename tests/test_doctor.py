@@ -75,3 +75,16 @@ def test_zeroed_target_taps_are_caught_before_any_drafter_runs(trained, tmp_path
                                  "--max-new-tokens", "8", "--limit", "2", "--cache-dir", str(tmp_path / "cache")])
     assert result.exit_code == 2
     assert "captured tap 0 (output of layer 1) is all zero" in result.stderr and "no drafter was run" in result.stderr
+
+
+def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_report(trained, tmp_path):
+    target = trained["qwen3"]["target"]
+    out = tmp_path / "doc"
+    ran = runner.invoke(app, ["run", "-d", str(trained["qwen3"]["anchor_bug"]), "--target", str(target), "--limit", "3",
+                              "--max-new-tokens", "40", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    report, _ = doctor(trained["qwen3"]["anchor_bug"], target, tmp_path, "--limit", "3")
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["doctor"]["verdict"] == report["verdict"]
+    html = (out / "report.html").read_text()
+    assert "Doctor: " in html and "anchor in context (p &lt;= a)" in html

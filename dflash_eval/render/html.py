@@ -592,7 +592,8 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
               "prompts": _prompt_chart(drafters, per_prompt) if any(per_prompt.values()) else None,
               "repetition": _repetition_chart(drafters) if any(d.get("repetition") for d in drafters) else None}
     target_name = (prov.get("target") or {}).get("name") or "?"
-    return {
+    doctor = run.get("doctor")  # added by `dflash-eval doctor --out RUN_DIR`
+    return {"doctor": doctor,
         "title": title or f"dflash-eval report: {target_name}",
         "provenance": _provenance(run), "warnings": prov.get("warnings") or [],
         "drafters": drafters, "summary": summary, "by_set": by_set, "paper": paper,
