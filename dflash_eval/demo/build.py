@@ -4,9 +4,10 @@ What it does, in order (single process, CPU, fixed seeds; about 8 minutes on 2 c
 
 1. **Corpus** (``corpus/``, licences in ``corpus/LICENSES.md``): every MBPP-sanitized solution (``code``)
    and every HumanEval ``prompt + canonical_solution``, each as one chat exchange -- user: the MBPP task
-   text / HumanEval wrapped in z-lab's template; assistant: the code in a ```python block, preceded by
-   the empty think block that ``enable_thinking=False`` pre-fills -- rendered with the tokenizer's ChatML
-   template. So the target learns to answer coding requests in exactly the chat format ``run`` sends.
+   text / HumanEval wrapped in z-lab's template; assistant: the code in a ```python block -- with the
+   tokenizer's ChatML template and thinking off (the prompt ends with the empty think block that
+   ``enable_thinking=False`` pre-fills), tokenized exactly as ``run`` tokenizes a prompt. So the target
+   learns to answer coding requests in the chat format ``run`` sends.
 2. **Tokenizer**: a byte-level BPE of :data:`VOCAB_SIZE` entries trained on that text with
    :func:`dflash_eval.tiny.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the ChatML template).
 3. **Target**: a hybrid ``qwen3_5_text`` model (:data:`TARGET_SHAPE`: Gated-DeltaNet *and* gated
@@ -69,12 +70,12 @@ TARGET_SHAPE: dict[str, Any] = {
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
 }
-SEQ_LEN = 256
-BATCH = 8
+SEQ_LEN = 512
+BATCH = 4
 LR = 3e-3
 WARMUP_STEPS = 40
 WEIGHT_DECAY = 0.01
-STEPS_PER_MINUTE = 100  # target steps per --minute (measured ~1.6 steps/s on a shared 2-core CPU)
+STEPS_PER_MINUTE = 150  # target steps per --minute (~0.35 s per step on an idle 2-core CPU)
 DEFAULT_MINUTES = 4.0
 
 DRAFT_MAX_NEW = 64
@@ -84,7 +85,6 @@ TAU_TOLERANCE = 0.3
 # z-lab's HumanEval template (primer section 7)
 HUMANEVAL_TEMPLATE = ("Write a solution to the following problem and make sure that it passes the tests:\n"
                       "```python\n{prompt}\n```")
-EMPTY_THINK = "<think>\n\n</think>\n\n"  # what enable_thinking=False pre-fills in the assistant turn
 
 
 def _sha256(path: Path) -> str:
@@ -126,11 +126,24 @@ def drafter_training_prompts(corpus_dir: Path = CORPUS_DIR) -> list[str]:
     return [r["prompt"] for r in mbpp if r["prompt"] not in demo]
 
 
-def render(tokenizer, user: str, assistant: str) -> str:
-    """One exchange in the chat template, the assistant turn exactly as a thinking-off generation continues."""
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": user}, {"role": "assistant", "content": EMPTY_THINK + assistant}],
-        tokenize=False)
+def tokenizer_corpus(pairs: list[tuple[str, str]]) -> list[str]:
+    """Text the BPE is trained on: each exchange with its role words (so that "user" and "assistant" become
+    tokens of their own); the special tokens are added by train_tokenizer after the BPE vocabulary."""
+    return [f"user\n{user}\nassistant\n{assistant}\n" for user, assistant in pairs]
+
+
+def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
+    """One exchange as token ids, tokenized exactly as `run` sees it: the prompt is the chat template with
+    the generation prompt and thinking off (``continuations.prompt_ids``), tokenized on its own; the answer
+    (code block, ``<|im_end|>``, newline) is tokenized separately and appended. Tokenizing the rendered
+    conversation as one string would differ at the seam (the prompt's trailing "\n\n" merges into one
+    token at the end of a prompt but splits before "```"), and the target would never have seen the
+    token sequence it is prompted with."""
+    from ..continuations import Prompt, prompt_ids
+    from ..tiny import IM_END
+
+    head = prompt_ids(tokenizer, Prompt("corpus", user), enable_thinking=False)
+    return head + tokenizer(assistant + IM_END + "\n", add_special_tokens=False)["input_ids"]
 
 
 # -- target -------------------------------------------------------------------------------------------------
@@ -176,11 +189,10 @@ def _packed_rows(docs: list[list[int]], generator: torch.Generator, pad: int) ->
     return ids[order], labels[order]
 
 
-def train_target(tokenizer, texts: list[str], steps: int, seed: int = SEED):
-    """Train the hybrid target from scratch; returns (model, loss log [(step, mean loss)])."""
+def train_target(tokenizer, docs: list[list[int]], steps: int, seed: int = SEED):
+    """Train the hybrid target from scratch on token-id documents; returns (model, loss log [[step, mean]])."""
     from transformers import Qwen3_5ForCausalLM
 
-    docs = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     tokens = sum(min(len(d), SEQ_LEN) for d in docs)
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(target_config(tokenizer)).float().train()
@@ -335,17 +347,17 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
     # 1-2. corpus and tokenizer
     pairs = conversations()
     with tempfile.TemporaryDirectory(prefix="dflash-demo-tokenizer-") as tmp:
-        tokenizer_dir = train_tokenizer(Path(tmp) / "tokenizer", corpus=[u + "\n" + a for u, a in pairs],
+        tokenizer_dir = train_tokenizer(Path(tmp) / "tokenizer", corpus=tokenizer_corpus(pairs),
                                         vocab_size=VOCAB_SIZE)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        texts = [render(tokenizer, u, a) for u, a in pairs]
+        docs = [document_ids(tokenizer, u, a) for u, a in pairs]
         timings["tokenizer"] = time.perf_counter() - began
 
         # 3. target
         t0 = time.perf_counter()
-        model, loss_log = train_target(tokenizer, texts, target_steps, seed)
+        model, loss_log = train_target(tokenizer, docs, target_steps, seed)
         save_target(model, tokenizer_dir, out / TARGET_NAME)
         del model
         timings["target"] = time.perf_counter() - t0
@@ -400,8 +412,8 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
                     "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
         "corpus": {MBPP_FILE: {"sha256": _sha256(CORPUS_DIR / MBPP_FILE), "license": "CC BY 4.0"},
                    HUMANEVAL_FILE: {"sha256": _sha256(CORPUS_DIR / HUMANEVAL_FILE), "license": "MIT"},
-                   "documents": len(pairs), "format": "ChatML user/assistant, assistant = empty think block + "
-                                                     "```python block (enable_thinking=False)"},
+                   "documents": len(pairs), "format": "ChatML prompt (generation prompt, enable_thinking=False) + "
+                                                     "```python block + <|im_end|>"},
         "tokenizer": {"bpe_vocab_size": VOCAB_SIZE, "len": len(tokenizer)},
         "target": {"model_type": "qwen3_5_text", "shape": TARGET_SHAPE, "seq_len": SEQ_LEN, "batch": BATCH,
                    "lr": LR, "warmup_steps": WARMUP_STEPS, "weight_decay": WEIGHT_DECAY,
