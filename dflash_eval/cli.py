@@ -344,8 +344,6 @@ def demo(
 ) -> None:
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
-    import shutil
-
     from .api import RunOptions, evaluate
     from .demo import available, drafter_paths, target_path
     from .render.terminal import render_report
@@ -353,9 +351,8 @@ def demo(
 
     if not available():
         raise fail("the bundled demo models are missing from this installation (python -m dflash_eval.demo.build rebuilds them)")
+    _clear_demo_out(out)
     console = stdout_console()
-    if (out / STATE).exists():  # the demo always starts fresh; its own folder only
-        shutil.rmtree(out)
     reference, inhouse = drafter_paths()
     reporter = RichReporter(console)
     options = RunOptions(drafters=[f"{reference}:demo-reference", f"{inhouse}:demo-inhouse"], out=out,
@@ -365,21 +362,58 @@ def demo(
         result = evaluate(options, reporter)
     finally:
         reporter.close()
+        if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
+            (out / DEMO_MARKER).touch()
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
     if html:
         from .render.html import render_run_html, write_html
 
         write_html(out / "report.html", render_run_html(result, rows, title="dflash-eval demo"))
-    ref, inh = (d["metrics"] for d in result["drafters"])
-    console.print(
-        f"\n[bold]What to look at[/]: demo-reference reaches tau {ref['tau_macro']:.2f}, demo-inhouse only "
-        f"{inh['tau_macro']:.2f}; the in-house drafts repeat themselves (repetition table, the worst blocks above). "
-        "It was trained with the anchor's own hidden state in its attention context; see what doctor says:\n"
+    console.print(demo_guidance(result, inhouse, out, max_new_tokens, html))
+
+
+DEMO_MARKER = ".dflash-eval-demo"  # written into the demo's folder; only such a folder is ever replaced
+
+
+def _clear_demo_out(out: Path) -> None:
+    """The demo always starts fresh, but it deletes nothing it did not write: a folder holding anything
+    else is refused (one line), never emptied."""
+    import shutil
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise fail(f"{out}: exists and is not a folder; choose another --out")
+    if (out / DEMO_MARKER).is_file():
+        shutil.rmtree(out)
+    elif any(out.iterdir()):
+        raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
+
+
+def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool) -> str:
+    """What to look at, from the numbers this run measured (not from what the build expected)."""
+    by_name = {d["name"]: d for d in result["drafters"]}
+    ref, inh = by_name["demo-reference"], by_name["demo-inhouse"]
+
+    def flagged(drafter: dict) -> str:
+        rep = drafter.get("repetition") or {}
+        blocks, hits = rep.get("blocks") or 0, rep.get("flagged_blocks") or 0
+        return f"{hits}/{blocks} blocks flagged as repetitive" if blocks else "no blocks"
+
+    tau_ref, tau_inh = ref["metrics"]["tau_macro"], inh["metrics"]["tau_macro"]
+    gap = f"{tau_ref / tau_inh:.1f}x" if tau_inh else "n/a"
+    files = "run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
+    return (
+        f"\n[bold]What to look at[/]: demo-reference reaches tau {tau_ref:.2f} ({flagged(ref)}), demo-inhouse "
+        f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; the "
+        "in-house one was trained with the anchor's own hidden state in its attention context. The per-position "
+        "table shows where its acceptance collapses, the worst blocks show its drafts. Ask doctor why:\n"
         f"  dflash-eval doctor --drafter {inhouse} --no-thinking --max-new-tokens {max_new_tokens}\n"
-        f"Results in {out}/ (run.json, samples.jsonl, per_position.csv{', report.html' if html else ''}). "
-        "On your own checkpoints:\n"
-        "  dflash-eval run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval --out runs/mine")
+        f"Results in {out}/ ({files}); `dflash-eval show {out} --worst 5` for more blocks. On your own checkpoints:\n"
+        "  dflash-eval run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval "
+        "--out runs/mine"
+    )
 
 
 def main() -> None:  # pragma: no cover - console entry point

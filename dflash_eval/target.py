@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -224,11 +225,28 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
                                "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
                                "for a CPU run (torch fallback)")
+    if dev.type == "cpu":
+        _quiet_cpu_fallback_advice()
     model.to(dev).eval().requires_grad_(False)
     return Target(model=model, tokenizer=tokenizer, name=str(name_or_path), path=path, device=dev,
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
                   layers=decoder_layers(model))
+
+
+class _DropFallbackAdvice(logging.Filter):
+    """transformers warns, at the first Gated-DeltaNet forward, that the torch fallback is slower and advises
+    installing flash-linear-attention, advice that is wrong on CPU (its kernels need CUDA, and with triton
+    importable a CPU run crashes). The kernels in use are recorded in provenance (`kernel_report`) instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "falling back to its reference PyTorch implementation" not in record.getMessage()
+
+
+def _quiet_cpu_fallback_advice() -> None:
+    hub_logger = logging.getLogger("transformers.integrations.hub_kernels")
+    if not any(isinstance(f, _DropFallbackAdvice) for f in hub_logger.filters):
+        hub_logger.addFilter(_DropFallbackAdvice())
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,51 @@ def test_render_for_target_shows_the_chat_template_with_thinking_on_and_off(toke
     first = load_prompts("humaneval", limit=1)
     assert render_for_target(first, tokenizer, enable_thinking=False)[0] == (
         f"<|im_start|>user\n{first[0].text}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+# --- the `prompts` commands ------------------------------------------------------------------------------
+
+
+def test_prompts_list_names_every_set_with_its_size():
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    result = CliRunner().invoke(app, ["prompts", "list"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name, count in (("humaneval", 164), ("mbpp", 257), ("demo", 12)):
+        assert re.search(rf"│ {name} +│ +{count} │", result.stdout), name
+    assert "dir:PATH" in result.stdout
+
+
+@pytest.mark.parametrize("thinking, ending", [
+    ("--no-thinking", "<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+    ("--thinking", "<|im_start|>assistant\n"),
+])
+def test_prompts_show_prints_the_templated_text_sent_to_the_target(thinking, ending):
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    result = CliRunner().invoke(app, ["prompts", "show", "humaneval", "--id", "HumanEval/0", thinking],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # the panel's borders aside, the lines are the chat-templated prompt (the demo target's tokenizer)
+    body = [line.strip("│ ").rstrip() for line in result.stdout.splitlines()[1:-1]]
+    assert body[0] == "<|im_start|>user"
+    assert body[1] == "Write a solution to the following problem and make sure that it passes the tests:"
+    assert body[2] == "```python" and body[3] == "from typing import List"
+    expected_tail = ending.rstrip("\n").split("\n")
+    while body and body[-1] == "":
+        body.pop()
+    assert body[-len(expected_tail):] == expected_tail
+
+
+def test_prompts_show_refuses_an_unknown_id_in_one_line():
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    result = CliRunner().invoke(app, ["prompts", "show", "mbpp", "--id", "nope"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: mbpp: no prompt with id 'nope'"

@@ -1,6 +1,6 @@
 """Build the bundled demo models: ``python -m dflash_eval.demo.build [--out DIR] [--minutes M]``.
 
-What it does, in order (single process, CPU, fixed seeds; about 8 minutes on 2 cores with the defaults):
+What it does, in order (single process, CPU, fixed seeds; about 7 minutes on 2 cores with the defaults):
 
 1. **Corpus** (``corpus/``, licences in ``corpus/LICENSES.md``): every MBPP-sanitized solution (``code``)
    and every HumanEval ``prompt + canonical_solution``, each as one chat exchange -- user: the MBPP task
@@ -16,7 +16,8 @@ What it does, in order (single process, CPU, fixed seeds; about 8 minutes on 2 c
    tokenizer. ``--minutes`` sets the *number of steps* (``minutes * STEPS_PER_MINUTE``, calibrated on a
    2-core CPU), never a wall-clock deadline, so the result does not depend on the machine's speed.
 4. **Drafters** (:func:`dflash_eval.train.train_drafter`) on the target's *own* greedy continuations
-   (``train.greedy_sequences``, thinking off, :data:`DRAFT_MAX_NEW` new tokens) of the MBPP task prompts
+   (``train.greedy_sequences``, :data:`DRAFT_MAX_NEW` new tokens; half of them with thinking off, half
+   with the family default, on) of the first :data:`DRAFT_PROMPTS` MBPP task prompts
    -- a training set disjoint from the demo prompts (``prompts.DEMO_PROMPTS``) the demo evaluates on:
    ``demo-reference`` (z-lab format, correct training mask ``p < a``) and ``demo-inhouse`` (speculators
    format, trained with the anchor's own hidden state in its context, ``p <= a``: the bug of the story in
@@ -24,12 +25,17 @@ What it does, in order (single process, CPU, fixed seeds; about 8 minutes on 2 c
 5. **Measurement**: ``api.evaluate`` of both drafters on the 12 demo prompts x 64 new tokens (thinking
    off, and the family default), written with everything else to ``BUILD.json``.
 
-Reproducibility: every random draw comes from fixed seeds (``torch.manual_seed`` plus seeded generators)
-in one process, so a rebuild on the same machine and library versions gives the same bytes. Bit-exact
-reproduction across machines, CPU types, thread counts or torch/transformers versions is *not*
-guaranteed (floating-point reduction order differs, and the target's greedy continuations can flip at a
-near-tie); the measured tau of each drafter reproduces within :data:`TAU_TOLERANCE` (absolute, macro
-tau on the demo prompts), and the ordering reference > in-house with non-overlapping intervals holds.
+Reproducibility: every random draw comes from fixed seeds in one process, and the build pins torch to
+:data:`BUILD_THREADS` CPU threads whatever the machine or ``OMP_NUM_THREADS`` say, because the thread count
+changes the order of floating-point reductions. So a rebuild in the same environment (CPU type, torch and
+transformers versions, as ``BUILD.json``'s ``machine`` records) gives byte-identical weights and the same
+taus: that is what ``--check`` verifies, with a tolerance of zero. In another floating-point environment
+the training trajectories diverge and the models are different models. Measured on one 2-core machine,
+thinking off: torch's default 2 threads (no explicit pin) gave reference 5.12 / in-house 2.21, one
+thread 5.71 / 3.64, the explicit pin of 2 threads (the committed models) 4.31 / 1.99; the reference was
+ahead with non-overlapping intervals in all three. (Even "2 threads by default" and "2 threads set
+explicitly" differ in bits with MKL, hence the pin.) The committed models, not a rebuild, are what the
+demo and its tests rely on.
 """
 
 from __future__ import annotations
@@ -79,8 +85,10 @@ STEPS_PER_MINUTE = 150  # target steps per --minute (~0.35 s per step on an idle
 DEFAULT_MINUTES = 4.0
 
 DRAFT_MAX_NEW = 64
+DRAFT_PROMPTS = 256  # the first MBPP task texts; half continued with thinking off, half with it on
 EVAL_MAX_NEW = 64
-TAU_TOLERANCE = 0.3
+TAU_TOLERANCE = 0.0  # in the build's own environment; see the module docstring
+BUILD_THREADS = 2
 
 # z-lab's HumanEval template (primer section 7)
 HUMANEVAL_TEMPLATE = ("Write a solution to the following problem and make sure that it passes the tests:\n"
@@ -117,13 +125,27 @@ def conversations(corpus_dir: Path = CORPUS_DIR) -> list[tuple[str, str]]:
     return pairs
 
 
-def drafter_training_prompts(corpus_dir: Path = CORPUS_DIR) -> list[str]:
-    """The MBPP task texts (all 427, file order): the drafters' training prompts, none of them a demo prompt."""
+def drafter_training_prompts(corpus_dir: Path = CORPUS_DIR, count: int = DRAFT_PROMPTS) -> list[str]:
+    """The drafters' training prompts: the first `count` MBPP task texts (file order), none a demo prompt."""
     from ..prompts import DEMO_PROMPTS
 
     mbpp, _ = load_records(corpus_dir)
     demo = set(DEMO_PROMPTS)
-    return [r["prompt"] for r in mbpp if r["prompt"] not in demo]
+    return [r["prompt"] for r in mbpp if r["prompt"] not in demo][:count]
+
+
+def drafter_sequences(target, prompts: list[str]) -> list[tuple[torch.Tensor, int]]:
+    """The target's own greedy continuations: even-indexed prompts with thinking off, odd ones with the
+    family default (on), so the drafters see both prompt endings `run` may send (the target, trained on
+    thinking-off prompts, writes the empty think block itself when it is not pre-filled)."""
+    from ..train import greedy_sequences
+
+    off = greedy_sequences(target, prompts[0::2], DRAFT_MAX_NEW, enable_thinking=False)
+    on = greedy_sequences(target, prompts[1::2], DRAFT_MAX_NEW, enable_thinking=True)
+    merged = []
+    for i in range(len(prompts)):
+        merged.append(off[i // 2] if i % 2 == 0 else on[i // 2])
+    return merged
 
 
 def tokenizer_corpus(pairs: list[tuple[str, str]]) -> list[str]:
@@ -259,7 +281,7 @@ def drafter_config(**changes):
     """The demo drafters' training config (both drafters: only ``anchor_in_context`` differs)."""
     from ..train import TrainConfig
 
-    base = dict(block_size=8, num_layers=2, steps=600, lr=3e-3, anchors_per_step=128, gamma=4.0, seed=SEED,
+    base = dict(block_size=8, num_layers=2, steps=400, lr=3e-3, anchors_per_step=128, gamma=8.0, seed=SEED,
                 sliding_window=1, sliding_layers=2)
     return TrainConfig(**{**base, **changes})
 
@@ -324,12 +346,39 @@ def sample_continuations(target, prompts: list[str], max_new_tokens: int) -> lis
 
 def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: int | None = None,
           measure_runs: bool = True, seed: int = SEED) -> dict[str, Any]:
+    """Build everything into `out` (see the module docstring), with torch pinned to BUILD_THREADS threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        return _build(Path(out), minutes, steps, measure_runs, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def environment() -> dict[str, Any]:
+    """What decides the floating-point results of a build (BUILD.json's ``machine``)."""
     import transformers
 
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "platform": platform.platform(),
+            "cpu": _cpu_model(), "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, seed: int) -> dict[str, Any]:
     from ..prompts import DEMO_PROMPTS
     from ..target import load_target
     from ..tiny import train_tokenizer
-    from ..train import greedy_sequences, train_drafter
+    from ..train import train_drafter
 
     began = time.perf_counter()
     timings: dict[str, float] = {}
@@ -369,7 +418,7 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
     for sample in samples:
         _log(f"sample: {sample['prompt']!r} ->\n{sample['continuation']}\n")
     train_prompts = drafter_training_prompts()
-    sequences = greedy_sequences(target, train_prompts, DRAFT_MAX_NEW, enable_thinking=False)
+    sequences = drafter_sequences(target, train_prompts)
     timings["continuations"] = time.perf_counter() - t0
     drafters: dict[str, Any] = {}
     for name, fmt, bug in ((REFERENCE_NAME, "zlab", False), (INHOUSE_NAME, "speculators", True)):
@@ -407,9 +456,7 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
         "minutes": minutes, "target_steps": target_steps,
         "seconds": round(time.perf_counter() - began, 1),
         "seconds_by_stage": {k: round(v, 1) for k, v in timings.items()},
-        "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                    "transformers": transformers.__version__, "platform": platform.platform(),
-                    "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()},
+        "machine": environment(),
         "corpus": {MBPP_FILE: {"sha256": _sha256(CORPUS_DIR / MBPP_FILE), "license": "CC BY 4.0"},
                    HUMANEVAL_FILE: {"sha256": _sha256(CORPUS_DIR / HUMANEVAL_FILE), "license": "MIT"},
                    "documents": len(pairs), "format": "ChatML prompt (generation prompt, enable_thinking=False) + "
@@ -419,8 +466,10 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
                    "lr": LR, "warmup_steps": WARMUP_STEPS, "weight_decay": WEIGHT_DECAY,
                    "steps_per_minute": STEPS_PER_MINUTE, "loss": loss_log,
                    "loss_first": loss_log[0][1], "loss_last": loss_log[-1][1], "samples": samples},
-        "drafter_training": {"prompts": "MBPP sanitized task texts (all, file order; disjoint from DEMO_PROMPTS)",
-                             "count": len(train_prompts), "max_new_tokens": DRAFT_MAX_NEW, "enable_thinking": False,
+        "drafter_training": {"prompts": f"the first {len(train_prompts)} MBPP sanitized task texts (file order; "
+                                        "disjoint from DEMO_PROMPTS)",
+                             "count": len(train_prompts), "max_new_tokens": DRAFT_MAX_NEW,
+                             "enable_thinking": "off for even-indexed prompts, on for odd ones",
                              "continuation_tokens": sum(int(ids.numel()) - p for ids, p in sequences)},
         "drafters": drafters,
         "measured": measured,
@@ -431,6 +480,41 @@ def build(out: Path = MODELS_DIR, minutes: float = DEFAULT_MINUTES, *, steps: in
     return info
 
 
+def compare_builds(committed: dict[str, Any], rebuilt: dict[str, Any], committed_dir: Path,
+                   rebuilt_dir: Path) -> list[str]:
+    """The rebuild check: per measurement and drafter, |tau_rebuilt - tau_committed| <= TAU_TOLERANCE; the
+    weights byte-identical when the environment is the build's; the story still holds in the rebuild (reference above in-house, intervals apart, in-house flagged more
+    often). Prints a line per comparison and the environment differences that would explain a mismatch;
+    returns the failures (empty: the check passes)."""
+    failures = []
+    same_environment = True
+    for key, was in committed.get("machine", {}).items():
+        now = rebuilt["machine"].get(key)
+        if key not in ("cpu_count", "platform") and now != was:
+            same_environment = False
+            _log(f"environment differs: {key} {was!r} at build time, {now!r} now (results may differ)")
+    for key, run in committed["measured"].items():
+        fresh = rebuilt["measured"][key]["drafters"]
+        for name, d in run["drafters"].items():
+            delta = fresh[name]["tau_macro"] - d["tau_macro"]
+            ok = abs(delta) <= TAU_TOLERANCE + 1e-12
+            _log(f"{key:15s} {name:15s} tau committed {d['tau_macro']:.3f} rebuilt {fresh[name]['tau_macro']:.3f} "
+                 f"delta {delta:+.3f} ({'ok' if ok else 'beyond'} tolerance {TAU_TOLERANCE})")
+            if not ok:
+                failures.append(f"{key}/{name}: tau moved by {delta:+.3f}")
+        ref, bug = fresh[REFERENCE_NAME], fresh[INHOUSE_NAME]
+        if not ref["tau_macro_ci95"][0] > bug["tau_macro_ci95"][1]:
+            failures.append(f"{key}: the rebuilt drafters' intervals overlap")
+        if not bug["flagged_share"] > ref["flagged_share"]:
+            failures.append(f"{key}: the rebuilt in-house drafter is not flagged more often")
+    for name in (TARGET_NAME, REFERENCE_NAME, INHOUSE_NAME):
+        same = _sha256(committed_dir / name / "model.safetensors") == _sha256(rebuilt_dir / name / "model.safetensors")
+        _log(f"{name:15s} weights {'byte-identical' if same else 'differ'} (sha256 of model.safetensors)")
+        if not same and same_environment:
+            failures.append(f"{name}: weights differ in the build's own environment")
+    return failures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_eval.demo.build", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=MODELS_DIR, help=f"output folder (default: {MODELS_DIR})")
@@ -439,11 +523,25 @@ def main(argv: list[str] | None = None) -> int:
                              f"minutes x {STEPS_PER_MINUTE} (default {DEFAULT_MINUTES})")
     parser.add_argument("--steps", type=int, default=None, help="target training steps (overrides --minutes)")
     parser.add_argument("--no-measure", action="store_true", help="skip the tau measurement")
+    parser.add_argument("--check", action="store_true",
+                        help="rebuild into a temporary folder (or --out when given) and compare its weights and "
+                             f"taus with the committed ones (tau tolerance {TAU_TOLERANCE} in the build's "
+                             "environment); exit 1 when beyond it")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    build(args.out, args.minutes, steps=args.steps, measure_runs=not args.no_measure)
-    return 0
+    if not args.check:
+        build(args.out, args.minutes, steps=args.steps, measure_runs=not args.no_measure)
+        return 0
+    committed = json.loads((MODELS_DIR / BUILD_JSON).read_text())
+    with tempfile.TemporaryDirectory(prefix="dflash-demo-rebuild-") as tmp:
+        rebuilt_dir = args.out if args.out != MODELS_DIR else Path(tmp)
+        rebuilt = build(rebuilt_dir, committed["minutes"], steps=committed["target_steps"], seed=committed["seed"])
+        failures = compare_builds(committed, rebuilt, MODELS_DIR, rebuilt_dir)
+    for failure in failures:
+        _log(f"FAIL {failure}")
+    _log("rebuild check: " + ("passed" if not failures else f"{len(failures)} failure(s)"))
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
