@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dflash_eval.metrics import AcceptanceCounts, conditional, histogram, marginal, reach
+from dflash_eval.metrics import AcceptanceCounts, check_resampling, conditional, histogram, marginal, reach
 
 EXACT_MAX_PROMPTS = 16  # up to 2^16 = 65536 sign patterns are enumerated exactly
 _TIE_TOLERANCE = 1e-9
@@ -88,12 +88,7 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
     Deterministic for a fixed seed: one numpy default_rng(seed) draws the bootstrap indices, then (for more
     than 16 prompts) the Monte Carlo swap patterns.
     """
-    if kind not in ("macro", "micro"):
-        raise ValueError(f"kind must be 'macro' or 'micro', got {kind!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    check_resampling(kind, level, n_resamples)
     _, table = _paired_arrays(a, b)
     s_a, t_a, s_b, t_b = table.T
     n = len(table)

@@ -251,6 +251,16 @@ class TauInterval(NamedTuple):
     high: float
 
 
+def check_resampling(kind: str, level: float, n_resamples: int) -> None:
+    """Argument checks shared by the resampling statistics here and in compare.py."""
+    if kind not in ("macro", "micro"):
+        raise ValueError(f"kind must be 'macro' or 'micro', got {kind!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+
+
 def bootstrap_tau_ci(counts: AcceptanceCounts, n_resamples: int = 10_000, seed: int = 0,
                      level: float = 0.95, kind: str = "macro") -> TauInterval:
     """Percentile bootstrap interval for tau, resampling *prompts* with replacement.
@@ -260,12 +270,7 @@ def bootstrap_tau_ci(counts: AcceptanceCounts, n_resamples: int = 10_000, seed: 
     recomputes tau_micro (sum committed / sum steps over the drawn prompts). Deterministic for a fixed seed
     (numpy default_rng; prompts taken in sorted id order).
     """
-    if kind not in ("macro", "micro"):
-        raise ValueError(f"kind must be 'macro' or 'micro', got {kind!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    check_resampling(kind, level, n_resamples)
     if not counts.per_prompt:
         raise ValueError("no prompts recorded; cannot bootstrap tau")
     ordered = [counts.per_prompt[pid] for pid in sorted(counts.per_prompt)]
