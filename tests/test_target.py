@@ -120,3 +120,26 @@ def test_chunked_tap_pass_matches_one_forward(test_bed, kind):
     torch.testing.assert_close(chunked.taps, whole.taps, rtol=1e-4, atol=1e-4)
     assert torch.equal(chunked.greedy, whole.greedy)
     assert target.tap_passes == 2  # a chunked pass is still one pass
+
+
+def test_cpu_runs_do_not_advise_installing_flash_linear_attention():
+    """On CPU the Gated-DeltaNet torch fallback is the right kernel; transformers' advice to install fla (which
+    would make a CPU run crash) is dropped. The check runs in a fresh process: the warning is emitted once."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from dflash_eval import demo\n"
+        "from dflash_eval.target import load_target\n"
+        "target = load_target(str(demo.target_path()), device='cpu', dtype='float32')\n"
+        "target.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]))\n"
+        "print('forward ok')\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("TRANSFORMERS_VERBOSITY", None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "forward ok" in done.stdout
+    assert "falling back to its reference PyTorch implementation" not in done.stderr
