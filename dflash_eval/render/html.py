@@ -272,19 +272,26 @@ def _histogram_chart(drafters: list[dict]) -> str:
     with _rc():
         size = max((len(d["metrics"]["histogram"]) for d in drafters), default=1)
         fig, (ax,) = _figure(min(11.5, max(6.0, 0.2 * size * max(len(drafters), 1) + 2)), 3.0)
-        n = max(len(drafters), 1)
-        width = 0.8 / n
-        for k, d in enumerate(drafters):
-            counts = d["metrics"]["histogram"]
-            total = sum(counts) or 1
-            ax.bar([i + (k - (n - 1) / 2) * width for i in range(len(counts))], [c / total for c in counts],
-                   width * 0.95, color=d["color"], label=_label(d["name"]))
-        ax.set_xticks(range(size))
-        ax.set_xlabel("accepted length n (drafted tokens accepted per step; tokens committed = n + 1)")
-        ax.set_ylabel("share of steps")
-        ax.set_title("acceptance-length histogram")
-        ax.legend(loc="upper center")
+        series = []
+        for d in drafters:
+            total = sum(d["metrics"]["histogram"]) or 1
+            series.append(([c / total for c in d["metrics"]["histogram"]], d["color"], d["name"]))
+        _share_bars(ax, series, size, "accepted length n (drafted tokens accepted per step; tokens committed = n + 1)",
+                    "acceptance-length histogram")
         return _svg(fig, "hist")
+
+
+def _share_bars(ax, series: list[tuple[list[float], str, str]], size: int, xlabel: str, title: str) -> None:
+    """Grouped bars of shares of steps per accepted length, one colour per (shares, colour, name) series."""
+    width = 0.8 / max(len(series), 1)
+    for k, (shares, color, name) in enumerate(series):
+        offset = (k - (len(series) - 1) / 2) * width
+        ax.bar([i + offset for i in range(len(shares))], shares, width * 0.95, color=color, label=_label(name))
+    ax.set_xticks(range(size))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("share of steps")
+    ax.set_title(title)
+    ax.legend(loc="upper center")
 
 
 def _prompt_chart(drafters: list[dict], per_prompt: dict[str, dict[str, float]]) -> str:
@@ -366,14 +373,8 @@ def _diff_slot_chart(slots: dict) -> str:
 def _diff_histogram_chart(hist: dict, name_a: str, name_b: str) -> str:
     with _rc():
         fig, (ax,) = _figure(9.0, 2.8)
-        size = len(hist["a"])
-        ax.bar([i - 0.2 for i in range(size)], hist["a"], 0.38, color=PALETTE[0], label=_label(f"A: {name_a}"))
-        ax.bar([i + 0.2 for i in range(size)], hist["b"], 0.38, color=PALETTE[1], label=_label(f"B: {name_b}"))
-        ax.set_xticks(range(size))
-        ax.set_xlabel("accepted length n")
-        ax.set_ylabel("share of steps")
-        ax.set_title("acceptance-length histogram, A vs B")
-        ax.legend(loc="upper center")
+        _share_bars(ax, [(hist["a"], PALETTE[0], f"A: {name_a}"), (hist["b"], PALETTE[1], f"B: {name_b}")],
+                    len(hist["a"]), "accepted length n", "acceptance-length histogram, A vs B")
         return _svg(fig, "dhist")
 
 
