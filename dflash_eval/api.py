@@ -53,6 +53,9 @@ class RunOptions:
     cache_dir: Path | None = field(default_factory=default_cache_dir)
     responses: Path | None = None
     kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
+    # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
+    semantics: list[str] = field(default_factory=list)
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -89,6 +92,26 @@ def split_name(value: str) -> tuple[str, str | None]:
 def _thinking_default(model_type: str) -> bool:
     # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
     return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_next")
+
+
+def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
+    """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
+    from .semantics import SEMANTICS
+
+    by_name: dict[str, str] = {}
+    for value in overrides:
+        name, sep, rules = value.rpartition("=")
+        if rules not in SEMANTICS:
+            raise InputError(None, f"--semantics {value!r}: unknown rules {rules!r} (choose from {', '.join(SEMANTICS)})")
+        names = [e.name for e in entries]
+        if sep and name not in names:
+            raise InputError(None, f"--semantics {value!r}: no drafter named {name!r} (drafters: {', '.join(names)})")
+        for entry in entries:
+            if not sep or entry.name == name:
+                by_name[entry.name] = rules
+    for entry in entries:
+        if entry.name in by_name:
+            entry.spec = entry.spec.with_semantics(by_name[entry.name], f"override: --semantics {by_name[entry.name]}")
 
 
 def _git_sha() -> str | None:
@@ -176,6 +199,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
+    apply_semantics_overrides(entries, options.semantics)
     prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
     thinking = _thinking_default(model_type) if options.thinking is None else options.thinking
@@ -186,6 +210,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
         "prompts": [[p.id, p.text, p.set] for p in prompts], "device": options.device, "dtype": options.dtype,
         "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
         "tap_chunk": options.tap_chunk,
+        "semantics": {e.name: e.spec.semantics for e in entries},
     }
     done_rows = prepare_out_dir(options.out, settings_hash(settings))
 
@@ -373,7 +398,17 @@ def _counts(prompt_id: str, block_size: int, walk_n: list[int], drafted: list[in
     return counts
 
 
+def check_committed(prompt_id: str, name: str, accept_lengths: list[int], continuation_len: int) -> None:
+    """The invariant of z-lab's accounting, checked on every row: the steps commit every continuation token
+    but the first (which the prefill produced)."""
+    expected = max(continuation_len - 1, 0)
+    if sum(accept_lengths) != expected:
+        raise RuntimeError(f"internal error: prompt {prompt_id}, drafter {name}: the walk commits "
+                           f"{sum(accept_lengths)} tokens, the continuation has {expected} after the first")
+
+
 def _row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: list[int], agree) -> dict[str, Any]:
+    check_committed(prompt.id, name, result.walk_accept_lengths, len(cont))
     walk_n = [n - 1 for n in result.walk_accept_lengths]
     index = {a: i for i, a in enumerate(result.anchors)}
     return {
@@ -387,6 +422,7 @@ def _row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: list[int],
 
 
 def _live_row(prompt: Prompt, name: str, B: int, live, p_len: int, cont: list[int], agree) -> dict[str, Any]:
+    check_committed(prompt.id, name, live.walk_accept_lengths, len(live.continuation))
     walk_n = [n - 1 for n in live.walk_accept_lengths]
     return {
         "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from .checkpoints import TargetInfo
-from .spec import DrafterSpec, LayerAttention
+from .semantics import FORMAT_SEMANTICS, AttentionConfig, Scales, apply_semantics
+from .spec import DrafterSpec
 
 
 def design_spec(
@@ -34,57 +35,79 @@ def design_spec(
     sliding_layers: int = 0,
     rope_theta: float = 1_000_000.0,
     draft_vocab_size: int | None = None,
+    fmt: str = "speculators",
+    is_causal: bool | None = None,
+    sliding_window_non_causal: bool | None = None,
+    scales: Scales | None = None,
 ) -> DrafterSpec:
-    """A new drafter for `target` (z-lab-style defaults: taps spread from 1 to L-3)."""
+    """A new drafter for `target` (z-lab-style defaults: taps spread from 1 to L-3).
+
+    Its layers follow the rules of `fmt` (semantics.py): the first `sliding_layers` layers are sliding,
+    with a window measured from the anchor (speculators) or from the query (z-lab); `is_causal` (z-lab)
+    and `sliding_window_non_causal` (speculators) are written as those keys."""
     if taps is None:
         n, last = min(5, max(1, target.num_layers - 2)), max(1, target.num_layers - 3)
         taps = sorted({round(1 + i * (last - 1) / max(1, n - 1)) for i in range(n)})
-    layers = tuple(
-        LayerAttention("sliding", sliding_window, True) if i < sliding_layers else LayerAttention("full", None, False)
-        for i in range(num_layers)
-    )
-    return DrafterSpec(
-        format="zlab", path="", num_layers=num_layers, hidden_size=target.hidden_size,
+    attention = AttentionConfig(
+        layer_types=tuple("sliding_attention" if i < sliding_layers else "full_attention" for i in range(num_layers)),
+        sliding_window=sliding_window if sliding_layers else None,
+        declared_window=sliding_window if sliding_layers else None,
+        use_sliding_window=bool(sliding_layers), is_causal=is_causal,
+        sliding_window_non_causal=sliding_window_non_causal, format=fmt)
+    if sliding_layers and sliding_window is None:
+        raise ValueError("sliding_layers needs a sliding_window")
+    spec = DrafterSpec(
+        format=fmt, path="", num_layers=num_layers, hidden_size=target.hidden_size,
         target_hidden_size=target.hidden_size, intermediate_size=intermediate_size or 3 * target.hidden_size,
         num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads, head_dim=head_dim,
         rms_norm_eps=1e-6, attention_bias=False, vocab_size=target.vocab_size,
         draft_vocab_size=draft_vocab_size or target.vocab_size, taps=tuple(taps),
         num_target_layers=target.num_layers, block_size=block_size, mask_token_id=mask_token_id,
-        layers=layers, causality_source="designed", rope={"rope_type": "default", "rope_theta": rope_theta},
+        layers=(), causality_source="designed", rope={"rope_type": "default", "rope_theta": rope_theta},
         max_position_embeddings=32768, embedding_source="target", lm_head_source="target",
         has_d2t=draft_vocab_size is not None and draft_vocab_size != target.vocab_size,
+        attention_config=attention, scales=scales or Scales(),
     )
+    return apply_semantics(spec, FORMAT_SEMANTICS[fmt], f"format default ({fmt} checkpoint)")
+
+
+def _attention(spec: DrafterSpec) -> AttentionConfig:
+    if spec.attention_config is None:
+        raise ValueError("spec has no attention config to write (build it with design_spec or read_spec)")
+    return spec.attention_config
 
 
 def _body_config(spec: DrafterSpec) -> dict[str, Any]:
-    sliding = [layer for layer in spec.layers if layer.kind == "sliding"]
-    return {
+    attention = _attention(spec)
+    body = {
         "hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_layers, "num_attention_heads": spec.num_attention_heads,
         "num_key_value_heads": spec.num_key_value_heads, "head_dim": spec.head_dim,
         "rms_norm_eps": spec.rms_norm_eps, "attention_bias": spec.attention_bias, "hidden_act": "silu",
         "vocab_size": spec.vocab_size, "max_position_embeddings": spec.max_position_embeddings,
         "rope_parameters": dict(spec.rope),
-        "layer_types": ["sliding_attention" if layer.kind == "sliding" else "full_attention" for layer in spec.layers],
-        "use_sliding_window": bool(sliding),
-        "sliding_window": sliding[0].window if sliding else None,
+        "layer_types": list(attention.layer_types),
+        "use_sliding_window": bool(attention.use_sliding_window),
+        "sliding_window": attention.declared_window,
         "tie_word_embeddings": False,
     }
+    if attention.is_causal is not None:
+        body["is_causal"] = attention.is_causal
+    for key in ("input_embedding_scale", "output_multiplier", "final_logit_softcapping"):
+        if getattr(spec.scales, key) is not None:
+            body[key] = getattr(spec.scales, key)
+    return body
 
 
 def zlab_config(spec: DrafterSpec) -> dict[str, Any]:
-    config = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_body_config(spec),
-              "num_target_layers": spec.num_target_layers,
-              "dflash_config": {"mask_token_id": spec.mask_token_id, "target_layer_ids": list(spec.taps),
-                                "block_size": spec.block_size}}
-    causal = {layer.causal_in_block for layer in spec.layers if layer.kind == "sliding"}
-    if causal:
-        config["is_causal"] = causal.pop()
-    return config
+    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_body_config(spec),
+            "num_target_layers": spec.num_target_layers,
+            "dflash_config": {"mask_token_id": spec.mask_token_id, "target_layer_ids": list(spec.taps),
+                              "block_size": spec.block_size}}
 
 
 def speculators_config(spec: DrafterSpec, verifier: str | None = None) -> dict[str, Any]:
-    causal = {layer.causal_in_block for layer in spec.layers if layer.kind == "sliding"}
+    attention = _attention(spec)
     return {
         "speculators_model_type": "dflash", "architectures": ["DFlashDraftModel"],
         "transformer_layer_config": {"model_type": "qwen3", **_body_config(spec)},
@@ -92,7 +115,7 @@ def speculators_config(spec: DrafterSpec, verifier: str | None = None) -> dict[s
         "target_hidden_size": spec.target_hidden_size,
         "aux_hidden_state_layer_ids": list(spec.speculators_taps),
         "mask_token_id": spec.mask_token_id,
-        "sliding_window_non_causal": not causal.pop() if causal else False,
+        "sliding_window_non_causal": bool(attention.sliding_window_non_causal),
         "speculators_config": {
             "algorithm": "dflash", "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": spec.block_size - 1}],
@@ -122,6 +145,12 @@ def save_checkpoint(
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()
                if k not in BODY_EXCLUDED and not k.startswith("rotary.")}
+    written = as_format(spec, fmt)
+    if written.layers != spec.layers:
+        # the keys of `fmt` read under its own rules would give other masks: refuse to write a checkpoint
+        # that every reader would evaluate differently from how it was built (or trained)
+        raise ValueError(f"this drafter's attention ({spec.semantics} rules) reads differently as a {fmt} "
+                         f"checkpoint: {spec.layers} vs {written.layers}")
     if fmt == "zlab":
         config = zlab_config(spec)
     elif fmt == "speculators":
@@ -147,5 +176,7 @@ def save_checkpoint(
 def as_format(spec: DrafterSpec, fmt: str) -> DrafterSpec:
     """The spec that reading a checkpoint written with `save_checkpoint(..., fmt)` will produce."""
     own = fmt == "speculators"
-    return replace(spec, format=fmt, embedding_source="checkpoint" if own else "target",
-                   lm_head_source="checkpoint" if own else "target")
+    attention = replace(_attention(spec), format=fmt)
+    moved = replace(spec, format=fmt, embedding_source="checkpoint" if own else "target",
+                    lm_head_source="checkpoint" if own else "target", attention_config=attention)
+    return apply_semantics(moved, FORMAT_SEMANTICS[fmt], f"format default ({fmt} checkpoint)")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, read_json_object
-from .spec import DrafterSpec, LayerAttention
+from .semantics import FORMAT_SEMANTICS, AttentionConfig, Scales, apply_semantics
+from .spec import DrafterSpec
 
 CONFIG_NAME = "config.json"
 SINGLE_WEIGHTS = "model.safetensors"
@@ -31,7 +32,9 @@ INDEX_WEIGHTS = "model.safetensors.index.json"
 # Weights a speculators checkpoint may carry for training only; never used at inference.
 TRAINING_ONLY_WEIGHTS = ("verifier_norm.weight", "verifier_lm_head.weight", "t2d")
 
-ZLAB_DFLASH_KEYS = {"mask_token_id", "target_layer_ids", "block_size"}
+# dflash_config keys z-lab's `_draft_value` reads (and vLLM's `causal`); anything else there is refused by name
+ZLAB_DFLASH_KEYS = {"mask_token_id", "target_layer_ids", "block_size", "input_embedding_scale", "output_multiplier",
+                    "final_logit_softcapping", "causal"}
 SPECULATORS_KEYS = {
     "speculators_model_type", "speculators_version", "speculators_config", "architectures",
     "transformer_layer_config", "draft_vocab_size", "block_size", "target_hidden_size",
@@ -169,24 +172,72 @@ def _require(config: dict[str, Any], key: str, path: Path, where: str = "") -> A
     return config[key]
 
 
-def _layer_kinds(body: dict[str, Any], num_layers: int, path: Path) -> list[str]:
-    """Per-layer attention kind, following HF Qwen3's rules for configs without `layer_types`."""
-    use_sliding = bool(body.get("use_sliding_window", body.get("layer_types") is not None))
+def attention_config(body: dict[str, Any], num_layers: int, path: Path, fmt: str,
+                     dflash: dict[str, Any] | None = None) -> AttentionConfig:
+    """The attention keys, normalized exactly as both references normalize them: through HF `Qwen3Config`
+    (z-lab builds its drafter from one, speculators builds `transformer_layer_config` into one). So
+    `use_sliding_window` false or missing nulls the window, a missing `layer_types` follows
+    `max_window_layers`, and a missing `sliding_window` with `use_sliding_window: true` is HF's default."""
+    from transformers import Qwen3Config  # local import: keeps `inspect --help` fast
+
     types = body.get("layer_types")
-    if types is None:
-        start = body.get("max_window_layers", num_layers)
-        types = ["sliding_attention" if use_sliding and i >= start else "full_attention" for i in range(num_layers)]
-    if len(types) != num_layers:
-        raise InputError(path, f"layer_types has {len(types)} entries for {num_layers} layers")
-    kinds = []
-    for kind in types:
-        if kind not in ("full_attention", "sliding_attention"):
-            raise InputError(path, f"config key 'layer_types' has attention kind {kind!r}, which dflash-eval does not implement")
-        # use_sliding_window=false means no window anywhere (primer section 4)
-        kinds.append("sliding" if kind == "sliding_attention" and body.get("use_sliding_window", True) else "full")
-    if "sliding" in kinds and not body.get("sliding_window"):
-        raise InputError(path, "layer_types has sliding layers but sliding_window is not set")
-    return kinds
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise InputError(path, f"config key 'layer_types' has {len(types) if isinstance(types, list) else '?'} "
+                                   f"entries for {num_layers} layers")
+        for kind in types:
+            if kind not in ("full_attention", "sliding_attention"):
+                raise InputError(path, f"config key 'layer_types' has attention kind {kind!r}, which dflash-eval "
+                                       "does not implement")
+    window = body.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise InputError(path, f"config key 'sliding_window'={window!r} is not a positive integer")
+    keys = {k: body[k] for k in ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
+            if k in body}
+    hf = Qwen3Config(num_hidden_layers=num_layers, **keys)
+    layer_types = tuple(hf.layer_types) if hf.layer_types is not None else ("full_attention",) * num_layers
+    flags = {}
+    for key, where in (("is_causal", body), ("sliding_window_non_causal", body)):
+        value = where.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise InputError(path, f"config key {key!r}={value!r} is not true/false")
+        flags[key] = value
+    dflash_causal = (dflash or {}).get("causal")
+    if dflash_causal is not None and not isinstance(dflash_causal, bool):
+        raise InputError(path, f"config key 'dflash_config.causal'={dflash_causal!r} is not true/false")
+    return AttentionConfig(layer_types=layer_types, sliding_window=hf.sliding_window, declared_window=window,
+                           use_sliding_window=body.get("use_sliding_window"), is_causal=flags["is_causal"],
+                           sliding_window_non_causal=flags["sliding_window_non_causal"],
+                           dflash_causal=dflash_causal, format=fmt)
+
+
+# Keys of architectures dflash-eval does not implement: refused by name, never ignored.
+UNSUPPORTED_KEYS = {
+    "conv_kernel_size": "DFlash2 grouped dynamic convolutions", "conv_group_size": "DFlash2 grouped dynamic convolutions",
+    "selector_rank": "DFlash2 candidate selector", "selector_top_k": "DFlash2 candidate selector",
+    "use_swa": "vLLM's all-layers sliding-window switch", "swa_window_size": "vLLM's sliding-window override",
+}
+
+
+def _refuse_architectures(*sections: dict[str, Any], path: Path, prefix: str = "") -> None:
+    for section, where in zip(sections, ("", "dflash_config.")):
+        for key in section:
+            if key in UNSUPPORTED_KEYS:
+                raise InputError(path, f"config key '{prefix}{where}{key}' ({UNSUPPORTED_KEYS[key]}) is not supported "
+                                       "by dflash-eval")
+            if "sink" in key.lower():
+                raise InputError(path, f"config key '{prefix}{where}{key}' (attention sinks) is not supported by dflash-eval")
+
+
+def _scales(config: dict[str, Any], dflash: dict[str, Any], path: Path) -> Scales:
+    """z-lab's `_draft_value`: dflash_config first, then the top level."""
+    values = {}
+    for key in ("input_embedding_scale", "output_multiplier", "final_logit_softcapping"):
+        value = dflash.get(key, config.get(key))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(path, f"config key {key!r}={value!r} is not a number")
+        values[key] = None if value is None else float(value)
+    return Scales(**values)
 
 
 def _refuse_unimplemented(body: dict[str, Any], path: Path) -> None:
@@ -226,56 +277,85 @@ def _body_spec_fields(body: dict[str, Any], path: Path, where: str) -> dict[str,
     )
 
 
-def _layers(kinds: list[str], window: int | None, causal_sliding: bool) -> tuple[LayerAttention, ...]:
-    return tuple(
-        LayerAttention(kind=kind, window=int(window) if kind == "sliding" else None,
-                       causal_in_block=causal_sliding if kind == "sliding" else False)
-        for kind in kinds
-    )
+def zlab_default_taps(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's `build_target_layer_ids`: the taps a config without `target_layer_ids` gets."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    return [round(start + (i * (end - start)) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+def _format_default(spec: DrafterSpec) -> DrafterSpec:
+    semantics = FORMAT_SEMANTICS[spec.format]
+    return apply_semantics(spec, semantics, f"format default ({spec.format} checkpoint)")
 
 
 def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, TensorMeta]) -> DrafterSpec:
     path = directory / CONFIG_NAME
     dflash = config.get("dflash_config") or {}
+    if not isinstance(dflash, dict):
+        raise InputError(path, "config key 'dflash_config' is not an object")
+    _refuse_architectures(config, dflash, path=path)
+    if "DFlash2DraftModel" in (config.get("architectures") or []):
+        raise InputError(path, "config key 'architectures'=DFlash2DraftModel (DFlash2) is not supported by dflash-eval")
     unknown = sorted(set(dflash) - ZLAB_DFLASH_KEYS)
     if unknown:
         raise InputError(path, f"config key 'dflash_config.{unknown[0]}' is not implemented by dflash-eval")
     _refuse_unimplemented(config, path)
     fields = _body_spec_fields(config, path, "")
-    taps = dflash.get("target_layer_ids")
-    if not taps:
-        raise InputError(path, "missing config key 'dflash_config.target_layer_ids'")
-    block_size = dflash.get("block_size", config.get("block_size"))  # nested (newer) wins
+    notes: list[str] = []
+
+    def draft_value(name: str) -> Any:  # z-lab's _draft_value: dflash_config first, then the top level
+        return dflash.get(name, config.get(name))
+
+    taps = draft_value("target_layer_ids")
+    if taps is None:
+        if config.get("num_target_layers") is None:
+            raise InputError(path, "missing config key 'dflash_config.target_layer_ids' (and no num_target_layers "
+                                   "for z-lab's default rule)")
+        taps = zlab_default_taps(int(config["num_target_layers"]), fields["num_layers"])
+        notes.append(f"target_layer_ids absent: z-lab's default rule gives {taps}")
+    if not isinstance(taps, list) or not taps or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
+        raise InputError(path, f"config key 'target_layer_ids'={taps!r} is not a non-empty list of integers")
+    block_size = draft_value("block_size")
     if block_size is None:
-        raise InputError(path, "missing config key 'block_size' (checked top level and dflash_config)")
-    mask_id = dflash.get("mask_token_id")
+        block_size = 16
+        notes.append("block_size absent: z-lab's default 16")
+    mask_id = draft_value("mask_token_id")
     if mask_id is None:
         raise InputError(path, "missing config key 'dflash_config.mask_token_id'")
-    kinds = _layer_kinds(config, fields["num_layers"], path)
-    if isinstance(config.get("is_causal"), bool):
-        causal, why = config["is_causal"], "config key is_causal (sliding layers); full layers bidirectional"
-    else:
-        causal, why = True, "default: sliding layers causal in block (vLLM, speculators, later z-lab); full layers bidirectional"
-    return DrafterSpec(
+    attention = attention_config(config, fields["num_layers"], path, "zlab", dflash)
+    if attention.dflash_causal is not None:
+        notes.append(f"dflash_config.causal={attention.dflash_causal}: read by vLLM only (not by z-lab's code)")
+    spec = DrafterSpec(
         format="zlab", path=str(directory), **fields,
         target_hidden_size=fields["hidden_size"],
         draft_vocab_size=fields["vocab_size"],
         taps=tuple(int(t) for t in taps),
         num_target_layers=config.get("num_target_layers"),
         block_size=int(block_size), mask_token_id=int(mask_id),
-        layers=_layers(kinds, config.get("sliding_window"), causal), causality_source=why,
+        layers=(), causality_source="",
         embedding_source="target", lm_head_source="target", has_d2t=False,
+        attention_config=attention, scales=_scales(config, dflash, path), config_notes=tuple(notes),
     )
+    return _format_default(spec)
 
 
 def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict[str, TensorMeta]) -> DrafterSpec:
     path = directory / CONFIG_NAME
+    _refuse_architectures(config, path=path)
     unknown = sorted(set(config) - SPECULATORS_KEYS)
     if unknown:
         raise InputError(path, f"config key {unknown[0]!r} is not implemented by dflash-eval")
     if config.get("sample_from_anchor"):
         raise InputError(path, "config key 'sample_from_anchor'=true is not implemented (slot 0 would be a prediction)")
     body = _require(config, "transformer_layer_config", path)
+    if not isinstance(body, dict):
+        raise InputError(path, "config key 'transformer_layer_config' is not an object")
+    _refuse_architectures(body, path=path, prefix="transformer_layer_config.")
+    if body.get("model_type", "qwen3") != "qwen3":
+        raise InputError(path, f"config key 'transformer_layer_config.model_type'={body['model_type']!r} is not "
+                               "supported (dflash-eval implements the Qwen3 drafter layer)")
     _refuse_unimplemented(body, path)
     fields = _body_spec_fields(body, path, "transformer_layer_config.")
     aux = _require(config, "aux_hidden_state_layer_ids", path)
@@ -285,25 +365,31 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     if spec_tokens is not None and spec_tokens not in (block_size - 1, block_size):
         raise InputError(path, f"speculators_config speculative_tokens={spec_tokens} matches neither block_size-1 nor block_size ({block_size})")
     verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
-    kinds = _layer_kinds(body, fields["num_layers"], path)
-    non_causal = bool(config.get("sliding_window_non_causal", False))
-    why = ("config key sliding_window_non_causal" if "sliding_window_non_causal" in config
-           else "default: sliding_window_non_causal=false") + "; full layers bidirectional"
+    flags = dict(body)  # a body is_causal (a converted z-lab config) is read only under z-lab / vLLM rules
+    flags["sliding_window_non_causal"] = config.get("sliding_window_non_causal")
+    attention = attention_config(flags, fields["num_layers"], path, "speculators")
+    notes = [f"transformer_layer_config.{key}={body[key]!r}: read by z-lab's code only, ignored under speculators rules"
+             for key in ("is_causal", "input_embedding_scale", "output_multiplier", "final_logit_softcapping")
+             if body.get(key) is not None]
     has_d2t = "d2t" in weights
     draft_vocab = int(config.get("draft_vocab_size") or fields["vocab_size"])
     ignored = tuple(name for name in TRAINING_ONLY_WEIGHTS if name in weights)
-    return DrafterSpec(
+    spec = DrafterSpec(
         format="speculators", path=str(directory), **fields,
         target_hidden_size=int(config.get("target_hidden_size") or fields["hidden_size"]),
         draft_vocab_size=draft_vocab,
         taps=tuple(int(k) - 1 for k in aux),
         num_target_layers=None,
         block_size=block_size, mask_token_id=int(_require(config, "mask_token_id", path)),
-        layers=_layers(kinds, body.get("sliding_window"), not non_causal), causality_source=why,
+        layers=(), causality_source="",
         embedding_source="checkpoint" if "embed_tokens.weight" in weights else "target",
         lm_head_source="checkpoint" if "lm_head.weight" in weights else "target",
         has_d2t=has_d2t, verifier=verifier, ignored_weights=ignored,
+        attention_config=attention,
+        # a converted z-lab checkpoint carries z-lab's keys in its body: kept, applied only under z-lab rules
+        scales=_scales(body, {}, path), config_notes=tuple(notes),
     )
+    return _format_default(spec)
 
 
 # ---------------------------------------------------------------------------------------------------

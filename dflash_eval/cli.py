@@ -50,12 +50,13 @@ def root() -> None:
 def inspect(
     drafter: str = typer.Argument(..., help="Drafter checkpoint folder (z-lab or speculators format) or HF cache name."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target folder or HF cache name, for the checks that need it."),
+    semantics: Optional[str] = typer.Option(None, "--semantics", help="Show the drafter under these rules (zlab, speculators or vllm) instead of its format's."),
 ) -> None:
     """Show the normalized drafter spec and every validation result. Run this first when numbers look wrong."""
     from .inspection import inspect_drafter
     from .render.terminal import render_inspection
 
-    result = inspect_drafter(drafter, target)
+    result = inspect_drafter(drafter, target, semantics)
     render_inspection(stdout_console(), result)
     if result.failed:
         first = result.failed[0]
@@ -89,6 +90,11 @@ class RichReporter:
         self.progress.stop()
 
 
+SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
+                  "(its training mask) or vllm; RULES for every drafter or NAME=RULES for one; repeatable. "
+                  "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
+
+
 @app.command()
 @reports_input_errors
 def run(
@@ -111,6 +117,7 @@ def run(
     html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end."),
     kernels: str = typer.Option("auto", "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0)."),
+    semantics: list[str] = typer.Option([], "--semantics", help=SEMANTICS_HELP),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
@@ -125,7 +132,7 @@ def run(
                          limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
                          final_block=final_block, anchor_batch=anchor_batch, tap_chunk=tap_chunk, device=device, dtype=dtype,
                          cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed or 0, kernels=kernels,
-                         prompt_seed=seed,
+                         prompt_seed=seed, semantics=list(semantics),
                          argv=["dflash-eval", *sys.argv[1:]])
     try:
         result = evaluate(options, reporter)
@@ -214,6 +221,7 @@ def doctor(
     dtype: str = typer.Option("auto", "--dtype"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
     seed: int = typer.Option(0, "--seed"),
+    semantics: list[str] = typer.Option([], "--semantics", help=SEMANTICS_HELP),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -228,7 +236,7 @@ def doctor(
     reporter = RichReporter(console)
     options = RunOptions(drafters=[drafter], out=out or Path("."), target=target, prompts=prompts, limit=limit,
                          max_new_tokens=max_new_tokens, thinking=thinking, device=device, dtype=dtype,
-                         cache_dir=cache_dir or default_cache_dir(), seed=seed)
+                         cache_dir=cache_dir or default_cache_dir(), seed=seed, semantics=list(semantics))
     try:
         result = run_doctor(options, reporter)
     finally:

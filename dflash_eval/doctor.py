@@ -16,6 +16,8 @@ many cheap drafter passes) and compares each with the configuration, paired over
 | block positions +1      | block position ids offset from the context's (a uniform offset of    |
 |                         | all positions is invisible to RoPE, so only a relative one matters)  |
 | taps through final norm | trained on post-norm states (double norm)                           |
+| other rules (zlab /     | trained under another reference's attention rules (window from the  |
+| speculators / vllm)     | anchor vs the query, per-layer causality, z-lab's scale keys)        |
 
 Static checks come first: captured taps all zero, constant or non-finite (the hybrid-extraction bug)
 stop doctor before any drafter runs; the MASK embedding row must exist, be non-zero and not look like an
@@ -69,6 +71,18 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         layers = tuple(LayerAttention("full", None, layer.causal_in_block) for layer in spec.layers)
         variants.append(Variant("sliding windows off", "trained with full attention where the config has windows",
                                 spec=replace(spec, layers=layers)))
+    if spec.attention_config is not None:
+        from .semantics import SEMANTICS
+
+        for rules in SEMANTICS:
+            if rules == spec.semantics:
+                continue
+            other = spec.with_semantics(rules, f"doctor variant: evaluated with {rules} rules")
+            if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap) != (
+                    spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap):
+                variants.append(Variant(f"{rules} rules (--semantics {rules})",
+                                        f"trained under {rules}'s attention rules, not the {spec.semantics} rules "
+                                        f"its {spec.format} format implies", spec=other))
     variants.append(Variant("block positions +1", "trained with block position ids offset by one from the context's",
                             block_offset=1))
     variants.append(Variant("taps through final norm", "trained on post-norm target states (double norm)", final_norm=True))
@@ -193,7 +207,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     """Load, capture once per prompt, check, replay every variant, summarize (the `doctor` command).
 
     `options` is an api.RunOptions with exactly one drafter."""
-    from .api import Reporter, _continuations, resolve_drafters
+    from .api import Reporter, _continuations, apply_semantics_overrides, resolve_drafters
     from .checkpoints import checked_spec, weight_files
     from .continuations import prompt_ids
     from .drafter import load_drafter
@@ -207,6 +221,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     entry = entries[0]
     info = target_info(target_path)
     entry.spec, _ = checked_spec(entry.path, info)
+    apply_semantics_overrides(entries, options.semantics)
     prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     thinking = bool(options.thinking)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)

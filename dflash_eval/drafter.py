@@ -145,11 +145,19 @@ class DFlashDrafter(nn.Module):
         return self._target_tables[key]
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        return self._table("embed_tokens", "embed")(token_ids)
+        """Block embeddings, times z-lab's `input_embedding_scale` when the rules apply it."""
+        embeds = self._table("embed_tokens", "embed")(token_ids)
+        return embeds * self.spec.embedding_scale if self.spec.embedding_scale != 1.0 else embeds
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft vocabulary (the target's, unless a d2t map reduces it)."""
-        return self._table("lm_head", "lm_head")(hidden)
+        """Logits over the draft vocabulary (the target's, unless a d2t map reduces it), with z-lab's
+        `output_multiplier` and `final_logit_softcapping` when the rules apply them (`compute_logits`)."""
+        logits = self._table("lm_head", "lm_head")(hidden)
+        if self.spec.output_multiplier != 1.0:
+            logits = logits * self.spec.output_multiplier
+        if self.spec.logit_softcap is not None:
+            logits = torch.tanh(logits / self.spec.logit_softcap) * self.spec.logit_softcap
+        return logits
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids: target = draft + d2t[draft] (speculators' convention)."""

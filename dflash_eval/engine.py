@@ -11,7 +11,9 @@ End of generation, exactly as the live loop does it:
 - near the length cap (prompt_len + max_new_tokens), z-lab's loop drafts a shorter block of
   min(B, remaining + 1) slots; with bidirectional in-block attention that changes the drafts themselves,
   so it is the default (`shorter_final_block=True`); vLLM keeps full-size blocks (False);
-- acceptance is clipped to the tokens that remain (up to the cap or the stop token that ended y).
+- each step records the tokens it actually *commits*, min(n + 1, tokens left after the anchor), as
+  z-lab's `dflash_generate` does (`produced`): the step that reaches the cap or the stop token that ended
+  y has no bonus token, and a walk's lengths always sum to len(y) - 1 (the prefill commits y[0]).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class DrafterOnPrompt:
     slot_correct: list[list[int]] = field(default_factory=list)  # [anchor][slot 1..B-1]: 1, 0 or NOT_SCORED
     drafts: list[list[int]] = field(default_factory=list)  # drafted target ids, slots 1..L-1
     walk_anchors: list[int] = field(default_factory=list)
-    walk_accept_lengths: list[int] = field(default_factory=list)  # n + 1 per step (tokens committed)
+    walk_accept_lengths: list[int] = field(default_factory=list)  # tokens committed per step: min(n + 1, left)
     walk_drafted: list[int] = field(default_factory=list)  # slots that could count at that step
 
 
@@ -55,18 +57,24 @@ def auto_anchor_batch(seq_len: int, block_size: int, vocab: int, heads: int, bud
     return int(max(1, min(512, budget_bytes // max(per_anchor, 1))))
 
 
+def committed_tokens(n: int, anchor: int, seq_len: int) -> int:
+    """Tokens a step commits: the n accepted drafts plus the bonus, clipped to what is left after the
+    anchor (z-lab's `produced = min(acceptance_length + 1, max_length - start - 1)`, cut at a stop)."""
+    return min(n + 1, seq_len - 1 - anchor)
+
+
 def walk(result: DrafterOnPrompt, seq_len: int) -> None:
-    """a0 = prompt_len, a_{i+1} = a_i + n(a_i) + 1, until every token of the sequence is committed."""
+    """a0 = prompt_len, a_{i+1} = a_i + committed_i, until every token of the sequence is committed."""
     first = result.anchors[0] if result.anchors else result.prompt_len
     a = result.prompt_len
     while a < seq_len - 1:
         index = a - first
-        n = result.accepted[index]
+        committed = committed_tokens(result.accepted[index], a, seq_len)
         scorable = sum(1 for c in result.slot_correct[index] if c != NOT_SCORED)
         result.walk_anchors.append(a)
-        result.walk_accept_lengths.append(n + 1)
+        result.walk_accept_lengths.append(committed)
         result.walk_drafted.append(max(scorable, 1))
-        a += n + 1
+        a += committed
 
 
 @torch.inference_mode()

@@ -43,11 +43,16 @@ def _recorded_target(spec: DrafterSpec) -> Path | None:
         return None
 
 
-def inspect_drafter(drafter: str | Path, target: str | None = None) -> Inspection:
+def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: str | None = None) -> Inspection:
+    from .semantics import SEMANTICS
     from .target import target_info
 
     path = resolve_local_or_cached(str(drafter))
     spec, weights, _ = read_spec(path)
+    if semantics is not None:
+        if semantics not in SEMANTICS:
+            raise InputError(None, f"--semantics {semantics!r}: unknown rules (choose from {', '.join(SEMANTICS)})")
+        spec = spec.with_semantics(semantics, f"override: --semantics {semantics}")
     target_path: Path | None = None
     if target is not None:
         target_path = resolve_local_or_cached(target)

@@ -31,7 +31,7 @@ class LiveResult:
     prompt_len: int
     tokens: list[int]  # prompt + committed continuation
     walk_anchors: list[int] = field(default_factory=list)
-    walk_accept_lengths: list[int] = field(default_factory=list)  # n + 1 per step
+    walk_accept_lengths: list[int] = field(default_factory=list)  # tokens committed per step (z-lab's produced)
     walk_drafted: list[int] = field(default_factory=list)  # slots that could count (inside the output)
     walk_drafts: list[list[int]] = field(default_factory=list)  # drafted target ids per step
     step_seconds: list[float] = field(default_factory=list)
@@ -99,7 +99,7 @@ def live_generate(
             _, _, cache = cached_step(target, torch.tensor(block[: n + 1]), taps, cache)
         _sync(target.device)
         result.walk_anchors.append(a)
-        result.walk_accept_lengths.append(n + 1)
+        result.walk_accept_lengths.append(len(committed))
         result.walk_drafts.append(drafts)
         result.step_seconds.append(time.perf_counter() - started)
         a += n + 1

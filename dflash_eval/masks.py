@@ -5,10 +5,13 @@ slots of A blocks laid end to end (N = sum of block lengths), keys are `[context
 (N rows)]`. One boolean mask of shape [N, C + N] per distinct layer attention then says, for query slot j
 of the block anchored at position a (primer section 2):
 
-- context row p is visible iff p < a (strict: the anchor's own hidden state is never context), and on a
-  sliding layer also p >= a - W;
+- context row p is visible iff p < a (strict: the anchor's own hidden state is never context);
 - keys of the same block are visible (all of them, or only slots <= j when the layer is causal in block);
-- other blocks are never visible.
+- other blocks are never visible;
+- a window W, measured from where the layer's rule says (semantics.py): from the anchor (speculators'
+  training mask: context rows p >= a - W, no window inside the block), or from the query at q = a + j
+  (z-lab's `_attention_mask`, vLLM: key k visible iff q - k < W, and k - q < W when not causal, for
+  context rows and block slots alike).
 
 `anchor_in_context=True` builds the classic train/eval skew (p <= a) on purpose, for the doctor.
 """
@@ -52,11 +55,20 @@ def anchor_block_mask(
     ctx = torch.arange(context_len, device=device)
     a = anchor_of[:, None]
     visible_ctx = ctx[None, :] <= a if anchor_in_context else ctx[None, :] < a
-    if attention.window is not None:
-        visible_ctx &= ctx[None, :] >= a - attention.window
     same_block = block_of[:, None] == block_of[None, :]
     if attention.causal_in_block:
         same_block &= slot_of[None, :] <= slot_of[:, None]
+    if attention.window is not None:
+        W = attention.window
+        if attention.window_from == "query":
+            q = (anchor_of + slot_of)[:, None]
+            visible_ctx &= q - ctx[None, :] < W  # context rows are always before the query
+            offset = slot_of[:, None] - slot_of[None, :]  # q - k inside the block
+            same_block &= offset < W
+            if not attention.causal_in_block:
+                same_block &= -offset < W
+        else:
+            visible_ctx &= ctx[None, :] >= a - W
     return torch.cat([visible_ctx, same_block], dim=1)
 
 

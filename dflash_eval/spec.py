@@ -18,17 +18,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from .semantics import AttentionConfig, Scales
+
 Format = Literal["zlab", "speculators"]
 Source = Literal["target", "checkpoint"]
 
 
 @dataclass(frozen=True)
 class LayerAttention:
-    """How one drafter layer attends."""
+    """How one drafter layer attends (derived from the checkpoint's keys under one rule set: semantics.py)."""
 
     kind: Literal["full", "sliding"]
-    window: int | None  # context positions p visible iff anchor - window <= p < anchor; None on full layers
+    window: int | None  # W, or None: no window on this layer
     causal_in_block: bool  # slot j sees own-block slots <= j (True) or all slots (False)
+    # "anchor" (speculators): context rows a - W <= p < a, no window inside the block;
+    # "query" (z-lab, vLLM): key k visible iff q - k < W (and k - q < W when not causal), inside the block too
+    window_from: Literal["anchor", "query"] = "anchor"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,15 @@ class DrafterSpec:
     has_d2t: bool  # draft id -> target id mapping present (reduced draft vocabulary)
     verifier: str | None = None  # speculators' verifier.name_or_path, if recorded
     ignored_weights: tuple[str, ...] = field(default=())  # present but training-only (never used)
+    # Which reference's rules `layers` and the scales follow (semantics.py), and who chose them.
+    semantics: str = "speculators"
+    semantics_source: str = "designed"
+    attention_config: AttentionConfig | None = None  # the raw keys `layers` were derived from
+    scales: Scales = field(default_factory=Scales)  # z-lab's scale/cap keys as declared
+    embedding_scale: float = 1.0  # block embeddings x this (z-lab input_embedding_scale)
+    output_multiplier: float = 1.0  # logits x this (z-lab output_multiplier)
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (z-lab final_logit_softcapping)
+    config_notes: tuple[str, ...] = field(default=())  # keys read with a default or ignored under the rules
 
     @property
     def speculators_taps(self) -> tuple[int, ...]:
@@ -83,6 +97,12 @@ class DrafterSpec:
             for layer in self.layers
         )
         return replace(self, layers=layers, causality_source=why)
+
+    def with_semantics(self, semantics: str, why: str) -> "DrafterSpec":
+        """The same checkpoint under another reference's rules (see semantics.py)."""
+        from .semantics import apply_semantics
+
+        return apply_semantics(self, semantics, why)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

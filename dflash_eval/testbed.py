@@ -65,7 +65,7 @@ def write_random_drafter(target_dir: str | Path, out_dir: str | Path, fmt: str =
     info = target_info(target_dir)
     tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
     mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
-    spec = design_spec(info, mask_token_id=mask_id, **design)
+    spec = design_spec(info, mask_token_id=mask_id, fmt=fmt, **design)
     state = dict(state) if state is not None else random_state_dict(spec, seed)
     embed, head = tiny_target_tables(target_dir)
     if spec.has_d2t and "d2t" not in state:
@@ -90,7 +90,7 @@ def write_repeat_anchor_drafter(target_dir: str | Path, out_dir: str | Path, *, 
     mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
     heads = 4
     spec = design_spec(info, mask_token_id=mask_id, block_size=block_size, num_layers=1, num_attention_heads=heads,
-                       num_key_value_heads=heads, head_dim=info.hidden_size // heads)
+                       num_key_value_heads=heads, head_dim=info.hidden_size // heads, fmt="speculators")
     state = {name: torch.zeros_like(t) for name, t in random_state_dict(spec).items()}
     for name in state:
         if name.endswith("norm.weight"):

@@ -182,8 +182,13 @@ def _lr_at(step: int, config: TrainConfig) -> float:
 
 
 def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], config: TrainConfig, out_dir,
-                  fmt: str = "zlab") -> Path:
+                  fmt: str = "speculators") -> Path:
     """Train a drafter on `sequences` and write it to `out_dir` in `fmt` ("zlab" or "speculators").
+
+    The training mask follows the rules of `fmt` (semantics.py), so the checkpoint is evaluated the way it
+    was trained: speculators' windows count from the anchor, z-lab's from the query. The fixture design
+    (one-row windows, `fixture_config`) is speculators' rule: under z-lab's a one-row window sees no
+    context at all, so those drafters are speculators checkpoints.
 
     The checkpoint records `config.taps` (or the default rule), also when `shift_taps` trained it on other
     layers: that is the bug being injected. `train_log.json` beside the weights holds the config, the
@@ -196,7 +201,7 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
     spec = design_spec(target.info, taps=config.taps, block_size=config.block_size,
                        mask_token_id=_mask_token_id(target.tokenizer), num_layers=config.num_layers,
                        intermediate_size=config.intermediate_size, sliding_window=config.sliding_window,
-                       sliding_layers=config.sliding_layers)
+                       sliding_layers=config.sliding_layers, fmt=fmt)
     recorded = list(spec.taps)
     capture = [t + config.shift_taps for t in recorded]
     if any(not 0 <= t < target.info.num_layers for t in capture):

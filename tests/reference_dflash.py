@@ -31,25 +31,34 @@ def reference_block_logits(w, cfg, taps, anchor_pos, block_ids, embed, lm_head):
     """Logits [len(block_ids), V] for one block anchored at `anchor_pos`.
 
     w: dict of checkpoint tensors (z-lab names); cfg: dict with n_layers, heads, kv_heads, hd, eps, theta,
-    layers = list of (window or None, causal_in_block); taps: [T, n*H] with T >= anchor_pos rows;
+    layers = list of (window or None, causal_in_block, window_from): window_from "anchor" = context rows
+    a - W <= p < a (speculators), "query" = keys with q - k < W (and k - q < W when not causal), in the
+    block too (z-lab); taps: [T, n*H] with T >= anchor_pos rows;
     embed / lm_head: weight matrices of the table owners."""
     eps, hd = cfg["eps"], cfg["hd"]
     ctx = rms(taps @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
     x = embed[block_ids].clone()
     L = len(block_ids)
-    for i, (window, causal) in enumerate(cfg["layers"]):
+    for i, (window, causal, window_from) in enumerate(cfg["layers"]):
         p = f"layers.{i}."
         h = rms(x, w[p + "input_layernorm.weight"], eps)
         out = torch.zeros(L, cfg["heads"] * hd, dtype=x.dtype)
         group = cfg["heads"] // cfg["kv_heads"]
         for j in range(L):
             keys, values = [], []
-            visible_ctx = [q for q in range(anchor_pos) if window is None or q >= anchor_pos - window]
+            if window is None:
+                visible_ctx = list(range(anchor_pos))
+            elif window_from == "anchor":
+                visible_ctx = [q for q in range(anchor_pos) if q >= anchor_pos - window]
+            else:
+                visible_ctx = [q for q in range(anchor_pos) if anchor_pos + j - q < window]
             for q in visible_ctx:
                 k = (ctx[q] @ w[p + "self_attn.k_proj.weight"].T).view(cfg["kv_heads"], hd)
                 keys.append(rope(rms(k, w[p + "self_attn.k_norm.weight"], eps), q, cfg["theta"]))
                 values.append((ctx[q] @ w[p + "self_attn.v_proj.weight"].T).view(cfg["kv_heads"], hd))
             for jj in range(L if not causal else j + 1):
+                if window is not None and window_from == "query" and abs(j - jj) >= window:
+                    continue
                 k = (h[jj] @ w[p + "self_attn.k_proj.weight"].T).view(cfg["kv_heads"], hd)
                 keys.append(rope(rms(k, w[p + "self_attn.k_norm.weight"], eps), anchor_pos + jj, cfg["theta"]))
                 values.append((h[jj] @ w[p + "self_attn.v_proj.weight"].T).view(cfg["kv_heads"], hd))

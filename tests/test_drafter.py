@@ -35,7 +35,7 @@ def load(path, target):
 def reference_config(spec):
     return dict(eps=spec.rms_norm_eps, hd=spec.head_dim, heads=spec.num_attention_heads,
                 kv_heads=spec.num_key_value_heads, theta=spec.rope["rope_theta"],
-                layers=[(layer.window, layer.causal_in_block) for layer in spec.layers])
+                layers=[(layer.window, layer.causal_in_block, layer.window_from) for layer in spec.layers])
 
 
 ANCHORS = [3, 7, 12]

@@ -48,7 +48,7 @@ def load(path, target):
     return load_drafter(spec, weight_files(path)).attach_target(target.embed_tokens, target.lm_head)
 
 
-def _trained(target, sequences, out_dir, config, fmt="zlab"):
+def _trained(target, sequences, out_dir, config, fmt="speculators"):
     path = train_drafter(target, sequences, config, out_dir, fmt)
     return path, load(path, target), json.loads((path / "train_log.json").read_text())
 

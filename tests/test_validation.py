@@ -115,4 +115,4 @@ def test_inspect_without_target_says_what_it_skipped(drafter_dirs):
     result = runner.invoke(app, ["inspect", str(drafter_dirs["sliding"])], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "target-dependent checks skipped" in result.stdout
-    assert "sliding attention, window 3, causal in block" in result.stdout
+    assert "sliding attention, window 3 from the query (q - k < 3, in block too), causal in block" in result.stdout

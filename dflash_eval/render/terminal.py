@@ -27,12 +27,20 @@ def render_inspection(console: Console, result: Inspection) -> None:
     mask = f"{spec.mask_token_id}" + (f"  {result.mask_token_text!r}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
     table.add_row("mask token id", mask)
     table.add_row("drafter layers", f"{spec.num_layers} x hidden {spec.hidden_size}, heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv, head_dim {spec.head_dim}")
-    for index, layer in enumerate(spec.layers):
-        window = f"window {layer.window}" if layer.window else "no window"
-        causal = "causal in block" if layer.causal_in_block else "bidirectional in block"
-        table.add_row(f"  layer {index}", f"{layer.kind} attention, {window}, {causal}")
+    from ..semantics import RULE_SOURCES, SCALE_SOURCE, describe
+
+    table.add_row("rules (semantics)", f"{spec.semantics}: {spec.semantics_source}")
+    table.add_row("rules follow", RULE_SOURCES.get(spec.semantics, spec.semantics))
+    for row in describe(spec):
+        table.add_row(f"  layer {row['layer']}", f"{row['kind']} attention, {row['window']}, {row['in_block']} in block")
     table.add_row("in-block causality from", spec.causality_source)
     table.add_row("context mask", "p < anchor (strict: the anchor's hidden state is never context)")
+    scales = [f"input_embedding_scale {spec.embedding_scale:g}", f"output_multiplier {spec.output_multiplier:g}",
+              "final_logit_softcapping " + (f"{spec.logit_softcap:g}" if spec.logit_softcap else "off")]
+    declared = {k: v for k, v in vars(spec.scales).items() if v is not None}
+    table.add_row("scales applied", ", ".join(scales) + (f"  (declared {declared}; {SCALE_SOURCE})" if declared else ""))
+    for note in spec.config_notes:
+        table.add_row("config note", note)
     table.add_row("RoPE", ", ".join(f"{k}={v}" for k, v in spec.rope.items()))
     table.add_row("embedding", f"{spec.embedding_source}'s table")
     table.add_row("lm_head", f"{spec.lm_head_source}'s" + (f", reduced draft vocab {spec.draft_vocab_size} via d2t" if spec.has_d2t else ""))

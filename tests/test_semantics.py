@@ -1,0 +1,269 @@
+"""Reference rules per format: hand-computed masks, the per-layer rule table, and every config key either
+reference reads honoured or refused by name (docs/config-keys.md lists them; the last test keeps the two
+in step). The reference packages' own code is run in test_conformance.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dflash_eval.checkpoints import read_spec
+from dflash_eval.cli import app
+from dflash_eval.errors import InputError
+from dflash_eval.masks import anchor_block_mask
+from dflash_eval.semantics import AttentionConfig, layers_under
+from dflash_eval.spec import LayerAttention
+from dflash_eval.testbed import write_random_drafter
+
+runner = CliRunner()
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"
+
+
+def rows(mask: torch.Tensor) -> list[str]:
+    return ["".join("x" if v else "." for v in row) for row in mask.int().tolist()]
+
+
+# Anchor a = 5, block of 3 slots, 7 context rows (0..6), window W = 2. Columns: context 0..6 | block 0..2.
+@pytest.mark.parametrize("layer, expected", [
+    # speculators: context a - W <= p < a = {3, 4}; no window inside the block
+    (LayerAttention("sliding", 2, True, "anchor"), ["...xx..|x..", "...xx..|xx.", "...xx..|xxx"]),
+    (LayerAttention("sliding", 2, False, "anchor"), ["...xx..|xxx", "...xx..|xxx", "...xx..|xxx"]),
+    # z-lab: key k visible iff q - k < W with q = a + j; inside the block too, and k - q < W when bidirectional
+    (LayerAttention("sliding", 2, True, "query"), ["....x..|x..", ".......|xx.", ".......|.xx"]),
+    (LayerAttention("sliding", 2, False, "query"), ["....x..|xx.", ".......|xxx", ".......|.xx"]),
+    # no window: every context row before the anchor
+    (LayerAttention("full", None, False, "query"), ["xxxxx..|xxx"] * 3),
+    (LayerAttention("full", None, True, "query"), ["xxxxx..|x..", "xxxxx..|xx.", "xxxxx..|xxx"]),
+])
+def test_masks_by_hand(layer, expected):
+    mask = anchor_block_mask([5], [3], 7, layer)
+    got = [r[:7] + "|" + r[7:] for r in rows(mask)]
+    assert got == expected
+
+
+def config(types, window=8, use=True, is_causal=None, non_causal=None, dflash_causal=None, fmt="zlab"):
+    return AttentionConfig(layer_types=tuple(types), sliding_window=window if use else None, declared_window=window,
+                           use_sliding_window=use, is_causal=is_causal, sliding_window_non_causal=non_causal,
+                           dflash_causal=dflash_causal, format=fmt)
+
+
+S, F = "sliding_attention", "full_attention"
+
+
+def summary(layers):
+    return [(l.kind, l.window, "causal" if l.causal_in_block else "bidir", l.window_from) for l in layers]
+
+
+@pytest.mark.parametrize("rules, cfg, expected", [
+    # z-lab (Qwen3DFlashAttention.__init__): sliding causal, full bidirectional; window from the query
+    ("zlab", config([S, F]), [("sliding", 8, "causal", "query"), ("full", None, "bidir", "query")]),
+    # a top-level is_causal sets every layer, full ones included
+    ("zlab", config([S, F], is_causal=True), [("sliding", 8, "causal", "query"), ("full", None, "causal", "query")]),
+    ("zlab", config([S, F], is_causal=False), [("sliding", 8, "bidir", "query"), ("full", None, "bidir", "query")]),
+    # use_sliding_window false: no window, still causal
+    ("zlab", config([S, F], use=False), [("sliding", None, "causal", "query"), ("full", None, "bidir", "query")]),
+    # speculators: window from the anchor, is_causal not read, full always bidirectional
+    ("speculators", config([S, F], is_causal=True, fmt="speculators"),
+     [("sliding", 8, "causal", "anchor"), ("full", None, "bidir", "anchor")]),
+    ("speculators", config([S, F], non_causal=True, fmt="speculators"),
+     [("sliding", 8, "bidir", "anchor"), ("full", None, "bidir", "anchor")]),
+    # no window: speculators gives the layer the full-attention mask (bidirectional)
+    ("speculators", config([S, F], use=False, fmt="speculators"),
+     [("sliding", None, "bidir", "anchor"), ("full", None, "bidir", "anchor")]),
+    # vLLM: a speculators checkpoint gets one causality, not sliding_window_non_causal (absent: bidirectional)
+    ("vllm", config([S, F], fmt="speculators"), [("sliding", 8, "bidir", "query"), ("full", None, "bidir", "query")]),
+    ("vllm", config([S, F], non_causal=False, fmt="speculators"),
+     [("sliding", 8, "causal", "query"), ("full", None, "causal", "query")]),
+    ("vllm", config([S, F]), [("sliding", 8, "causal", "query"), ("full", None, "bidir", "query")]),
+    ("vllm", config([S, F], dflash_causal=True), [("sliding", 8, "causal", "query"), ("full", None, "causal", "query")]),
+])
+def test_rules_per_reference(rules, cfg, expected):
+    layers, why = layers_under(cfg, rules)
+    assert summary(layers) == expected
+    assert why.startswith({"zlab": "z-lab", "speculators": "speculators", "vllm": "vLLM"}[rules])
+
+
+# -- config keys: honoured or refused by name -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def zlab_dir(test_bed, tmp_path_factory):
+    return write_random_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("k") / "zlab", "zlab", block_size=4,
+                                num_layers=2, sliding_window=3, sliding_layers=1)
+
+
+@pytest.fixture(scope="module")
+def spec_dir(test_bed, tmp_path_factory):
+    return write_random_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("k") / "spec", "speculators", block_size=4,
+                                num_layers=2, sliding_window=3, sliding_layers=1)
+
+
+def edited(src: Path, tmp_path: Path, edit) -> Path:
+    out = tmp_path / src.name
+    shutil.copytree(src, out)
+    config = json.loads((out / "config.json").read_text())
+    edit(config)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def set_key(path: str, value):
+    def edit(config):
+        node = config
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return edit
+
+
+DELETE = object()
+
+# key (as docs/config-keys.md names it), format, edit value, what the spec must show
+HONOURED = [
+    ("sliding_window", "zlab", 5, lambda s: s.layers[0].window == 5 and s.layers[0].window_from == "query"),
+    ("use_sliding_window", "zlab", False, lambda s: s.layers[0].window is None and s.layers[0].causal_in_block),
+    ("layer_types", "zlab", [F, S], lambda s: [l.kind for l in s.layers] == ["full", "sliding"]),
+    ("is_causal", "zlab", True, lambda s: all(l.causal_in_block for l in s.layers)),
+    ("input_embedding_scale", "zlab", 1.5, lambda s: s.embedding_scale == 1.5),
+    ("dflash_config.input_embedding_scale", "zlab", 2.0, lambda s: s.embedding_scale == 2.0),
+    ("output_multiplier", "zlab", 0.5, lambda s: s.output_multiplier == 0.5),
+    ("final_logit_softcapping", "zlab", 30.0, lambda s: s.logit_softcap == 30.0),
+    ("dflash_config.target_layer_ids", "zlab", [0, 2, 3], lambda s: s.taps == (0, 2, 3)),
+    ("target_layer_ids", "zlab", [0, 1, 2], lambda s: s.taps == (1, 2, 3)),  # dflash_config's wins (_draft_value)
+    ("dflash_config.block_size", "zlab", 6, lambda s: s.block_size == 6),
+    ("sliding_window_non_causal", "speculators", True, lambda s: not s.layers[0].causal_in_block),
+    ("transformer_layer_config.use_sliding_window", "speculators", False,
+     lambda s: s.layers[0].window is None and not s.layers[0].causal_in_block),
+    ("transformer_layer_config.sliding_window", "speculators", 7, lambda s: s.layers[0].window == 7),
+    ("transformer_layer_config.input_embedding_scale", "speculators", 1.5,
+     lambda s: s.embedding_scale == 1.0 and s.scales.input_embedding_scale == 1.5 and s.config_notes),
+]
+
+
+@pytest.mark.parametrize("key, fmt, value, check", HONOURED, ids=[f"{f}:{k}" for k, f, _, _ in HONOURED])
+def test_config_key_is_honoured(key, fmt, value, check, zlab_dir, spec_dir, tmp_path):
+    folder = edited(zlab_dir if fmt == "zlab" else spec_dir, tmp_path, set_key(key, value))
+    spec, _, _ = read_spec(folder)
+    assert check(spec), spec
+
+
+def test_zlab_defaults_when_keys_are_absent(zlab_dir, tmp_path):
+    def edit(config):
+        config["dflash_config"].pop("block_size")
+        config.pop("block_size", None)
+        config["dflash_config"].pop("target_layer_ids")
+        config["num_target_layers"] = 36
+        config["num_hidden_layers"] = 2
+    spec, _, _ = read_spec(edited(zlab_dir, tmp_path, edit))
+    assert spec.block_size == 16 and spec.taps == (1, 33)  # z-lab's build_target_layer_ids(36, 2)
+    assert any("block_size absent" in n for n in spec.config_notes)
+
+
+REFUSED = [
+    ("conv_kernel_size", "zlab", 4), ("dflash_config.conv_group_size", "zlab", 8), ("selector_rank", "zlab", 8),
+    ("dflash_config.selector_top_k", "zlab", 8), ("dflash_config.use_swa", "zlab", True),
+    ("attention_sinks", "zlab", True), ("dflash_config.causal_unknown_switch", "zlab", 1),
+    ("transformer_layer_config.conv_kernel_size", "speculators", 4),
+    ("transformer_layer_config.model_type", "speculators", "llama"),
+    ("sample_from_anchor", "speculators", True), ("layer_types", "zlab", ["chunked_attention", F]),
+    ("sliding_window", "zlab", -3), ("is_causal", "zlab", "yes"), ("input_embedding_scale", "zlab", "big"),
+]
+
+
+@pytest.mark.parametrize("key, fmt, value", REFUSED, ids=[f"{f}:{k}" for k, f, _ in REFUSED])
+def test_config_key_is_refused_by_name(key, fmt, value, zlab_dir, spec_dir, tmp_path):
+    folder = edited(zlab_dir if fmt == "zlab" else spec_dir, tmp_path, set_key(key, value))
+    with pytest.raises(InputError) as error:
+        read_spec(folder)
+    assert key.split(".")[-1] in str(error.value) and "config.json" in str(error.value)
+
+
+def test_architecture_dflash2_is_refused(zlab_dir, tmp_path):
+    folder = edited(zlab_dir, tmp_path, set_key("architectures", ["DFlash2DraftModel"]))
+    with pytest.raises(InputError, match="DFlash2"):
+        read_spec(folder)
+
+
+def test_docs_table_lists_every_tested_key():
+    """docs/config-keys.md is the user's table; every key tested here appears in it and vice versa."""
+    text = DOCS.read_text()
+    documented = set(re.findall(r"^\| `([^`]+)`", text, flags=re.M))
+    tested = {k.split(".")[-1] for k, *_ in HONOURED} | {k.split(".")[-1] for k, *_ in REFUSED}
+    tested -= {"causal_unknown_switch", "architectures"}
+    assert tested <= documented, tested - documented
+
+
+# -- the drafts change where the rules say they do ---------------------------------------------------
+
+
+def test_embedding_scale_changes_the_drafts_and_multiplier_scales_logits(zlab_dir, test_bed, tmp_path):
+    from dflash_eval.checkpoints import checked_spec, weight_files
+    from dflash_eval.drafter import load_drafter
+    from dflash_eval.drafting import draft_logits
+    from dflash_eval.target import capture_taps, load_target
+
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    tokens = torch.tensor(target.tokenizer("def add(a, b):\n    return a + b\n")["input_ids"])
+
+    def logits(folder):
+        spec, _ = checked_spec(folder, target.info)
+        drafter = load_drafter(spec, weight_files(folder)).attach_target(target.embed_tokens, target.lm_head)
+        ctx = drafter.context(capture_taps(target, tokens, list(spec.taps)).taps)
+        return draft_logits(drafter, ctx, tokens, [3, 6], [4, 4])
+
+    base = logits(zlab_dir)
+    scaled = logits(edited(zlab_dir, tmp_path / "a", set_key("input_embedding_scale", 3.0)))
+    assert (scaled - base).abs().max() > 1e-2
+    doubled = logits(edited(zlab_dir, tmp_path / "b", set_key("output_multiplier", 2.0)))
+    assert torch.allclose(doubled, 2 * base, atol=1e-5)
+    capped = logits(edited(zlab_dir, tmp_path / "c", set_key("final_logit_softcapping", 0.5)))
+    assert capped.abs().max() <= 0.5 + 1e-6 and torch.equal(capped.argmax(-1), base.argmax(-1))
+
+
+# -- inspect, run and doctor say which rules they applied --------------------------------------------
+
+
+def test_inspect_prints_the_rule_of_every_layer_and_its_source(test_bed, tmp_path):
+    design = dict(block_size=4, num_layers=5, sliding_window=2048, sliding_layers=4)
+    zlab = write_random_drafter(test_bed["qwen3"], tmp_path / "z", "zlab", **design)
+    spec_fmt = write_random_drafter(test_bed["qwen3"], tmp_path / "s", "speculators", **design)
+    z = runner.invoke(app, ["inspect", str(zlab)], env={"COLUMNS": "240"})
+    assert z.exit_code == 0, z.output
+    assert z.stdout.count("window 2048 from the query (q - k < 2048, in block too), causal in block") == 4
+    assert "full attention, no window, bidirectional in block" in z.stdout
+    assert "dflash/model.py" in z.stdout and "format default (zlab checkpoint)" in z.stdout
+    s = runner.invoke(app, ["inspect", str(spec_fmt)], env={"COLUMNS": "240"})
+    assert s.exit_code == 0, s.output
+    assert s.stdout.count("window 2048 from the anchor (a - 2048 <= p < a), causal in block") == 4
+    assert "create_anchor_block_mask_mod" in s.stdout
+    over = runner.invoke(app, ["inspect", str(spec_fmt), "--semantics", "zlab"], env={"COLUMNS": "240"})
+    assert "override: --semantics zlab" in over.stdout and "from the query" in over.stdout
+    bad = runner.invoke(app, ["inspect", str(spec_fmt), "--semantics", "mine"])
+    assert bad.exit_code == 2 and "unknown rules" in bad.stderr
+
+
+def test_run_records_the_rules_and_overrides_by_name(trained, tmp_path):
+    good = trained["qwen3"]["good"]
+    base = ["run", "-d", f"{good}:a", "-d", f"{good}:b", "--target", str(trained["qwen3"]["target"]),
+            "--max-new-tokens", "16", "--limit", "2", "--device", "cpu", "--cache-dir", str(tmp_path / "c"), "--no-html"]
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "r"), "--semantics", "b=zlab"])
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    spec = {d["name"]: d["spec"] for d in run["drafters"]}
+    assert spec["a"]["semantics"] == "speculators" and spec["a"]["semantics_source"].startswith("format default")
+    assert spec["b"]["semantics"] == "zlab" and spec["b"]["semantics_source"] == "override: --semantics zlab"
+    taus = {d["name"]: d["metrics"]["tau_macro"] for d in run["drafters"]}
+    assert taus["b"] < taus["a"]  # one-row windows from the query see no context
+    unknown = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--semantics", "c=zlab"])
+    assert unknown.exit_code == 2 and "no drafter named 'c'" in unknown.stderr
+    assert not (tmp_path / "x").exists()
