@@ -21,6 +21,12 @@ Why counts: shards and runs merge by adding integers, so a merged report equals 
 exactly, and nothing is averaged twice. Undefined ratios (0 / 0) are returned as None, never NaN, so they
 survive JSON and show up in tables as blanks. Empty inputs raise ValueError.
 
+The final step: each step's length is the tokens it *commits* (z-lab's `produced`), so the step that
+reaches the length cap or the stop token has no bonus token: its accepted length here is committed - 1
+and a prompt's committed tokens sum to len(continuation) - 1. vLLM counts accepted drafts before the
+output is truncated to max_tokens or a stop token (scheduler `update_from_output`), so on each request's
+last step it can count drafts that were never output: its tau_micro can be slightly higher.
+
 Clipped steps: near the end of a generation a step may draft fewer than B-1 slots (`drafted`). It cannot
 reach slots beyond `drafted`, so counting it as a failure there would understate reach. The default reach
 denominator is therefore "steps that drafted at least i slots". vLLM divides by all steps; ask for that with
