@@ -114,6 +114,35 @@ def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str])
             entry.spec = entry.spec.with_semantics(by_name[entry.name], f"override: --semantics {by_name[entry.name]}")
 
 
+def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
+    """Every drafter gets its own name in the results, or the run is refused before anything is written:
+    a :NAME given twice is refused; folder names that collide are lengthened with parent folders
+    (`ckpt@a/run1`) until they differ, and one checkpoint given twice needs a :NAME for each (the same
+    weights under two `--semantics` is a fair thing to run)."""
+    names = [e.name for i, e in enumerate(entries) if i in explicit]
+    for name in names:
+        if names.count(name) > 1:
+            raise InputError(None, f"two drafters are named {name!r}: give each a distinct :NAME")
+    taken = set(names)
+    auto = [i for i in range(len(entries)) if i not in explicit]
+    depth = {i: 0 for i in auto}
+    while True:
+        labels = {}
+        for i in auto:
+            parents = entries[i].path.resolve().parent.parts[::-1][:depth[i]]
+            labels[i] = entries[i].path.name + (f"@{'/'.join(reversed(parents))}" if parents else "")
+        clashes = [i for i in auto if list(labels.values()).count(labels[i]) > 1 or labels[i] in taken]
+        if not clashes:
+            break
+        for i in clashes:
+            if depth[i] >= len(entries[i].path.resolve().parent.parts):
+                raise InputError(entries[i].path, f"cannot get a unique name for this drafter ({labels[i]!r} "
+                                                  "is taken): give it a :NAME")
+            depth[i] += 1
+    for i in auto:
+        entries[i].name = labels[i]
+
+
 def _git_sha() -> str | None:
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
@@ -129,11 +158,15 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
 
     warnings: list[str] = []
     entries: list[DrafterEntry] = []
+    explicit: set[int] = set()  # indices of entries named with :NAME
     for value in options.drafters:
         raw, name = split_name(value)
         path = resolve_local_or_cached(raw)
         spec, _, _ = read_spec(path)
+        if name is not None:
+            explicit.add(len(entries))
         entries.append(DrafterEntry(name or path.name, path, spec))
+    _unique_names(entries, explicit)  # before anything else can fail: a name clash is the user's first fix
     recorded = {}
     for entry in entries:
         if entry.spec.verifier:
@@ -155,11 +188,10 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
         ref = (resolve_zlab_reference(options.target or str(target_path)) if options.reference == "z-lab"
                else resolve_local_or_cached(options.reference))
         spec, _, _ = read_spec(ref)
+        if options.reference == "z-lab":
+            explicit.add(len(entries))
         entries.append(DrafterEntry("z-lab" if options.reference == "z-lab" else ref.name, ref, spec))
-    names = [e.name for e in entries]
-    for entry in entries:  # disambiguate equal folder names
-        if names.count(entry.name) > 1:
-            entry.name = f"{entry.name}@{entry.path.parent.name}"
+    _unique_names(entries, explicit)
     return entries, target_path, warnings
 
 

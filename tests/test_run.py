@@ -200,3 +200,28 @@ def test_responses_from_elsewhere_report_their_greedy_agreement(drafter_dirs, te
     assert prov["continuations"].startswith("responses:")
     assert prov["responses_agreement"] == {"agree": total - 1, "total": total}
     assert prov["work"]["continuations_generated"] == 0
+
+
+def test_drafters_whose_folders_end_alike_get_distinct_names(drafter_dirs, test_bed, tmp_path):
+    """/x/a/run1/ckpt and /x/b/run1/ckpt: both rows must survive under their own names."""
+    import shutil
+
+    for side in ("a", "b"):
+        shutil.copytree(drafter_dirs["zlab"], tmp_path / side / "run1" / "ckpt")
+    result = run_cli("-d", str(tmp_path / "a" / "run1" / "ckpt"), "-d", str(tmp_path / "b" / "run1" / "ckpt"),
+                     "--target", str(test_bed["qwen3"]), "--out", str(tmp_path / "r"), cache=tmp_path / "c")
+    assert result.exit_code == 0, result.output
+    names = [d["name"] for d in json.loads((tmp_path / "r" / "run.json").read_text())["drafters"]]
+    assert names == ["ckpt@a/run1", "ckpt@b/run1"]
+    rows = [json.loads(line) for line in (tmp_path / "r" / "samples.jsonl").read_text().splitlines()]
+    assert {r["drafter"] for r in rows} == set(names)
+
+
+def test_the_same_name_twice_is_refused_before_anything_is_written(drafter_dirs, tmp_path):
+    result = run_cli("-d", f"{drafter_dirs['zlab']}:mine", "-d", f"{drafter_dirs['sliding']}:mine",
+                     "--out", str(tmp_path / "r"), cache=tmp_path / "c")
+    assert result.exit_code == 2 and "two drafters are named 'mine'" in result.stderr
+    assert not (tmp_path / "r").exists()
+    again = run_cli("-d", str(drafter_dirs["zlab"]), "-d", str(drafter_dirs["zlab"]), "--out", str(tmp_path / "r"),
+                    cache=tmp_path / "c")
+    assert again.exit_code == 2 and "give it a :NAME" in again.stderr
