@@ -28,7 +28,7 @@ from . import results as R
 from .checkpoints import checked_spec, checkpoint_fingerprint, read_spec, resolve_local_or_cached, weight_files
 from .continuations import (ContinuationCache, Prompt, chat_template_hash, default_cache_dir, generate_greedy,
                             prompt_ids, read_responses, tokenizer_hash)
-from .errors import InputError
+from .errors import InputError, read_json_object
 from .spec import DrafterSpec
 
 
@@ -56,6 +56,7 @@ class RunOptions:
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
     # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
     semantics: list[str] = field(default_factory=list)
+    overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
@@ -143,6 +144,34 @@ def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
         entries[i].name = labels[i]
 
 
+def thinking_source(given: bool | None, model_type: str) -> str:
+    return "given (--thinking/--no-thinking)" if given is not None else f"family default for {model_type or 'this target'}"
+
+
+def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bool, model_type: str) -> list[str]:
+    """A drafter known to be trained with the other thinking setting gets a warning (terminal and HTML):
+    a drafter trained without thinking, evaluated on thinking traces, scores far lower for no fault of its own."""
+    from .references import zlab_trained_thinking
+
+    out = []
+    for entry in entries:
+        trained = zlab_trained_thinking(_repo_id_of(entry.path)) if entry.name == "z-lab" else None
+        if trained is not None and trained != thinking:
+            flag = "--thinking" if trained else "--no-thinking"
+            out.append(f"drafter {entry.name} was trained with thinking {'on' if trained else 'off'}, this run has "
+                       f"thinking {'on' if thinking else 'off'} ({thinking_source(None if defaulted else thinking, model_type)}); "
+                       f"pass {flag} to evaluate it as trained")
+    return out
+
+
+def _repo_id_of(path: Path) -> str:
+    """'owner/name' of an HF cache snapshot folder (models--owner--name/snapshots/<sha>), else the folder name."""
+    for part in Path(path).parts:
+        if part.startswith("models--"):
+            return part.removeprefix("models--").replace("--", "/", 1)
+    return Path(path).name
+
+
 def _git_sha() -> str | None:
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
@@ -199,28 +228,64 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
-def prepare_out_dir(out: Path, digest: str) -> list[dict[str, Any]]:
-    """Create the folder, or resume the run it holds (same settings); refuse to mix settings."""
+def _describe(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'name: old -> new' for each setting that differs (prompts by count and first differing id)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "prompts" and isinstance(a, list) and isinstance(b, list):
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            where = (f"first difference at #{first} ({_describe(a[first][0]) if first < len(a) else 'none'} vs "
+                     f"{_describe(b[first][0]) if first < len(b) else 'none'})")
+            out.append(f"prompts: {len(a)} -> {len(b)} prompts, {where}")
+        else:
+            out.append(f"{key}: {_describe(a)} -> {_describe(b)}")
+    return out
+
+
+def prepare_out_dir(out: Path, settings: dict[str, Any], overwrite: bool = False) -> list[dict[str, Any]]:
+    """Create the folder, or resume the run it holds (same settings); refuse to mix settings, naming
+    each one that differs. `overwrite` replaces a folder that dflash-eval wrote (never a foreign one)."""
+    import shutil
+
+    from .paths import writable_dir
+
+    writable_dir(out, "--out")
+    digest = settings_hash(settings)
     state_path = out / R.STATE
-    if state_path.exists():
-        state = json.loads(state_path.read_text())
+    if state_path.exists() and overwrite:
+        shutil.rmtree(out)
+    elif state_path.exists():
+        state = read_json_object(state_path, missing="run state missing")
         if state.get("settings_hash") != digest:
-            raise InputError(out, "already holds a run with different settings; choose another --out "
-                                  "(or delete the folder)")
+            differences = settings_differences(state.get("settings") or {}, settings)
+            detail = "; ".join(differences) if state.get("settings") else "settings not recorded (older run)"
+            raise InputError(out, f"already holds a run with different settings ({detail}); rerun with the "
+                                  "same settings to resume, --overwrite to replace it, or choose another --out")
         return R.read_samples(out / R.SAMPLES)
     if out.exists() and any(out.iterdir()):
-        raise InputError(out, "exists and is not an empty dflash-eval run folder; choose another --out")
+        raise InputError(out, "exists and is not a dflash-eval run folder (no run_state.json); choose another "
+                              "--out (--overwrite only replaces folders dflash-eval wrote)")
     out.mkdir(parents=True, exist_ok=True)
-    R.atomic_write(state_path, json.dumps({"settings_hash": digest, "complete": False}))
+    R.atomic_write(state_path, json.dumps({"settings_hash": digest, "complete": False, "settings": settings}))
     return []
 
 
 def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the run.json content."""
     from .prompts import load_prompts
-    from .target import load_target, target_info, torch_fallback_kernels
+    from .target import (check_prompt_lengths, load_target, load_tokenizer, resolve_device, resolve_dtype,
+                         target_info, torch_fallback_kernels)
 
     reporter = reporter or Reporter()
+    resolve_dtype(options.dtype, resolve_device(options.device))  # bad values refused before anything runs
     if options.mode not in ("trajectory", "live"):
         raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
     if options.final_block not in ("shorter", "full"):
@@ -235,6 +300,10 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
     thinking = _thinking_default(model_type) if options.thinking is None else options.thinking
+    warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
+    tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
+    check_prompt_lengths(target_path, {p.id: len(prompt_ids(tokenizer, p, thinking)) for p in prompts},
+                         options.max_new_tokens)
     fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
     settings = {
         "target": str(target_path), "drafters": fingerprints, "max_new_tokens": options.max_new_tokens,
@@ -244,7 +313,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
         "tap_chunk": options.tap_chunk,
         "semantics": {e.name: e.spec.semantics for e in entries},
     }
-    done_rows = prepare_out_dir(options.out, settings_hash(settings))
+    done_rows = prepare_out_dir(options.out, settings, options.overwrite)
 
     target = load_target(str(target_path), device=options.device, dtype=options.dtype,
                          allow_accelerated_on_cpu=options.kernels == "torch")
@@ -325,7 +394,8 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                     generated_count=generated_count, evaluated_count=len(pending))
     R.atomic_write(options.out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
     R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
-    R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True}))
+    R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True,
+                                                      "settings": settings}))
     return run
 
 
@@ -519,7 +589,9 @@ def _assemble(options, target, entries, drafters, rows, prompts, thinking, warni
                        "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
             "tokenizer_hash": tokenizer_hash(target.tokenizer),
             "chat_template_hash": chat_template_hash(target.tokenizer),
-            "enable_thinking": thinking, "max_new_tokens": options.max_new_tokens, "temperature": 0,
+            "enable_thinking": thinking,
+            "thinking_source": thinking_source(options.thinking, getattr(text, "model_type", "") or ""),
+            "max_new_tokens": options.max_new_tokens, "temperature": 0,
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
             "continuations": f"responses:{options.responses}" if options.responses else "generated",

@@ -21,9 +21,18 @@ def stdout_console() -> Console:
     return Console(highlight=False)
 
 
+def _safe(text: str) -> str:
+    from .render.safe import safe
+
+    return safe(text)
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}", markup=True)
+    from .render.safe import safe
+
+    # the message quotes paths, names and file content: shown escaped, never interpreted
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {safe(message)}", markup=True)
     return typer.Exit(code)
 
 
@@ -32,16 +41,59 @@ def reports_input_errors(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        import click
+
         try:
             return command(*args, **kwargs)
         except InputError as exc:
             raise fail(exc.one_line()) from None
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException, KeyboardInterrupt, SystemExit):
+            raise
+        except OSError as exc:  # a path the system refused: still the user's input, still one line
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise fail(f"{where}{exc.strerror or exc}") from None
+        except Exception as exc:  # noqa: BLE001 - an internal error: one line here, the traceback in a file
+            raise fail(f"internal error ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                       f"full traceback saved to {save_traceback()}", 1) from None
 
     return wrapper
 
 
+def save_traceback() -> str:
+    """Write the current exception's traceback under the cache dir (or the temp dir); return where."""
+    import datetime as dt
+    import os
+    import tempfile
+    import traceback
+
+    from .continuations import default_cache_dir
+
+    text = traceback.format_exc()
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for folder in (Path(default_cache_dir()) / "errors", Path(tempfile.gettempdir()) / "dflash-eval-errors"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{stamp}-{os.getpid()}.log"
+            path.write_text(f"argv: {sys.argv}\n\n{text}")
+            return str(path)
+        except OSError:
+            continue
+    return "(nowhere: no writable folder)"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"dflash-eval {version('dflash-eval')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def root() -> None:
+def root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit."),
+) -> None:
     """Offline evaluation of DFlash speculative-decoding drafters."""
 
 
@@ -84,7 +136,9 @@ class RichReporter:
         self.progress.advance(self.tasks[name])
 
     def note(self, message: str) -> None:
-        self.console.print(message)
+        from .render.safe import safe
+
+        self.console.print(safe(message))
 
     def close(self) -> None:
         self.progress.stop()
@@ -118,6 +172,7 @@ def run(
     kernels: str = typer.Option("auto", "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0)."),
     semantics: list[str] = typer.Option([], "--semantics", help=SEMANTICS_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
@@ -132,7 +187,7 @@ def run(
                          limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
                          final_block=final_block, anchor_batch=anchor_batch, tap_chunk=tap_chunk, device=device, dtype=dtype,
                          cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed or 0, kernels=kernels,
-                         prompt_seed=seed, semantics=list(semantics),
+                         prompt_seed=seed, semantics=list(semantics), overwrite=overwrite,
                          argv=["dflash-eval", *sys.argv[1:]])
     try:
         result = evaluate(options, reporter)
@@ -151,7 +206,7 @@ def run(
 
         write_html(out / "report.html", render_run_html(result, rows))
         written += ", report.html"
-    console.print(written)
+    console.print(_safe(written))
 
 
 @app.command()
@@ -162,9 +217,12 @@ def report(
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
+    from .paths import writable_file
     from .render.terminal import render_report
     from .results import read_run, read_samples
 
+    if html is not None:
+        writable_file(html, "--html")
     run = read_run(run_dir)
     rows = read_samples(run_dir / "samples.jsonl")
     console = stdout_console()
@@ -172,7 +230,7 @@ def report(
     if html is not None:
         from .render.html import render_run_html, write_html
 
-        console.print(f"written: {write_html(html, render_run_html(run, rows))}")
+        console.print(_safe(f"written: {write_html(html, render_run_html(run, rows))}"))
 
 
 @app.command()
@@ -192,8 +250,11 @@ def diff(
     import json as json_module
 
     from .diffing import diff as run_diff
+    from .paths import writable_file
     from .render.terminal import render_diff
 
+    if html is not None:
+        writable_file(html, "--html")
     result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed)
     if as_json:
         typer.echo(json_module.dumps(result, indent=1))
@@ -204,7 +265,33 @@ def diff(
 
         path = write_html(html, render_diff_html(result))
         if not as_json:
-            stdout_console().print(f"written: {path}")
+            stdout_console().print(_safe(f"written: {path}"))
+
+
+def _settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
+    """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
+    by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
+    from .checkpoints import resolve_local_or_cached
+    from .results import read_run
+
+    prov = read_run(out)["provenance"]
+    recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
+                "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
+    given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
+    if target is not None:
+        given["--target"] = str(resolve_local_or_cached(target).resolve())
+        recorded["--target"] = str(Path(recorded["--target"]).resolve())
+    for name, value in given.items():
+        if value is not None and value != recorded[name]:
+            raise fail(f"{out}: this run was made with {name} {recorded[name]!r}, doctor was given {value!r}; "
+                       "drop the option to use the run's setting, or write doctor elsewhere with another --out")
+    count = prov["prompts"]["count"]
+    if limit is not None and limit != count:
+        raise fail(f"{out}: this run has {count} prompts, doctor was given --limit {limit}; drop --limit to use the run's")
+    if any(a == "--seed" or a.startswith("--seed=") for a in prov.get("argv", [])):
+        raise fail(f"{out}: this run drew a seeded prompt subset (--seed); doctor --out on it would not see the same "
+                   "prompts: write doctor elsewhere")
+    return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
 
 
 @app.command()
@@ -212,11 +299,11 @@ def diff(
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target (default: the verifier the drafter records)."),
-    prompts: str = typer.Option("demo", "--prompts", "-p", help="Prompt set or JSONL file."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", "-p", help="Prompt set or JSONL file (default: the --out run's, else demo)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
-    thinking: bool = typer.Option(False, "--thinking/--no-thinking"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here (and add a 'doctor' section to its run.json, if any)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Default: the --out run's, else 256 (as run)."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Default: the --out run's, else the family default (as run)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings and adds a 'doctor' section to its run.json."),
     device: str = typer.Option("auto", "--device"),
     dtype: str = typer.Option("auto", "--dtype"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
@@ -229,14 +316,22 @@ def doctor(
     from .api import RunOptions
     from .continuations import default_cache_dir
     from .doctor import run_doctor
+    from .paths import writable_dir
     from .render.terminal import render_doctor
     from .results import RUN_JSON, atomic_write
 
+    if out is not None:
+        writable_dir(out, "--out")
+    run_count = None
+    if out is not None and (out / RUN_JSON).is_file():
+        prompts, max_new_tokens, thinking, target, run_count = _settings_of_run(out, prompts, max_new_tokens, thinking,
+                                                                                target, limit)
     console = stdout_console()
     reporter = RichReporter(console)
-    options = RunOptions(drafters=[drafter], out=out or Path("."), target=target, prompts=prompts, limit=limit,
-                         max_new_tokens=max_new_tokens, thinking=thinking, device=device, dtype=dtype,
-                         cache_dir=cache_dir or default_cache_dir(), seed=seed, semantics=list(semantics))
+    options = RunOptions(drafters=[drafter], out=out or Path("."), target=target, prompts=prompts or "demo",
+                         limit=limit if run_count is None else (limit or run_count),
+                         max_new_tokens=max_new_tokens or RunOptions.max_new_tokens, thinking=thinking, device=device,
+                         dtype=dtype, cache_dir=cache_dir or default_cache_dir(), seed=seed, semantics=list(semantics))
     try:
         result = run_doctor(options, reporter)
     finally:
@@ -254,7 +349,7 @@ def doctor(
                 from .results import read_samples
 
                 write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
-        console.print(f"written: {out / 'doctor.json'}")
+        console.print(_safe(f"written: {out / 'doctor.json'}"))
 
 
 @app.command()
@@ -337,9 +432,12 @@ def prompts_show(
         prompts = prompts[:limit]
     folder = resolve_local_or_cached(target) if target else target_path()
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    from .render.safe import printable, safe
+
     console = stdout_console()
     for prompt, text in zip(prompts, render_for_target(prompts, tokenizer, thinking)):
-        console.print(Panel(Text(text), title=f"{prompt.id} ({prompt.set}) as sent, thinking {'on' if thinking else 'off'}",
+        console.print(Panel(Text(printable(text, keep="\n\t")),
+                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, thinking {'on' if thinking else 'off'}",
                             title_align="left"))
 
 
@@ -357,8 +455,11 @@ def demo(
     from .render.terminal import render_report
     from .results import STATE, read_samples
 
+    from .paths import writable_dir
+
     if not available():
         raise fail("the bundled demo models are missing from this installation (python -m dflash_eval.demo.build rebuilds them)")
+    writable_dir(out, "--out")
     _clear_demo_out(out)
     console = stdout_console()
     reference, inhouse = drafter_paths()

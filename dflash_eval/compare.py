@@ -174,7 +174,15 @@ def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0, a
     matters on few prompts, where a bootstrap interval can collapse to a point that excludes 0 while the
     exact permutation test (p = 1 on one prompt) says nothing is shown.
     """
+    from .metrics import smallest_attainable_p
+
+    floor = smallest_attainable_p(delta.n)
+    prompts = "prompt" if delta.n == 1 else "prompts"
+    if floor >= alpha:
+        return (f"too few prompts for a verdict (n = {delta.n}, smallest attainable p = {floor:.3g} >= {alpha:g}): "
+                f"delta tau = {_signed(delta.estimate)} for {name_b} vs {name_a}")
     significant = delta.p_value < alpha
+    excludes_zero = delta.low > 0 or delta.high < 0
     if significant and delta.low > threshold and delta.low > 0:
         relation = "is better than"
     elif significant and delta.high < -threshold and delta.high < 0:
@@ -182,9 +190,10 @@ def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0, a
     else:
         relation = "is indistinguishable from"
     p = "p < 0.001" if delta.p_value < 0.001 else f"p = {delta.p_value:.3g}"
-    prompts = "prompt" if delta.n == 1 else "prompts"
+    why = (f"; the interval excludes 0 but the permutation test does not (p >= {alpha:g})"
+           if relation == "is indistinguishable from" and excludes_zero and not significant else "")
     return (f"{name_b} {relation} {name_a}: delta tau = {_signed(delta.estimate)} "
-            f"[{round(delta.low, 2) + 0.0:.2f}, {round(delta.high, 2) + 0.0:.2f}] ({p}, {delta.n} {prompts})")
+            f"[{round(delta.low, 2) + 0.0:.2f}, {round(delta.high, 2) + 0.0:.2f}] ({p}, {delta.n} {prompts}){why}")
 
 
 def per_prompt_differences(a: AcceptanceCounts, b: AcceptanceCounts) -> list[tuple[str, float, float, float]]:

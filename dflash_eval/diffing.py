@@ -129,7 +129,13 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
         examples.append({"prompt_id": pid, "tau_a": tau_a, "tau_b": tau_b, "delta": delta,
                          "blocks": [pair[0].__dict__, pair[1].__dict__] if pair else None})
     rep_a, rep_b = a.drafter.get("repetition") or {}, b.drafter.get("repetition") or {}
+    warnings = []
+    if a.run_dir.resolve() == b.run_dir.resolve() and a.name == b.name:
+        warnings.append(f"A and B are the same drafter of the same run ({a.name}): the difference is 0 by construction")
+    elif a.drafter.get("fingerprint") and a.drafter.get("fingerprint") == b.drafter.get("fingerprint"):
+        warnings.append("A and B have identical checkpoint weights (same fingerprint)")
     return {
+        "warnings": warnings,
         "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca)},
         "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb)},
         "forced": bool(problems), "unfair": problems, "continuations": agreement, "prompts": len(common),

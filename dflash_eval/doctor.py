@@ -26,6 +26,8 @@ untrained row.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -223,7 +225,15 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     entry.spec, _ = checked_spec(entry.path, info)
     apply_semantics_overrides(entries, options.semantics)
     prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
-    thinking = bool(options.thinking)
+    from .api import _thinking_default
+
+    model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    thinking = _thinking_default(model_type) if options.thinking is None else bool(options.thinking)
+    from .target import check_prompt_lengths, load_tokenizer
+
+    tokenizer = load_tokenizer(target_path)
+    check_prompt_lengths(target_path, {p.id: len(prompt_ids(tokenizer, p, thinking)) for p in prompts},
+                         options.max_new_tokens)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)

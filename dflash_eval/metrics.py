@@ -267,6 +267,32 @@ def check_resampling(kind: str, level: float, n_resamples: int) -> None:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
+# Fewer prompts than this: no interval is shown ("n/a (n < 5)"). A percentile bootstrap over 1-4 prompts
+# has at most a few hundred distinct resamples and collapses towards the point estimate (one prompt gives
+# [x, x]), which reads as certainty when it is the opposite.
+MIN_PROMPTS_FOR_INTERVAL = 5
+
+
+def slot_fractions(counts: AcceptanceCounts) -> dict[str, list[list[int]]]:
+    """The integer numerator and denominator behind every per-slot ratio, so a report can show "0.83
+    (45/54)" and nobody reads a conditional rate from 5 steps as if it meant something:
+    reach r_i = steps reaching i / all steps; conditional c_i = steps reaching i / steps reaching i-1;
+    marginal m_i = anchors right at slot i / anchors where slot i exists."""
+    reach_counts = list(counts.reach_counts)
+    previous = [counts.steps, *reach_counts[:-1]]
+    return {
+        "reach": [[r, counts.steps] for r in reach_counts],
+        "conditional": [[r, p] for r, p in zip(reach_counts, previous)],
+        "marginal": [[c, t] for c, t in zip(counts.marginal_correct, counts.marginal_total)],
+    }
+
+
+def smallest_attainable_p(n: int) -> float:
+    """The smallest two-sided p an exact sign-flip permutation test can give on n paired prompts: 2 / 2^n
+    (n = 4: 0.125). Below alpha only from n = 6 on, so fewer prompts cannot support a verdict at 0.05."""
+    return 1.0 if n <= 0 else min(1.0, 2.0 / 2**n)
+
+
 def bootstrap_tau_ci(counts: AcceptanceCounts, n_resamples: int = 10_000, seed: int = 0,
                      level: float = 0.95, kind: str = "macro") -> TauInterval:
     """Percentile bootstrap interval for tau, resampling *prompts* with replacement.

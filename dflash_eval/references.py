@@ -178,3 +178,14 @@ def published_tau(target: str, dataset: str, drafter_family: str = "DFlash", tem
 def published_tau_source() -> str:
     """Where the published numbers come from and under which settings (for report footnotes)."""
     return _data("published_tau.json")["source"]
+
+
+def zlab_trained_thinking(drafter_repo: str) -> bool | None:
+    """How a published z-lab drafter was trained, when the registry knows: the Qwen3 b16 drafters without
+    thinking ("non-thinking" in the README table), the Qwen3.5/3.6 drafters with it (primer section 7)."""
+    for pair in _data("zlab_drafters.json")["pairs"]:
+        if _key(pair["drafter"]) == _key(drafter_repo):
+            if "non-thinking" in (pair.get("note") or ""):
+                return False
+            return True if _key(pair["target"]).startswith(("qwen/qwen3.5", "qwen/qwen3.6")) else None
+    return None

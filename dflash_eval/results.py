@@ -14,6 +14,7 @@ DIR/run.json
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
         chat_template_hash  sha256 of the chat template string
         enable_thinking  the flag passed to the chat template
+        thinking_source  "given (--thinking/--no-thinking)" or "family default for MODEL_TYPE"
         max_new_tokens   generation cap
         temperature      always 0 (greedy; the replay is exact only there)
         dtype, device    the target's and drafters' compute dtype and device
@@ -33,8 +34,9 @@ DIR/run.json
         spec            the normalized DrafterSpec (taps in z-lab numbering, plus speculators_taps,
                         block_size, mask_token_id, per-layer attention kind/window/causality, ...)
         metrics         tau_macro (z-lab), tau_micro (vLLM), tau_macro_ci [lo, hi] (bootstrap 95% over
-                        prompts), steps, reach / conditional / marginal (lists over slots 1..B-1),
-                        histogram (counts of n = 0..B-1), token_acceptance_rate, prompts_without_steps
+                        prompts; null below 5 prompts, with tau_macro_ci_note saying so), steps, reach / conditional / marginal (lists over slots 1..B-1),
+                        histogram (counts of n = 0..B-1), token_acceptance_rate, prompts_without_steps,
+                        slot_counts {reach, conditional, marginal: [[numerator, denominator] per slot]}
         by_prompt_set   {set: metrics} with the same fields
         counts          the merged AcceptanceCounts (metrics.AcceptanceCounts.to_dict)
         repetition      degenerate-draft detectors (repetition.py) over the walk's blocks, each judged
@@ -99,17 +101,21 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
         return {"steps": 0, "tau_macro": None, "tau_micro": None, "tau_macro_ci": None, "reach": [],
                 "conditional": [], "marginal": _marginal_or_empty(counts),
                 "histogram": counts.accept_length_histogram, "token_acceptance_rate": None}
-    ci = M.bootstrap_tau_ci(counts, n_resamples=2000, seed=seed, kind="macro")
+    prompts = len(counts.per_prompt)
+    ci = (M.bootstrap_tau_ci(counts, n_resamples=2000, seed=seed, kind="macro")
+          if prompts >= M.MIN_PROMPTS_FOR_INTERVAL else None)
     return {
         "tau_macro": M.tau_macro(counts),
         "tau_micro": M.tau_micro(counts),
-        "tau_macro_ci": [ci.low, ci.high],
+        "tau_macro_ci": [ci.low, ci.high] if ci else None,
+        "tau_macro_ci_note": None if ci else f"n/a (n = {prompts} < {M.MIN_PROMPTS_FOR_INTERVAL} prompts)",
         "steps": M.steps(counts),
         "reach": M.reach(counts, denominator="all"),
         "conditional": M.conditional(counts, denominator="all"),
         "marginal": _marginal_or_empty(counts),
         "histogram": list(counts.accept_length_histogram),
         "token_acceptance_rate": M.token_acceptance_rate(counts),
+        "slot_counts": M.slot_fractions(counts),
     }
 
 
@@ -144,10 +150,24 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def incomplete_message(directory: Path) -> str:
+    """'incomplete: k of n prompts; ...' for a run folder that was interrupted before run.json was written."""
+    try:
+        state = json.loads((directory / STATE).read_text())
+    except (OSError, json.JSONDecodeError):
+        state = {}
+    total = len((state.get("settings") or {}).get("prompts") or []) or "?"
+    done = len({row.get("prompt_id") for row in read_samples(directory / SAMPLES)})
+    return (f"incomplete run: {done} of {total} prompts done; rerun the same `dflash-eval run` command to "
+            "finish it")
+
+
 def read_run(directory: Path) -> dict[str, Any]:
     from .errors import InputError
 
     path = directory / RUN_JSON
+    if not path.exists() and (directory / STATE).is_file():
+        raise InputError(directory, incomplete_message(directory))
     try:
         data = json.loads(path.read_text())
     except OSError:

@@ -87,5 +87,8 @@ VISIBLE = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
 
 
 def visible(piece: str) -> str:
-    """Whitespace made visible (it is code: indentation and newlines matter)."""
-    return "".join(VISIBLE.get(ch, ch) for ch in piece) or "∅"
+    """Whitespace made visible (it is code: indentation and newlines matter); other control characters
+    shown as escapes, so a decoded token can never drive the terminal."""
+    from .render.safe import printable
+
+    return printable("".join(VISIBLE.get(ch, ch) for ch in piece)) or "∅"

@@ -112,11 +112,57 @@ def target_info(name_or_path: str | Path) -> TargetInfo:
         raise InputError(config_file, f"missing config key {exc.args[0]!r}") from None
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(path: Path):
+    """The target's tokenizer with its chat template, or one line naming the target folder."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(path, f"target has no tokenizer files (none of {', '.join(TOKENIZER_FILES)})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raise many types; all mean "this folder is broken"
+        raise InputError(path, f"cannot load the target tokenizer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if not tokenizer.chat_template:
+        raise InputError(path, "the target tokenizer has no chat template (chat_template.jinja or "
+                               "tokenizer_config.json chat_template); prompts are sent through it")
+    return tokenizer
+
+
+def max_positions(path: Path) -> int | None:
+    """The target's maximum positions (max_position_embeddings, text_config first), if it declares one."""
+    raw = read_json_object(Path(path) / "config.json", missing="not a model folder: no config.json")
+    value = (raw.get("text_config") or {}).get("max_position_embeddings", raw.get("max_position_embeddings"))
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_prompt_lengths(path: Path, lengths: dict[str, int], max_new_tokens: int) -> None:
+    """Refuse, naming the prompt, when prompt + max_new_tokens exceeds the target's maximum positions:
+    RoPE past the trained range gives numbers that mean nothing, silently."""
+    limit = max_positions(path)
+    if limit is None:
+        return
+    for prompt_id, length in lengths.items():
+        if length + max_new_tokens > limit:
+            raise InputError(path, f"prompt {prompt_id!r} has {length} tokens + --max-new-tokens {max_new_tokens} "
+                                   f"= {length + max_new_tokens} > the target's max_position_embeddings {limit}; "
+                                   "shorten the prompt or lower --max-new-tokens")
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError(None, "--device cuda requested but torch sees no CUDA device")
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise InputError(None, f"unknown --device {device!r} (choose auto, cpu, cuda or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(None, f"--device {device} requested but torch sees no CUDA device")
+    if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise InputError(None, f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
     return torch.device(device)
 
 
@@ -207,15 +253,15 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                 allow_accelerated_on_cpu: bool = False) -> Target:
     """Load a target (local folder or HF cache name, offline). `allow_accelerated_on_cpu` is for callers
     that route the kernels to the torch fallback themselves (`torch_fallback_kernels`)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = resolve_local_or_cached(name_or_path)
     info = target_info(path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    tokenizer = load_tokenizer(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
     report = kernel_report(model)

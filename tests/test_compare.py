@@ -96,8 +96,9 @@ def test_bootstrap_is_deterministic_and_brackets_estimate():
 def test_drafter_against_itself(kind):
     delta = delta_tau(A3, A3, kind=kind)
     assert delta == Delta(estimate=0.0, low=0.0, high=0.0, p_value=1.0, n=3)
+    # three prompts: an exact permutation test cannot go below p = 2 / 2^3 = 0.25, so no verdict is given
     assert verdict(delta, "base", "base") == \
-        "base is indistinguishable from base: delta tau = +0.00 [0.00, 0.00] (p = 1, 3 prompts)"
+        "too few prompts for a verdict (n = 3, smallest attainable p = 0.25 >= 0.05): delta tau = +0.00 for base vs base"
 
 
 # 20 prompts (> 16, so Monte Carlo): the weak drafter accepts 0 or 1, the strong one 2 or 3, on every prompt;
@@ -120,8 +121,23 @@ def test_verdict_format_and_threshold():
     delta = Delta(estimate=0.42, low=0.21, high=0.63, p_value=0.003, n=20)
     assert verdict(delta, "A", "B") == "B is better than A: delta tau = +0.42 [0.21, 0.63] (p = 0.003, 20 prompts)"
     assert verdict(delta, "A", "B", threshold=0.3).startswith("B is indistinguishable from A")
-    straddles = Delta(estimate=-0.1, low=-0.3, high=0.1, p_value=0.5, n=1)
-    assert verdict(straddles, "A", "B").endswith("delta tau = -0.10 [-0.30, 0.10] (p = 0.5, 1 prompt)")
+    straddles = Delta(estimate=-0.1, low=-0.3, high=0.1, p_value=0.5, n=12)
+    assert verdict(straddles, "A", "B").endswith("delta tau = -0.10 [-0.30, 0.10] (p = 0.5, 12 prompts)")
+
+
+@pytest.mark.parametrize("n, floor", [(1, 1.0), (4, 0.125), (5, 0.0625)])
+def test_too_few_prompts_for_a_verdict_says_why(n, floor):
+    """The smallest p an exact sign-flip test can reach on n prompts is 2 / 2^n; below 6 prompts that is
+    >= 0.05, so an interval that excludes 0 still gives no verdict, and the line says so."""
+    delta = Delta(estimate=0.8, low=0.5, high=1.1, p_value=floor, n=n)
+    assert verdict(delta, "A", "B") == (f"too few prompts for a verdict (n = {n}, smallest attainable p = "
+                                        f"{floor:.3g} >= 0.05): delta tau = +0.80 for B vs A")
+
+
+def test_an_interval_that_excludes_zero_without_significance_is_explained():
+    delta = Delta(estimate=0.3, low=0.05, high=0.6, p_value=0.09, n=8)
+    assert verdict(delta, "A", "B").startswith("B is indistinguishable from A")
+    assert verdict(delta, "A", "B").endswith("the interval excludes 0 but the permutation test does not (p >= 0.05)")
 
 
 def test_micro_and_macro_differ_on_unbalanced_prompts():

@@ -480,7 +480,8 @@ def _provenance(run: dict) -> list[tuple[str, list[tuple[str, str]]]]:
             ("prompts", f"{prompts.get('count')} from {prompts.get('source')} "
                         f"({_fmt_value(prompts.get('sets'))})"),
             ("max_new_tokens", _fmt_value(prov.get("max_new_tokens"))),
-            ("thinking", _fmt_value(prov.get("enable_thinking"))),
+            ("thinking", _fmt_value(prov.get("enable_thinking"))
+                         + (f" ({prov['thinking_source']})" if prov.get("thinking_source") else "")),
             ("temperature", _fmt_value(prov.get("temperature"))),
             ("mode", _fmt_value(prov.get("mode"))), ("final block", _fmt_value(prov.get("final_block"))),
             ("continuations", _fmt_value(prov.get("continuations"))),

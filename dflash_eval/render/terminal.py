@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..inspection import Inspection
+from .safe import printable, safe
 
 
 def _yes(ok: bool) -> str:
@@ -14,22 +15,22 @@ def _yes(ok: bool) -> str:
 
 def render_inspection(console: Console, result: Inspection) -> None:
     spec = result.spec
-    table = Table(title=f"DFlash drafter: {spec.path}", show_header=True, header_style="bold")
+    table = Table(title=f"DFlash drafter: {safe(spec.path)}", show_header=True, header_style="bold")
     table.add_column("field")
     table.add_column("value", overflow="fold")
     table.add_row("format", spec.format)
-    table.add_row("target", result.target_note)
+    table.add_row("target", safe(result.target_note))
     table.add_row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
     table.add_row("taps (speculators/vLLM ids = t+1)", str(list(spec.speculators_taps)))
     table.add_row("taps (HF output_hidden_states index)", str([t + 1 for t in spec.taps]) + "  (last layer: raw pre-norm output, not HF's last entry)")
     table.add_row("fc input width", f"{spec.fc_in_features} = {len(spec.taps)} taps x {spec.target_hidden_size}")
     table.add_row("block size B", f"{spec.block_size} (anchor + {spec.block_size - 1} drafted slots)")
-    mask = f"{spec.mask_token_id}" + (f"  {result.mask_token_text!r}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
+    mask = f"{spec.mask_token_id}" + (f"  {safe(repr(result.mask_token_text))}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
     table.add_row("mask token id", mask)
     table.add_row("drafter layers", f"{spec.num_layers} x hidden {spec.hidden_size}, heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv, head_dim {spec.head_dim}")
     from ..semantics import RULE_SOURCES, SCALE_SOURCE, describe
 
-    table.add_row("rules (semantics)", f"{spec.semantics}: {spec.semantics_source}")
+    table.add_row("rules (semantics)", safe(f"{spec.semantics}: {spec.semantics_source}"))
     table.add_row("rules follow", RULE_SOURCES.get(spec.semantics, spec.semantics))
     for row in describe(spec):
         table.add_row(f"  layer {row['layer']}", f"{row['kind']} attention, {row['window']}, {row['in_block']} in block")
@@ -40,12 +41,12 @@ def render_inspection(console: Console, result: Inspection) -> None:
     declared = {k: v for k, v in vars(spec.scales).items() if v is not None}
     table.add_row("scales applied", ", ".join(scales) + (f"  (declared {declared}; {SCALE_SOURCE})" if declared else ""))
     for note in spec.config_notes:
-        table.add_row("config note", note)
+        table.add_row("config note", safe(note))
     table.add_row("RoPE", ", ".join(f"{k}={v}" for k, v in spec.rope.items()))
     table.add_row("embedding", f"{spec.embedding_source}'s table")
     table.add_row("lm_head", f"{spec.lm_head_source}'s" + (f", reduced draft vocab {spec.draft_vocab_size} via d2t" if spec.has_d2t else ""))
     if spec.verifier:
-        table.add_row("recorded verifier", spec.verifier)
+        table.add_row("recorded verifier", safe(spec.verifier))
     params = result.parameters
     table.add_row("parameters", f"{params['body']:,} body" + "".join(
         f" + {params[k]:,} {k}" for k in ("embedding", "lm_head") if params[k]))
@@ -56,7 +57,7 @@ def render_inspection(console: Console, result: Inspection) -> None:
     checks.add_column("result")
     checks.add_column("detail", overflow="fold")
     for check in result.checks:
-        checks.add_row(check.name, _yes(check.ok), check.detail)
+        checks.add_row(check.name, _yes(check.ok), safe(check.detail))
     console.print(checks)
 
 
@@ -75,8 +76,10 @@ def sparkline(counts: list[int]) -> str:
 def render_run_summary(console: Console, run: dict) -> None:
     """The end-of-run table: tau macro/micro with interval, steps, histogram, per-slot reach."""
     prov = run["provenance"]
-    title = (f"{prov['target']['name']} | {prov['prompts']['count']} prompts | max_new_tokens "
-             f"{prov['max_new_tokens']} | thinking {'on' if prov['enable_thinking'] else 'off'} | {prov['mode']}")
+    title = (f"{safe(prov['target']['name'])} | {prov['prompts']['count']} prompts | max_new_tokens "
+             f"{prov['max_new_tokens']} | thinking {'on' if prov['enable_thinking'] else 'off'}"
+             + (" (family default)" if str(prov.get("thinking_source", "")).startswith("family") else "")
+             + f" | {prov['mode']}")
     table = Table(title=title, header_style="bold")
     table.add_column("drafter")
     table.add_column("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", justify="right")
@@ -88,10 +91,11 @@ def render_run_summary(console: Console, run: dict) -> None:
     for d in run["drafters"]:
         m = d["metrics"]
         ci = m["tau_macro_ci"]
-        tau = f"{_fmt(m['tau_macro'], 2)} [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci else "-"
+        tau = (f"{_fmt(m['tau_macro'], 2)} [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci
+               else f"{_fmt(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip() or "-")
         if m["tau_macro"] is not None and m["tau_macro"] == best and len(run["drafters"]) > 1:
             tau = f"[bold green]{tau}[/]"
-        table.add_row(d["name"], tau, _fmt(m["tau_micro"], 2), str(m["steps"]), sparkline(m["histogram"]),
+        table.add_row(safe(d["name"]), tau, _fmt(m["tau_micro"], 2), str(m["steps"]), sparkline(m["histogram"]),
                       " ".join(_fmt(r, 2) for r in m["reach"]))
     console.print(table)
     sc = prov["self_consistency"]
@@ -99,7 +103,7 @@ def render_run_summary(console: Console, run: dict) -> None:
         console.print(f"self-consistency: {sc['agree']}/{sc['total']} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
     for warning in prov.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {safe(warning)}")
 
 
 def block_text(block) -> tuple["Text", "Text"]:
@@ -129,15 +133,15 @@ def render_blocks(console: Console, blocks, *, title: str | None = None) -> None
     from ..samples import visible
 
     if title:
-        console.print(f"[bold]{title}[/]")
+        console.print(f"[bold]{safe(title)}[/]")
     if not blocks:
         console.print("(no blocks match)")
     for block in blocks:
         scored = min(len(block.draft), len(block.target))
-        header = Text.assemble((f"{block.prompt_id}", "bold"), f" · {block.drafter} · step {block.step} · anchor @{block.anchor_pos} ",
+        header = Text.assemble((printable(block.prompt_id), "bold"), f" · {printable(block.drafter)} · step {block.step} · anchor @{block.anchor_pos} ",
                                (visible(block.anchor), "bold cyan"), f" · accepted {block.accepted}/{scored}")
         if block.flags:
-            header.append(f"  ⚠ repetition: {', '.join(block.flags)}", style="bold yellow")
+            header.append(f"  ⚠ repetition: {printable(', '.join(block.flags))}", style="bold yellow")
         draft, target = block_text(block)
         console.print(header)
         console.print(Text("  draft  │", style="dim") + draft)
@@ -175,7 +179,7 @@ def render_per_position(console: Console, run: dict) -> None:
     keys = (("reach", "reach r_i"), ("conditional", "cond c_i"), ("marginal", "marg m_i"))
     for d in drafters:
         for _, label in keys:
-            table.add_column(f"{d['name']}\n{label}", justify="right")
+            table.add_column(f"{safe(d['name'])}\n{label}", justify="right")
     for i in range(width):
         cells = []
         best = {}
@@ -189,6 +193,9 @@ def render_per_position(console: Console, run: dict) -> None:
                 text = _fmt(value)
                 if value is not None and len(drafters) > 1 and value == best[key]:
                     text = f"[bold green]{text}[/]"
+                fractions = (d["metrics"].get("slot_counts") or {}).get(key) or []
+                if value is not None and i < len(fractions):
+                    text += f" [dim]({fractions[i][0]}/{fractions[i][1]})[/]"
                 cells.append(text)
         table.add_row(str(i + 1), *cells)
     console.print(table)
@@ -232,12 +239,12 @@ def render_repetition(console: Console, run: dict) -> None:
     for d in run["drafters"]:
         rep = d.get("repetition")
         if not rep:
-            table.add_row(d["name"], "-", "", "", "", "", "")
+            table.add_row(safe(d["name"]), "-", "", "", "", "", "")
             continue
         share = rep["flagged_share"] or 0.0
         style = "bold red" if share >= 0.25 else "yellow" if share >= 0.05 else ""
         detectors = ", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none"
-        table.add_row(d["name"], f"[{style}]{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)[/]" if style
+        table.add_row(safe(d["name"]), f"[{style}]{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)[/]" if style
                       else f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)", detectors,
                       sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
                       f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
@@ -255,9 +262,11 @@ def render_diff(console: Console, result: dict) -> None:
 
     a, b = result["a"], result["b"]
     if result["forced"]:
-        console.print("[bold white on red] UNFAIR COMPARISON (--force): " + "; ".join(result["unfair"]) + " [/]")
-    console.print(f"[bold]{result['verdict']}[/]")
-    table = Table(title=f"A = {a['label']}   B = {b['label']}   ({result['prompts']} paired prompts)", header_style="bold")
+        console.print("[bold white on red] UNFAIR COMPARISON (--force): " + safe("; ".join(result["unfair"])) + " [/]")
+    for warning in result.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {safe(warning)}")
+    console.print(f"[bold]{safe(result['verdict'])}[/]")
+    table = Table(title=f"A = {safe(a['label'])}   B = {safe(b['label'])}   ({result['prompts']} paired prompts)", header_style="bold")
     for column in ("", "A", "B", "B - A [95% CI]", "p (permutation)"):
         table.add_column(column, justify="right" if column else "left")
     for kind in ("macro", "micro"):
@@ -284,13 +293,13 @@ def render_diff(console: Console, result: dict) -> None:
     if rep["flagged_share_a"] is not None and rep["flagged_share_b"] is not None:
         console.print(f"flagged (repetitive) blocks: A {100 * rep['flagged_share_a']:.1f}% -> B {100 * rep['flagged_share_b']:.1f}%")
     for set_name, d in result["by_prompt_set"].items():
-        console.print(f"prompt set {set_name}: delta tau macro {_signed(d['estimate'], 2)} [{d['low']:.2f}, {d['high']:.2f}], n = {d['n']}")
+        console.print(f"prompt set {safe(set_name)}: delta tau macro {_signed(d['estimate'], 2)} [{d['low']:.2f}, {d['high']:.2f}], n = {d['n']}")
     for title, key in (("Regressed most (B worse)", "regressed"), ("Improved most (B better)", "improved")):
         if not result[key]:
             continue
         console.print(f"[bold]{title}[/]")
         for example in result[key]:
-            console.print(f"{example['prompt_id']}: tau A {example['tau_a']:.2f} -> B {example['tau_b']:.2f} "
+            console.print(f"{safe(example['prompt_id'])}: tau A {example['tau_a']:.2f} -> B {example['tau_b']:.2f} "
                           f"({_signed(example['delta'], 2)}), first divergent block:")
             if example["blocks"]:
                 for label, block in zip("AB", example["blocks"]):
@@ -302,7 +311,7 @@ def render_diff(console: Console, result: dict) -> None:
 
 
 def render_doctor(console: Console, result: dict) -> None:
-    table = Table(title=f"doctor: {result['drafter']} on {result['prompts']} prompts (one target pass each; "
+    table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each; "
                         "delta = variant - as configured, paired over prompts)", header_style="bold")
     for column in ("variant", "tau macro", "delta [95% CI]", "p", "drafts unchanged"):
         table.add_column(column, justify="left" if column == "variant" else "right")
@@ -317,12 +326,12 @@ def render_doctor(console: Console, result: dict) -> None:
                       f"{d['p_value']:.3g}", f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else "")
     console.print(table)
     mask = result["mask_row"]
-    console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({mask['detail']})")
+    console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
     kernels = result["kernels"]
     if kernels["compared"]:
         worst = max(kernels["per_layer"].items(), key=lambda kv: kv[1]["max_rel"])
         console.print(f"fla vs torch fallback: greedy agreement {100 * kernels['greedy_agreement']:.2f}%, largest tap "
                       f"difference at layer {worst[0]}: max rel {worst[1]['max_rel']:.2e}")
     else:
-        console.print(f"fla vs torch fallback: not compared ({kernels['detail']})")
-    console.print(f"[bold]verdict: {result['verdict']}[/]")
+        console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
+    console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
