@@ -304,6 +304,12 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
     check_prompt_lengths(target_path, {p.id: len(prompt_ids(tokenizer, p, thinking)) for p in prompts},
                          options.max_new_tokens)
+    if options.responses:  # checked here too, so a bad file is refused before the output folder is touched
+        responses = read_responses(options.responses, tokenizer, info.vocab_size)
+        missing = [p.id for p in prompts if p.id not in responses]
+        if missing:
+            raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
+                                                f"{len(prompts)} prompts have none)")
     fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
     settings = {
         "target": str(target_path), "drafters": fingerprints, "max_new_tokens": options.max_new_tokens,
@@ -332,7 +338,8 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
     drafters = {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
                 .attach_target(target.embed_tokens, target.lm_head) for e in entries}
     block_sizes = {name: d.spec.block_size for name, d in drafters.items()}
-    responses = read_responses(options.responses, target.tokenizer) if options.responses else None
+    responses = (read_responses(options.responses, target.tokenizer, target.info.vocab_size)
+                 if options.responses else None)
 
     # rows of prompts finished by an earlier, interrupted invocation (all drafters present)
     by_prompt: dict[str, list[dict[str, Any]]] = {}

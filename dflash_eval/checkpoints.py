@@ -480,7 +480,15 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
     fmt = detect_format(config, directory / CONFIG_NAME)
     weights, owners = read_weight_metadata(directory)
     builder = spec_from_zlab if fmt == "zlab" else spec_from_speculators
-    return builder(config, directory, weights), weights, owners
+    try:
+        spec = builder(config, directory, weights)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure here is a config value of the wrong type or range
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise InputError(directory / CONFIG_NAME, f"a config value has the wrong type or range "
+                                                  f"({type(exc).__name__}: {first[:160]})") from None
+    return spec, weights, owners
 
 
 def first_failure(checks: list[Check]) -> Check | None:

@@ -219,18 +219,26 @@ def report(
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from .paths import writable_file
     from .render.terminal import render_report
-    from .results import read_run, read_samples
+    from .results import interpreting, read_run, read_samples
 
     if html is not None:
         writable_file(html, "--html")
     run = read_run(run_dir)
     rows = read_samples(run_dir / "samples.jsonl")
     console = stdout_console()
-    render_report(console, run, rows, samples_per_drafter=samples)
-    if html is not None:
-        from .render.html import render_run_html, write_html
+    with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
+        with console.capture() as captured:
+            render_report(console, run, rows, samples_per_drafter=samples)
+        page = None
+        if html is not None:
+            from .render.html import render_run_html
 
-        console.print(_safe(f"written: {write_html(html, render_run_html(run, rows))}"))
+            page = render_run_html(run, rows)
+    console.file.write(captured.get())
+    if page is not None:
+        from .render.html import write_html
+
+        console.print(_safe(f"written: {write_html(html, page)}"))
 
 
 @app.command()
@@ -252,18 +260,29 @@ def diff(
     from .diffing import diff as run_diff
     from .paths import writable_file
     from .render.terminal import render_diff
+    from .results import interpreting
 
     if html is not None:
         writable_file(html, "--html")
-    result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed)
+    console = stdout_console()
+    with interpreting(f"{a} / {b}"):
+        result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed)
+        with console.capture() as captured:
+            if not as_json:
+                render_diff(console, result)
+        page = None
+        if html is not None:
+            from .render.html import render_diff_html
+
+            page = render_diff_html(result)
     if as_json:
         typer.echo(json_module.dumps(result, indent=1))
     else:
-        render_diff(stdout_console(), result)
+        console.file.write(captured.get())
     if html is not None:
-        from .render.html import render_diff_html, write_html
+        from .render.html import write_html
 
-        path = write_html(html, render_diff_html(result))
+        path = write_html(html, page)
         if not as_json:
             stdout_console().print(_safe(f"written: {path}"))
 
@@ -365,22 +384,28 @@ def show(
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from .render.terminal import SAMPLE_LEGEND, render_blocks
-    from .results import read_run, read_samples
+    from .results import interpreting, read_run, read_samples
     from .samples import select_blocks
 
+    chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
+    if len(chosen) > 1:
+        raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
     run = read_run(run_dir)
-    names = [d["name"] for d in run["drafters"]]
-    if drafter is not None and drafter not in names:
-        raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
-    rows = read_samples(run_dir / "samples.jsonl")
-    if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
-        raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
-    if first is None and worst is None and sample is None and prompt is None:
-        first = 10
-    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
     console = stdout_console()
-    render_blocks(console, blocks)
-    console.print(SAMPLE_LEGEND)
+    with interpreting(run_dir):
+        names = [d["name"] for d in run["drafters"]]
+        if drafter is not None and drafter not in names:
+            raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
+        rows = read_samples(run_dir / "samples.jsonl")
+        if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
+            raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
+        if first is None and worst is None and sample is None and prompt is None:
+            first = 10
+        blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
+        with console.capture() as captured:
+            render_blocks(console, blocks)
+            console.print(SAMPLE_LEGEND)
+    console.file.write(captured.get())
 
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Prompt sets: what they hold and what is sent.")

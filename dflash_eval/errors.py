@@ -30,9 +30,13 @@ def read_json_object(path: Path, *, missing: str) -> dict:
     import json
 
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(path, missing) from None
+    except UnicodeDecodeError:
+        raise InputError(path, "is not UTF-8 text (expected JSON)") from None
+    except RecursionError:
+        raise InputError(path, "invalid JSON: nested too deeply") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import csv
 import io
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -148,6 +149,22 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             break
     return rows
+
+
+@contextlib.contextmanager
+def interpreting(directory: Path | str):
+    """Around code that reads a run folder's files: a field of the wrong type or missing (a file edited by
+    hand, or written by another version) becomes one line naming the folder, never a traceback."""
+    from .errors import InputError
+
+    try:
+        yield
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+        raise InputError(directory, f"run.json / samples.jsonl do not match the documented schema ({detail}); "
+                                    "edited by hand or written by another version?") from None
 
 
 def incomplete_message(directory: Path) -> str:

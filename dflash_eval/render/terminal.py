@@ -18,37 +18,41 @@ def render_inspection(console: Console, result: Inspection) -> None:
     table = Table(title=f"DFlash drafter: {safe(spec.path)}", show_header=True, header_style="bold")
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    table.add_row("format", spec.format)
-    table.add_row("target", safe(result.target_note))
-    table.add_row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
-    table.add_row("taps (speculators/vLLM ids = t+1)", str(list(spec.speculators_taps)))
-    table.add_row("taps (HF output_hidden_states index)", str([t + 1 for t in spec.taps]) + "  (last layer: raw pre-norm output, not HF's last entry)")
-    table.add_row("fc input width", f"{spec.fc_in_features} = {len(spec.taps)} taps x {spec.target_hidden_size}")
-    table.add_row("block size B", f"{spec.block_size} (anchor + {spec.block_size - 1} drafted slots)")
-    mask = f"{spec.mask_token_id}" + (f"  {safe(repr(result.mask_token_text))}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
-    table.add_row("mask token id", mask)
-    table.add_row("drafter layers", f"{spec.num_layers} x hidden {spec.hidden_size}, heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv, head_dim {spec.head_dim}")
+
+    def row(field: str, value: str) -> None:  # every value may quote the checkpoint's config: escaped
+        table.add_row(safe(field), safe(value))
+
+    row("format", spec.format)
+    row("target", result.target_note)
+    row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
+    row("taps (speculators/vLLM ids = t+1)", str(list(spec.speculators_taps)))
+    row("taps (HF output_hidden_states index)", str([t + 1 for t in spec.taps]) + "  (last layer: raw pre-norm output, not HF's last entry)")
+    row("fc input width", f"{spec.fc_in_features} = {len(spec.taps)} taps x {spec.target_hidden_size}")
+    row("block size B", f"{spec.block_size} (anchor + {spec.block_size - 1} drafted slots)")
+    mask = f"{spec.mask_token_id}" + (f"  {result.mask_token_text!r}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
+    row("mask token id", mask)
+    row("drafter layers", f"{spec.num_layers} x hidden {spec.hidden_size}, heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv, head_dim {spec.head_dim}")
     from ..semantics import RULE_SOURCES, SCALE_SOURCE, describe
 
-    table.add_row("rules (semantics)", safe(f"{spec.semantics}: {spec.semantics_source}"))
-    table.add_row("rules follow", RULE_SOURCES.get(spec.semantics, spec.semantics))
-    for row in describe(spec):
-        table.add_row(f"  layer {row['layer']}", f"{row['kind']} attention, {row['window']}, {row['in_block']} in block")
-    table.add_row("in-block causality from", spec.causality_source)
-    table.add_row("context mask", "p < anchor (strict: the anchor's hidden state is never context)")
+    row("rules (semantics)", f"{spec.semantics}: {spec.semantics_source}")
+    row("rules follow", RULE_SOURCES.get(spec.semantics, spec.semantics))
+    for layer in describe(spec):
+        row(f"  layer {layer['layer']}", f"{layer['kind']} attention, {layer['window']}, {layer['in_block']} in block")
+    row("in-block causality from", spec.causality_source)
+    row("context mask", "p < anchor (strict: the anchor's hidden state is never context)")
     scales = [f"input_embedding_scale {spec.embedding_scale:g}", f"output_multiplier {spec.output_multiplier:g}",
               "final_logit_softcapping " + (f"{spec.logit_softcap:g}" if spec.logit_softcap else "off")]
     declared = {k: v for k, v in vars(spec.scales).items() if v is not None}
-    table.add_row("scales applied", ", ".join(scales) + (f"  (declared {declared}; {SCALE_SOURCE})" if declared else ""))
+    row("scales applied", ", ".join(scales) + (f"  (declared {declared}; {SCALE_SOURCE})" if declared else ""))
     for note in spec.config_notes:
-        table.add_row("config note", safe(note))
-    table.add_row("RoPE", ", ".join(f"{k}={v}" for k, v in spec.rope.items()))
-    table.add_row("embedding", f"{spec.embedding_source}'s table")
-    table.add_row("lm_head", f"{spec.lm_head_source}'s" + (f", reduced draft vocab {spec.draft_vocab_size} via d2t" if spec.has_d2t else ""))
+        row("config note", note)
+    row("RoPE", ", ".join(f"{k}={v}" for k, v in spec.rope.items()))
+    row("embedding", f"{spec.embedding_source}'s table")
+    row("lm_head", f"{spec.lm_head_source}'s" + (f", reduced draft vocab {spec.draft_vocab_size} via d2t" if spec.has_d2t else ""))
     if spec.verifier:
-        table.add_row("recorded verifier", safe(spec.verifier))
+        row("recorded verifier", spec.verifier)
     params = result.parameters
-    table.add_row("parameters", f"{params['body']:,} body" + "".join(
+    row("parameters", f"{params['body']:,} body" + "".join(
         f" + {params[k]:,} {k}" for k in ("embedding", "lm_head") if params[k]))
     console.print(table)
 
@@ -57,7 +61,7 @@ def render_inspection(console: Console, result: Inspection) -> None:
     checks.add_column("result")
     checks.add_column("detail", overflow="fold")
     for check in result.checks:
-        checks.add_row(check.name, _yes(check.ok), safe(check.detail))
+        checks.add_row(safe(check.name), _yes(check.ok), safe(check.detail))
     console.print(checks)
 
 
