@@ -391,6 +391,13 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                 row["walk_draft_pieces"] = [decode(d) for d in row["walk_drafts"]]
             sink.write("".join(json.dumps(r) + "\n" for r in rows))
             sink.flush()
+            if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
+                partial = _assemble(options, target, entries, drafters, R.read_samples(options.out / R.SAMPLES),
+                                    prompts, thinking, warnings, fingerprints, kernel_summary(kernel_report(target.model)),
+                                    block_sizes, generated_count=generated_count, evaluated_count=len(pending))
+                done = len({r["prompt_id"] for r in R.read_samples(options.out / R.SAMPLES)})
+                partial["incomplete"] = {"done": done, "total": len(prompts)}
+                R.atomic_write(options.out / R.PARTIAL_JSON, json.dumps(partial, indent=1) + "\n")
             if _SLOW_PROMPTS:  # test hook: leaves time to kill the process between prompts
                 time.sleep(_SLOW_PROMPTS)
             reporter.advance("prompts", prompt.id)
@@ -400,6 +407,7 @@ def _evaluate_loaded(options, reporter, target, entries, prompts, thinking, sett
                     kernel_summary(kernel_report(target.model)), block_sizes,
                     generated_count=generated_count, evaluated_count=len(pending))
     R.atomic_write(options.out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
+    (options.out / R.PARTIAL_JSON).unlink(missing_ok=True)
     R.atomic_write(options.out / R.PER_POSITION, R.per_position_csv(run["drafters"]))
     R.atomic_write(options.out / R.STATE, json.dumps({"settings_hash": settings_hash(settings), "complete": True,
                                                       "settings": settings}))

@@ -27,6 +27,13 @@ def _safe(text: str) -> str:
     return safe(text)
 
 
+def _incomplete_banner(console: Console, run: dict) -> None:
+    state = run.get("incomplete") if isinstance(run, dict) else None
+    if isinstance(state, dict):
+        console.print(f"[bold white on red] INCOMPLETE RUN: {_safe(str(state.get('done')))} of "
+                      f"{_safe(str(state.get('total')))} prompts done; rerun the same command to finish [/]")
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise."""
     from .render.safe import safe
@@ -215,6 +222,7 @@ def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
+    partial: bool = typer.Option(False, "--partial", help="On an unfinished run: show the prompts done so far, under a banner."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from .paths import writable_file
@@ -223,9 +231,10 @@ def report(
 
     if html is not None:
         writable_file(html, "--html")
-    run = read_run(run_dir)
+    run = read_run(run_dir, partial=partial)
     rows = read_samples(run_dir / "samples.jsonl")
     console = stdout_console()
+    _incomplete_banner(console, run)
     with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
         with console.capture() as captured:
             render_report(console, run, rows, samples_per_drafter=samples)
@@ -253,6 +262,7 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML file."),
     seed: int = typer.Option(0, "--seed"),
+    partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
     import json as json_module
@@ -266,9 +276,12 @@ def diff(
         writable_file(html, "--html")
     console = stdout_console()
     with interpreting(f"{a} / {b}"):
-        result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed)
+        result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
         with console.capture() as captured:
             if not as_json:
+                for side in ("a", "b"):
+                    if result[side].get("incomplete"):
+                        _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
                 render_diff(console, result)
         page = None
         if html is not None:
@@ -381,6 +394,7 @@ def show(
     first: Optional[int] = typer.Option(None, "--first", min=1, help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, help="K blocks at random."),
     seed: int = typer.Option(0, "--seed"),
+    partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from .render.terminal import SAMPLE_LEGEND, render_blocks
@@ -390,8 +404,9 @@ def show(
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
     if len(chosen) > 1:
         raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
-    run = read_run(run_dir)
+    run = read_run(run_dir, partial=partial)
     console = stdout_console()
+    _incomplete_banner(console, run)
     with interpreting(run_dir):
         names = [d["name"] for d in run["drafters"]]
         if drafter is not None and drafter not in names:
@@ -525,6 +540,20 @@ def _clear_demo_out(out: Path) -> None:
         raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
 
 
+def program() -> str:
+    """How to call dflash-eval again from this shell: the bare name when it is on PATH, else the full path
+    of this installation's script (a venv that was not activated), else `python -m dflash_eval.cli`."""
+    import shutil
+
+    here = Path(sys.executable).parent / "dflash-eval"
+    found = shutil.which("dflash-eval")
+    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "dflash-eval"
+    if here.exists():
+        return str(here)
+    return f"{sys.executable} -m dflash_eval.cli"
+
+
 def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool) -> str:
     """What to look at, from the numbers this run measured (not from what the build expected)."""
     by_name = {d["name"]: d for d in result["drafters"]}
@@ -543,9 +572,10 @@ def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, h
         f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; the "
         "in-house one was trained with the anchor's own hidden state in its attention context. The per-position "
         "table shows where its acceptance collapses, the worst blocks show its drafts. Ask doctor why:\n"
-        f"  dflash-eval doctor --drafter {inhouse} --no-thinking --max-new-tokens {max_new_tokens}\n"
-        f"Results in {out}/ ({files}); `dflash-eval show {out} --worst 5` for more blocks. On your own checkpoints:\n"
-        "  dflash-eval run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval "
+        f"  {_safe(program())} doctor --drafter {_safe(inhouse)} --no-thinking --max-new-tokens {max_new_tokens}\n"
+        f"Results in {_safe(out)}/ ({files}); `{_safe(program())} show {_safe(out)} --worst 5` for more blocks. "
+        "On your own checkpoints:\n"
+        f"  {_safe(program())} run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval "
         "--out runs/mine"
     )
 

@@ -40,11 +40,11 @@ class Side:
         return total
 
 
-def load_side(value: str) -> Side:
+def load_side(value: str, partial: bool = False) -> Side:
     """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
     head, sep, tail = value.rpartition(":")
     run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
-    run = read_run(run_dir)
+    run = read_run(run_dir, partial=partial)
     names = [d["name"] for d in run["drafters"]]
     if name is None:
         if len(names) != 1:
@@ -106,8 +106,8 @@ def _display_names(a: Side, b: Side) -> tuple[str, str]:
 
 
 def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float = 0.001, top: int = 3,
-         seed: int = 0) -> dict[str, Any]:
-    a, b = load_side(a_value), load_side(b_value)
+         seed: int = 0, partial: bool = False) -> dict[str, Any]:
+    a, b = load_side(a_value, partial), load_side(b_value, partial)
     problems, agreement = fairness_problems(a, b, max_mismatch)
     if problems and not force:
         raise InputError(None, f"unfair comparison of {a_value} and {b_value}: " + "; ".join(problems)
@@ -136,8 +136,10 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
         warnings.append("A and B have identical checkpoint weights (same fingerprint)")
     return {
         "warnings": warnings,
-        "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca)},
-        "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb)},
+        "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca),
+              "incomplete": a.run.get("incomplete")},
+        "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb),
+              "incomplete": b.run.get("incomplete")},
         "forced": bool(problems), "unfair": problems, "continuations": agreement, "prompts": len(common),
         "delta_tau_macro": macro.to_dict(), "delta_tau_micro": micro.to_dict(),
         "sign_test_p": C.sign_test([d for _, _, _, d in C.per_prompt_differences(ca, cb)]),

@@ -81,6 +81,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 SAMPLES = "samples.jsonl"
 PER_POSITION = "per_position.csv"
+PARTIAL_JSON = "run.partial.json"  # run.json over the prompts done so far, while a run is unfinished
 STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
 
 
@@ -174,17 +175,23 @@ def incomplete_message(directory: Path) -> str:
     except (OSError, json.JSONDecodeError):
         state = {}
     total = len((state.get("settings") or {}).get("prompts") or []) or "?"
-    done = len({row.get("prompt_id") for row in read_samples(directory / SAMPLES)})
+    done = len({str(row.get("prompt_id")) for row in read_samples(directory / SAMPLES) if isinstance(row, dict)})
     return (f"incomplete run: {done} of {total} prompts done; rerun the same `dflash-eval run` command to "
             "finish it")
 
 
-def read_run(directory: Path) -> dict[str, Any]:
+def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
+    """run.json; with `partial`, an unfinished run's run.partial.json (its `incomplete` field says how far
+    it got, and renderers show a banner) when there is no run.json yet."""
     from .errors import InputError
 
     path = directory / RUN_JSON
     if not path.exists() and (directory / STATE).is_file():
-        raise InputError(directory, incomplete_message(directory))
+        if not partial or not (directory / PARTIAL_JSON).is_file():
+            raise InputError(directory, incomplete_message(directory)
+                             + ("" if partial or not (directory / PARTIAL_JSON).is_file()
+                                else " (or add --partial to see the prompts done so far)"))
+        path = directory / PARTIAL_JSON
     try:
         data = json.loads(path.read_text())
     except OSError:

@@ -157,11 +157,21 @@ def test_killed_run_resumes_to_the_same_results(trained, tmp_path):
     process.wait()
     done_before = len(samples.read_text().splitlines())
     assert 3 <= done_before < 12 and not (out / "run.json").exists()
+    # the folder knows it is unfinished: report says so, --partial renders what is there under a banner
+    said = runner.invoke(app, ["report", str(out)])
+    assert said.exit_code == 2 and f"incomplete run: {done_before} of 12 prompts done" in said.stderr
+    assert "--partial" in said.stderr
+    shown = runner.invoke(app, ["report", str(out), "--partial"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "INCOMPLETE RUN" in shown.stdout and "of 12 prompts done" in shown.stdout
+    partial = json.loads((out / "run.partial.json").read_text())
+    assert partial["incomplete"]["total"] == 12 and partial["incomplete"]["done"] <= done_before
     resumed = runner.invoke(app, ["run", *args, "--out", str(out)])
     assert resumed.exit_code == 0, resumed.output
     assert "resuming" in resumed.stdout
     first = json.loads((tmp_path / "whole" / "run.json").read_text())
     second = json.loads((out / "run.json").read_text())
+    assert not (out / "run.partial.json").exists()
     assert second["provenance"]["work"]["prompts_evaluated"] == 12 - done_before
     assert second["drafters"][0]["metrics"] == first["drafters"][0]["metrics"]
     assert second["drafters"][0]["counts"] == first["drafters"][0]["counts"]

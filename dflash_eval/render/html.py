@@ -598,6 +598,7 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
     return {"doctor": doctor,
         "title": title or f"dflash-eval report: {target_name}",
         "provenance": _provenance(run), "warnings": prov.get("warnings") or [],
+              "incomplete": run.get("incomplete"),
         "drafters": drafters, "summary": summary, "by_set": by_set, "paper": paper,
         "paper_source": references.published_tau_source() if paper else None,
         "charts": charts, "names": names, "prompt_rows": prompt_rows, "repetition": repetition,
