@@ -316,3 +316,17 @@ def test_data_never_drives_the_terminal(world, tmp_path):
     assert "\\x1b]0;pwned\\x07[bold red]id[/]" in results[1].stdout + results[2].stdout
     assert name in results[0].stdout and name in results[1].stdout
     assert "[link=x]y[/link]" in results[3].stdout
+
+
+def test_doctor_out_a_run_uses_that_runs_settings(world, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(world["run"], run_dir)
+    result = runner.invoke(app, ["doctor", "-d", str(world["drafter"]), "--out", str(run_dir), "--device", "cpu",
+                                 "--cache-dir", str(world["cache"])], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    doctor = json.loads((run_dir / "doctor.json").read_text())
+    run = json.loads((run_dir / "run.json").read_text())
+    assert doctor["max_new_tokens"] == run["provenance"]["max_new_tokens"] == 8
+    assert doctor["prompts"] == run["provenance"]["prompts"]["count"] == 2
+    assert doctor["thinking"] == run["provenance"]["enable_thinking"]
+    assert run["doctor"]["max_new_tokens"] == 8

@@ -237,3 +237,24 @@ def test_the_same_name_twice_is_refused_before_anything_is_written(drafter_dirs,
     again = run_cli("-d", str(drafter_dirs["zlab"]), "-d", str(drafter_dirs["zlab"]), "--out", str(tmp_path / "r"),
                     cache=tmp_path / "c")
     assert again.exit_code == 2 and "give it a :NAME" in again.stderr
+
+
+def test_thinking_says_when_it_is_the_family_default_and_warns_on_a_known_mismatch(trained, tmp_path):
+    from pathlib import Path
+
+    from dflash_eval.api import DrafterEntry, thinking_warnings
+
+    args = ["-d", str(trained["qwen3_5_text"]["good"]), "--target", str(trained["qwen3_5_text"]["target"]),
+            "--max-new-tokens", "8", "--limit", "2", "--cache-dir", str(tmp_path / "cache"), "--no-html"]
+    defaulted = runner.invoke(app, ["run", *args, "--out", str(tmp_path / "d")], env={"COLUMNS": "200"})
+    assert defaulted.exit_code == 0, defaulted.output
+    assert "thinking on (family default)" in defaulted.stdout
+    prov = json.loads((tmp_path / "d" / "run.json").read_text())["provenance"]
+    assert prov["thinking_source"] == "family default for qwen3_5_text"
+    given = runner.invoke(app, ["run", *args, "--no-thinking", "--out", str(tmp_path / "g")], env={"COLUMNS": "200"})
+    assert "thinking off |" in given.stdout and "family default" not in given.stdout
+    # the registry knows z-lab's Qwen3 b16 drafters were trained without thinking
+    entry = DrafterEntry("z-lab", Path("/hf/models--z-lab--Qwen3-8B-DFlash-b16/snapshots/abc"), None)
+    warning, = thinking_warnings([entry], True, True, "qwen3")
+    assert "trained with thinking off" in warning and "pass --no-thinking" in warning
+    assert thinking_warnings([entry], False, False, "qwen3") == []
