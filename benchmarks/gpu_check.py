@@ -29,8 +29,8 @@ def part_a(root: Path) -> None:
     from dflash_eval.api import RunOptions, evaluate
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import capture_taps, kernel_report, load_target, torch_fallback_kernels
-    from dflash_eval.tiny import build_test_bed
-    from dflash_eval.train import TrainConfig, greedy_sequences, train_drafter
+    from dflash_eval.testing.tiny import build_test_bed
+    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     bed = build_test_bed(root / "bed")
     cpu_target = load_target(str(bed["qwen3_5_text"]), device="cpu", dtype="float32")

@@ -40,8 +40,8 @@ def main() -> None:
     from dflash_eval.live import live_generate
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import capture_taps, load_target
-    from dflash_eval.tiny import build_test_bed
-    from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
+    from dflash_eval.testing.tiny import build_test_bed
+    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     torch.set_grad_enabled(False)
     with tempfile.TemporaryDirectory() as tmp:

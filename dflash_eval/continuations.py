@@ -188,3 +188,27 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
         else:
             raise InputError(path, f"line {number}: {expected} (response a string)")
     return out
+
+
+def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
+                      reporter) -> tuple[dict[str, list[int]], int]:
+    """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
+    continuations, from the on-disk cache or generated (and cached); and how many were generated."""
+    if responses is not None:
+        missing = [p.id for p in prompts if p.id not in responses]
+        if missing:
+            raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
+        return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
+    cache = ContinuationCache(options.cache_dir)
+    keys = {p.id: cache.key(target, p.text, thinking, options.max_new_tokens) for p in prompts}
+    found = {p.id: cache.get(keys[p.id]) for p in prompts}
+    todo = [p for p in prompts if found[p.id] is None]
+    batch = options.generation_batch or (8 if target.device.type == "cuda" else 1)
+    reporter.phase("generate", len(todo))
+    for start in range(0, len(todo), batch):
+        chunk = todo[start:start + batch]
+        for prompt, cont in zip(chunk, generate_greedy(target, [ids[p.id] for p in chunk], options.max_new_tokens, batch)):
+            cache.put(keys[prompt.id], cont)
+            found[prompt.id] = cont
+            reporter.advance("generate", prompt.id)
+    return found, len(todo)  # type: ignore[return-value]

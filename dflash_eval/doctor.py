@@ -26,8 +26,6 @@ untrained row.
 
 from __future__ import annotations
 
-import json
-
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -131,10 +129,9 @@ class VariantResult:
     drafts: list[list[list[int]]]  # per prompt, per anchor: drafted ids (to tell "unchanged" from "equal tau")
 
 
-def evaluate_variants(drafter, variants: list[Variant], trajectories: list[dict], final_norm: Callable, hidden: int,
+def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
                       max_new_tokens: int, anchor_batch: int | None) -> list[VariantResult]:
-    """Replay every variant on every cached trajectory. `trajectories`: {"id", "tokens", "prompt_len",
-    "layers": {layer: [T, H] features}} from the single target pass."""
+    """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each)."""
     results = []
     configured = drafter.spec
     for variant in variants:
@@ -144,7 +141,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list[dict]
         try:
             for traj in trajectories:
                 layers = variant.taps or configured.taps
-                feats = [traj["layers"][t] for t in layers]
+                feats = [traj.layers[t] for t in layers]
                 if variant.final_norm:
                     feats = [final_norm(f) for f in feats]
                 if variant.zero_tap is not None:
@@ -154,7 +151,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list[dict]
                 drafts.append(result.drafts)
                 walk = [n - 1 for n in result.walk_accept_lengths]
                 if walk:
-                    counts = counts + M.AcceptanceCounts.from_walk(traj["id"], walk, configured.block_size, result.walk_drafted)
+                    counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
         finally:
             drafter.spec = configured
         results.append(VariantResult(variant, counts, drafts))
@@ -164,7 +161,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list[dict]
 def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant):
     from .engine import replay
 
-    return replay(drafter, taps, traj["tokens"], traj["prompt_len"], max_new_tokens, anchor_batch=anchor_batch,
+    return replay(drafter, taps, traj.tokens, traj.prompt_len, max_new_tokens, anchor_batch=anchor_batch,
                   anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset)
 
 
@@ -206,56 +203,40 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
 
 
 def run_doctor(options, reporter=None) -> dict[str, Any]:
-    """Load, capture once per prompt, check, replay every variant, summarize (the `doctor` command).
-
-    `options` is an api.RunOptions with exactly one drafter."""
-    from .api import Reporter, _continuations, apply_semantics_overrides, resolve_drafters
-    from .checkpoints import checked_spec, weight_files
-    from .continuations import prompt_ids
-    from .drafter import load_drafter
-    from .prompts import load_prompts
+    """The `doctor` command as a composition of the run's stages: inputs (one drafter) -> continuations ->
+    one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
+    scored on the same trajectories -> summary. `options` is an options.RunOptions."""
+    from .api import kernels_context, load_drafters
+    from .continuations import continuations_for
+    from .inputs import prepare_inputs
+    from .options import Reporter
     from .target import capture_taps, kernel_report, load_target, target_info, torch_fallback_kernels
+    from .trajectories import capture_trajectory
 
     reporter = reporter or Reporter()
-    entries, target_path, warnings = resolve_drafters(options)
-    if len(entries) != 1:
-        raise InputError(None, "doctor examines one drafter at a time")
-    entry = entries[0]
+    inputs = prepare_inputs(options, one_drafter=True)
+    entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
     info = target_info(target_path)
-    entry.spec, _ = checked_spec(entry.path, info)
-    apply_semantics_overrides(entries, options.semantics)
-    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
-    from .api import _thinking_default
-
-    model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
-    thinking = _thinking_default(model_type) if options.thinking is None else bool(options.thinking)
-    from .target import check_prompt_lengths, load_tokenizer
-
-    tokenizer = load_tokenizer(target_path)
-    check_prompt_lengths(target_path, {p.id: len(prompt_ids(tokenizer, p, thinking)) for p in prompts},
-                         options.max_new_tokens)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
     layers = sorted({t for v in variants for t in (v.taps or spec.taps)})
-    ids = {p.id: prompt_ids(target.tokenizer, p, thinking) for p in prompts}
-    continuations, _ = _continuations(target, prompts, ids, options, thinking, None, reporter)
+    ids = inputs.prompt_ids()
+    thinking = inputs.thinking
+    continuations, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter)
 
     trajectories = []
     reporter.phase("target pass", len(prompts))
-    for prompt in prompts:
-        tokens = torch.tensor(ids[prompt.id] + continuations[prompt.id])
-        capture = capture_taps(target, tokens, layers, sequence_chunk=options.tap_chunk)
-        per_layer = capture.taps.split(info.hidden_size, dim=-1)
-        trajectories.append({"id": prompt.id, "tokens": tokens, "prompt_len": len(ids[prompt.id]),
-                             "layers": dict(zip(layers, per_layer)), "greedy": capture.greedy})
-        reporter.advance("target pass", prompt.id)
+    with kernels_context(target, options):
+        for prompt in prompts:
+            trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], continuations[prompt.id], layers,
+                                                   sequence_chunk=options.tap_chunk))
+            reporter.advance("target pass", prompt.id)
     for traj in trajectories:  # before any drafter runs
-        check_taps(torch.cat([traj["layers"][t] for t in spec.taps], dim=-1), spec, info.hidden_size, str(target_path))
+        check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
 
     kernels = _kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
-    drafter = load_drafter(spec, weight_files(entry.path), device=target.device, dtype=target.dtype)
-    drafter.attach_target(target.embed_tokens, target.lm_head)
+    drafter = load_drafters([entry], target)[entry.name]
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
     final_norm = target.model.model.norm
@@ -277,14 +258,14 @@ def _kernel_comparison(target, trajectory, layers, fallback_ctx, capture_taps, k
     if not any(k.accelerated for k in report):
         return {"compared": False, "detail": "no accelerated Gated-DeltaNet kernels bound (dense target or torch fallback)"}
     with fallback_ctx(target.model):
-        fallback = capture_taps(target, trajectory["tokens"], layers)
+        fallback = capture_taps(target, trajectory.tokens, layers)
     target.tap_passes -= 1  # a diagnostic re-run of one prompt, not a tap pass of the evaluation
-    fla = torch.cat([trajectory["layers"][t] for t in layers], dim=-1)
+    fla = trajectory.taps(layers)
     H = target.info.hidden_size
     per_layer = {}
     for k, t in enumerate(layers):
         a, b = fla[:, k * H:(k + 1) * H].float(), fallback.taps[:, k * H:(k + 1) * H].float()
         per_layer[str(t)] = {"max_abs": float((a - b).abs().max()),
                              "max_rel": float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))}
-    agree = float((fallback.greedy == trajectory["greedy"]).float().mean())
+    agree = float((fallback.greedy == trajectory.greedy).float().mean())
     return {"compared": True, "per_layer": per_layer, "greedy_agreement": agree}

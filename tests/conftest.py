@@ -11,8 +11,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from dflash_eval.testbed import random_state_dict, write_random_drafter  # noqa: E402
-from dflash_eval.tiny import build_test_bed  # noqa: E402
+from dflash_eval.testing.testbed import random_state_dict, write_random_drafter  # noqa: E402
+from dflash_eval.testing.tiny import build_test_bed  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def drafter_dirs(test_bed, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("drafters")
     target = test_bed["qwen3"]
     design = dict(block_size=4, num_layers=2)
-    from dflash_eval.checkpoint_writer import design_spec
+    from dflash_eval.testing.checkpoint_writer import design_spec
     from dflash_eval.target import target_info
 
     spec = design_spec(target_info(target), mask_token_id=0, **design)
@@ -55,7 +55,7 @@ def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
     with the anchor's own hidden state in its context (the classic train/eval skew)."""
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import load_target
-    from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
+    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("trained")
     out: dict[str, dict[str, Path]] = {}
@@ -73,6 +73,6 @@ def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
 
 @pytest.fixture(scope="session")
 def repeat_anchor_drafter(test_bed, tmp_path_factory) -> Path:
-    from dflash_eval.testbed import write_repeat_anchor_drafter
+    from dflash_eval.testing.testbed import write_repeat_anchor_drafter
 
     return write_repeat_anchor_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("repeat") / "repeat-anchor")

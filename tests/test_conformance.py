@@ -48,7 +48,7 @@ def refs():
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> dict[str, Path]:
-    from dflash_eval.tiny import build_target, train_tokenizer
+    from dflash_eval.testing.tiny import build_target, train_tokenizer
 
     root = tmp_path_factory.mktemp("conformance-bed")
     tokenizer = train_tokenizer(root / "tokenizer")
@@ -78,7 +78,7 @@ def prompts(target, tmp_path_factory):
 def trained(target, tmp_path_factory) -> Path:
     """A trained z-lab-format drafter, full attention in both layers (bidirectional in block)."""
     from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.train import TrainConfig, greedy_sequences, train_drafter
+    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     out = tmp_path_factory.mktemp("conformance-trained") / "zlab-full"
     return train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 48),
@@ -562,7 +562,7 @@ def test_inspect_names_the_rule_of_each_layer_before_and_after_speculators_conve
     from typer.testing import CliRunner
 
     from dflash_eval.cli import app
-    from dflash_eval.testbed import write_random_drafter
+    from dflash_eval.testing.testbed import write_random_drafter
 
     zlab = write_random_drafter(bed["qwen3"], tmp_path / "zlab", "zlab", block_size=16, num_layers=5,
                                 sliding_window=2048, sliding_layers=4)

@@ -62,13 +62,13 @@ def _copy_target(test_bed, tmp_path, name, change):
 
 
 def _other_weights(test_bed, tmp_path):
-    from dflash_eval.tiny import build_target
+    from dflash_eval.testing.tiny import build_target
 
     return build_target("qwen3", tmp_path / "qwen3-seed1", test_bed["tokenizer"], seed=1)
 
 
 def _other_tokenizer(test_bed, tmp_path):
-    from dflash_eval.tiny import train_tokenizer
+    from dflash_eval.testing.tiny import train_tokenizer
 
     corpus = ["for item in items:\n    total += item\n", "while True:\n    break\n"] * 40
     other = train_tokenizer(tmp_path / "other-tok", corpus=corpus)
@@ -97,7 +97,7 @@ def _other_template(test_bed, tmp_path):
     ("block size", lambda bed, tmp: (["--target", str(bed["qwen3"])], {"drafter": "b8"}), "block size differs"),
 ])
 def test_each_unfair_setting_is_refused_by_name(setting, second, expected, drafter_dirs, test_bed, tmp_path):
-    from dflash_eval.testbed import write_random_drafter
+    from dflash_eval.testing.testbed import write_random_drafter
 
     first = run(tmp_path, "a", "--target", str(test_bed["qwen3"]), drafters=[drafter_dirs["zlab"]])
     args, options = second(test_bed, tmp_path)

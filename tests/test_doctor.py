@@ -19,7 +19,7 @@ def bugged(trained, tmp_path_factory):
     """Two more fixture drafters with injected bugs: tap 1 dropped, taps shifted by one layer."""
     from dflash_eval.prompts import DEMO_PROMPTS
     from dflash_eval.target import load_target
-    from dflash_eval.train import fixture_config, greedy_sequences, train_drafter
+    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("bugged")
     target = load_target(str(trained["qwen3"]["target"]), device="cpu")

@@ -24,7 +24,7 @@ needs_source_data = pytest.mark.skipif(not (SOURCE_DATA / "humaneval.jsonl").exi
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from dflash_eval.tiny import train_tokenizer
+    from dflash_eval.testing.tiny import train_tokenizer
 
     return AutoTokenizer.from_pretrained(train_tokenizer(tmp_path_factory.mktemp("tokenizer")))
 

@@ -19,7 +19,7 @@ from dflash_eval.errors import InputError
 from dflash_eval.masks import anchor_block_mask
 from dflash_eval.semantics import AttentionConfig, layers_under
 from dflash_eval.spec import LayerAttention
-from dflash_eval.testbed import write_random_drafter
+from dflash_eval.testing.testbed import write_random_drafter
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"

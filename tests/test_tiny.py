@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5ForConditionalGeneration
 
-from dflash_eval import tiny
+from dflash_eval.testing import tiny
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},

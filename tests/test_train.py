@@ -23,8 +23,8 @@ from dflash_eval.checkpoints import checked_spec, weight_files
 from dflash_eval.drafter import load_drafter
 from dflash_eval.drafting import draft_logits
 from dflash_eval.target import capture_taps, load_target
-from dflash_eval.testbed import write_random_drafter
-from dflash_eval.train import (DEMO_PROMPTS, TrainConfig, fixture_config, greedy_sequences, train_drafter,
+from dflash_eval.testing.testbed import write_random_drafter
+from dflash_eval.testing.train import (DEMO_PROMPTS, TrainConfig, fixture_config, greedy_sequences, train_drafter,
                                training_logits)
 
 MAX_NEW = 48

@@ -92,7 +92,7 @@ def test_malformed_checkpoint_is_refused_in_one_line(case, source, breaker, expe
 
 
 def test_hidden_size_mismatch_with_target(drafter_dirs, test_bed, tmp_path):
-    from dflash_eval.tiny import build_target
+    from dflash_eval.testing.tiny import build_target
 
     wide = build_target("qwen3", tmp_path / "wide", test_bed["tokenizer"], hidden_size=96)
     result = runner.invoke(app, ["inspect", str(drafter_dirs["zlab"]), "--target", str(wide)])

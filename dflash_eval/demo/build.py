@@ -138,7 +138,7 @@ def drafter_sequences(target, prompts: list[str]) -> list[tuple[torch.Tensor, in
     """The target's own greedy continuations: even-indexed prompts with thinking off, odd ones with the
     family default (on), so the drafters see both prompt endings `run` may send (the target, trained on
     thinking-off prompts, writes the empty think block itself when it is not pre-filled)."""
-    from ..train import greedy_sequences
+    from ..testing.train import greedy_sequences
 
     off = greedy_sequences(target, prompts[0::2], DRAFT_MAX_NEW, enable_thinking=False)
     on = greedy_sequences(target, prompts[1::2], DRAFT_MAX_NEW, enable_thinking=True)
@@ -162,7 +162,7 @@ def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
     token at the end of a prompt but splits before "```"), and the target would never have seen the
     token sequence it is prompted with."""
     from ..continuations import Prompt, prompt_ids
-    from ..tiny import IM_END
+    from ..testing.tiny import IM_END
 
     head = prompt_ids(tokenizer, Prompt("corpus", user), enable_thinking=False)
     return head + tokenizer(assistant + IM_END + "\n", add_special_tokens=False)["input_ids"]
@@ -174,7 +174,7 @@ def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
 def target_config(tokenizer):
     from transformers import Qwen3_5TextConfig
 
-    from ..tiny import IM_END, PAD_TOKEN
+    from ..testing.tiny import IM_END, PAD_TOKEN
 
     pad, eos = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(IM_END)
     rotary_half = int(TARGET_SHAPE["head_dim"] * 0.25) // 2
@@ -279,7 +279,7 @@ def save_target(model, tokenizer_dir: Path, out_dir: Path) -> Path:
 
 def drafter_config(**changes):
     """The demo drafters' training config (both drafters: only ``anchor_in_context`` differs)."""
-    from ..train import TrainConfig
+    from ..testing.train import TrainConfig
 
     base = dict(block_size=8, num_layers=2, steps=400, lr=3e-3, anchors_per_step=128, gamma=8.0, seed=SEED,
                 sliding_window=1, sliding_layers=2)
@@ -333,7 +333,7 @@ def measure(models: Path, thinking: bool | None, max_new_tokens: int = EVAL_MAX_
 
 
 def sample_continuations(target, prompts: list[str], max_new_tokens: int) -> list[dict[str, str]]:
-    from ..train import greedy_sequences
+    from ..testing.train import greedy_sequences
 
     out = []
     for (ids, prompt_len), prompt in zip(greedy_sequences(target, prompts, max_new_tokens), prompts):
@@ -377,8 +377,8 @@ def _cpu_model() -> str:
 def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, seed: int) -> dict[str, Any]:
     from ..prompts import DEMO_PROMPTS
     from ..target import load_target
-    from ..tiny import train_tokenizer
-    from ..train import train_drafter
+    from ..testing.tiny import train_tokenizer
+    from ..testing.train import train_drafter
 
     began = time.perf_counter()
     timings: dict[str, float] = {}

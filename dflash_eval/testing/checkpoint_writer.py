@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from .checkpoints import TargetInfo
-from .semantics import FORMAT_SEMANTICS, AttentionConfig, Scales, apply_semantics
-from .spec import DrafterSpec
+from ..checkpoints import TargetInfo
+from ..semantics import FORMAT_SEMANTICS, AttentionConfig, Scales, apply_semantics
+from ..spec import DrafterSpec
 
 
 def design_spec(

@@ -1,0 +1,125 @@
+"""Stage 6, the run document: rows -> per-drafter counts (merged exactly) -> run.json, with the metrics
+divided only here, the repetition summary, per-prompt-set breakdowns and full provenance. results.py
+documents every field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from . import metrics as M
+from . import results as R
+from .continuations import chat_template_hash, tokenizer_hash
+from .inputs import thinking_source
+
+
+def _git_sha() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, timeout=5)
+        return done.stdout.strip() or None if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.AcceptanceCounts],
+                        block_size: int, seed: int) -> dict[str, Any] | None:
+    from . import repetition
+
+    parts = [repetition.RepetitionCounts.from_dict(r["repetition"]) for r in rows if r.get("repetition")]
+    if not parts:
+        return None
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    inside, outside = repetition.accepted_inside_outside(total)
+    flagged = sorted(repetition.flagged_prompts(total))
+    kept = M.AcceptanceCounts(block_size=block_size)
+    for pid, counts in per_prompt.items():
+        if pid not in flagged:
+            kept = kept + counts
+    return {
+        "blocks": total.blocks, "flagged_blocks": total.flagged_blocks,
+        "flagged_share": total.flagged_blocks / total.blocks if total.blocks else None,
+        "flagged_by_detector": total.flagged_by_detector,
+        "flagged_share_by_slot": [c / total.blocks for c in total.flagged_by_slot] if total.blocks else [],
+        "accepted_inside_flagged": inside, "accepted_outside_flagged": outside,
+        "flagged_prompts": flagged,
+        "tau_macro_without_flagged_prompts": M.tau_macro(kept) if kept.steps else None,
+        "counts": total.to_dict(),
+    }
+
+
+def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
+              block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from . import __version__
+
+    order = {p.id: i for i, p in enumerate(prompts)}
+    rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
+    sets: dict[str, int] = {}
+    for p in prompts:
+        sets[p.set] = sets.get(p.set, 0) + 1
+    consistency = [r["self_consistency"] for r in rows if "self_consistency" in r]
+    seen: set[str] = set()
+    agree = total = 0
+    for row, pair in zip([r for r in rows if "self_consistency" in r], consistency):
+        if row["prompt_id"] not in seen:
+            seen.add(row["prompt_id"])
+            agree, total = agree + pair[0], total + pair[1]
+    drafter_objects = []
+    for entry in entries:
+        mine = [r for r in rows if r["drafter"] == entry.name]
+        per_prompt = {r["prompt_id"]: M.AcceptanceCounts.from_dict(r["counts"]) for r in mine}
+        merged = M.AcceptanceCounts(block_size=block_sizes[entry.name])
+        for counts in per_prompt.values():
+            merged = merged + counts
+        by_set = M.by_prompt_set(per_prompt, {r["prompt_id"]: r["prompt_set"] for r in mine}) if per_prompt else {}
+        obj = {
+            "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
+            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "metrics": {**R.metrics_summary(merged, seed=options.seed),
+                        "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
+            "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
+            "repetition": repetition_summary(mine, per_prompt, block_sizes[entry.name], options.seed),
+            "counts": merged.to_dict(),
+        }
+        if options.mode == "live":
+            obj["live"] = {"steps": merged.steps, "seconds": sum(sum(r.get("step_seconds", [])) for r in mine),
+                           "prefill_seconds": sum(r.get("prefill_seconds", 0.0) for r in mine)}
+        drafter_objects.append(obj)
+    text = target.model.config.get_text_config()
+    return {
+        "schema_version": R.SCHEMA_VERSION,
+        "provenance": {
+            "dflash_eval": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "git_sha": _git_sha(), "argv": options.argv,
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
+                       "model_type": getattr(text, "model_type", None), "num_layers": target.info.num_layers,
+                       "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
+            "tokenizer_hash": tokenizer_hash(target.tokenizer),
+            "chat_template_hash": chat_template_hash(target.tokenizer),
+            "enable_thinking": thinking,
+            "thinking_source": thinking_source(options.thinking, getattr(text, "model_type", "") or ""),
+            "max_new_tokens": options.max_new_tokens, "temperature": 0,
+            "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
+            "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
+            "continuations": f"responses:{options.responses}" if options.responses else "generated",
+            "self_consistency": {"agree": agree, "total": total},
+            # with --responses the same count measures how far the external continuations are greedy
+            "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
+            "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets},
+            "warnings": warnings,
+            # work done by this invocation (a resumed run counts only what it did itself)
+            "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,
+                     "prompts_evaluated": evaluated_count},
+        },
+        "drafters": drafter_objects,
+    }

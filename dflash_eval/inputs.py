@@ -1,0 +1,234 @@
+"""Stage 0, inputs: everything a run (or doctor) is given, resolved and validated before any output folder
+is touched or any model is loaded: drafter checkpoints (names unique, specs checked against the target's
+config, `--semantics` applied), the target's tokenizer and chat template, the prompts (each within the
+target's positions), the thinking flag and where it came from, `--responses`, and the settings digest
+the run folder is keyed by. The result, `Inputs`, is what the later stages read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoints import checked_spec, checkpoint_fingerprint, read_spec, resolve_local_or_cached
+from .continuations import Prompt, prompt_ids, read_responses
+from .errors import InputError
+from .options import RunOptions
+from .spec import DrafterSpec
+
+
+@dataclass
+class DrafterEntry:
+    name: str
+    path: Path
+    spec: DrafterSpec
+
+
+def split_name(value: str) -> tuple[str, str | None]:
+    """"PATH:NAME" -> (PATH, NAME); a bare path keeps its folder name."""
+    head, sep, tail = value.rpartition(":")
+    if sep and head and "/" not in tail and not Path(value).exists():
+        return head, tail
+    return value, None
+
+
+def thinking_default(model_type: str) -> bool:
+    # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
+    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_next")
+
+
+def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
+    """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
+    from .semantics import SEMANTICS
+
+    by_name: dict[str, str] = {}
+    for value in overrides:
+        name, sep, rules = value.rpartition("=")
+        if rules not in SEMANTICS:
+            raise InputError(None, f"--semantics {value!r}: unknown rules {rules!r} (choose from {', '.join(SEMANTICS)})")
+        names = [e.name for e in entries]
+        if sep and name not in names:
+            raise InputError(None, f"--semantics {value!r}: no drafter named {name!r} (drafters: {', '.join(names)})")
+        for entry in entries:
+            if not sep or entry.name == name:
+                by_name[entry.name] = rules
+    for entry in entries:
+        if entry.name in by_name:
+            entry.spec = entry.spec.with_semantics(by_name[entry.name], f"override: --semantics {by_name[entry.name]}")
+
+
+def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
+    """Every drafter gets its own name in the results, or the run is refused before anything is written:
+    a :NAME given twice is refused; folder names that collide are lengthened with parent folders
+    (`ckpt@a/run1`) until they differ, and one checkpoint given twice needs a :NAME for each (the same
+    weights under two `--semantics` is a fair thing to run)."""
+    names = [e.name for i, e in enumerate(entries) if i in explicit]
+    for name in names:
+        if names.count(name) > 1:
+            raise InputError(None, f"two drafters are named {name!r}: give each a distinct :NAME")
+    taken = set(names)
+    auto = [i for i in range(len(entries)) if i not in explicit]
+    depth = {i: 0 for i in auto}
+    while True:
+        labels = {}
+        for i in auto:
+            parents = entries[i].path.resolve().parent.parts[::-1][:depth[i]]
+            labels[i] = entries[i].path.name + (f"@{'/'.join(reversed(parents))}" if parents else "")
+        clashes = [i for i in auto if list(labels.values()).count(labels[i]) > 1 or labels[i] in taken]
+        if not clashes:
+            break
+        for i in clashes:
+            if depth[i] >= len(entries[i].path.resolve().parent.parts):
+                raise InputError(entries[i].path, f"cannot get a unique name for this drafter ({labels[i]!r} "
+                                                  "is taken): give it a :NAME")
+            depth[i] += 1
+    for i in auto:
+        entries[i].name = labels[i]
+
+
+def thinking_source(given: bool | None, model_type: str) -> str:
+    return "given (--thinking/--no-thinking)" if given is not None else f"family default for {model_type or 'this target'}"
+
+
+def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bool, model_type: str) -> list[str]:
+    """A drafter known to be trained with the other thinking setting gets a warning (terminal and HTML):
+    a drafter trained without thinking, evaluated on thinking traces, scores far lower for no fault of its own."""
+    from .references import zlab_trained_thinking
+
+    out = []
+    for entry in entries:
+        trained = zlab_trained_thinking(_repo_id_of(entry.path)) if entry.name == "z-lab" else None
+        if trained is not None and trained != thinking:
+            flag = "--thinking" if trained else "--no-thinking"
+            out.append(f"drafter {entry.name} was trained with thinking {'on' if trained else 'off'}, this run has "
+                       f"thinking {'on' if thinking else 'off'} ({thinking_source(None if defaulted else thinking, model_type)}); "
+                       f"pass {flag} to evaluate it as trained")
+    return out
+
+
+def _repo_id_of(path: Path) -> str:
+    """'owner/name' of an HF cache snapshot folder (models--owner--name/snapshots/<sha>), else the folder name."""
+    for part in Path(path).parts:
+        if part.startswith("models--"):
+            return part.removeprefix("models--").replace("--", "/", 1)
+    return Path(path).name
+
+
+def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, list[str]]:
+    """Drafter folders, names and the target folder (given, or recorded by the drafters)."""
+    from .references import resolve_recorded_verifier, resolve_zlab_reference
+
+    warnings: list[str] = []
+    entries: list[DrafterEntry] = []
+    explicit: set[int] = set()  # indices of entries named with :NAME
+    for value in options.drafters:
+        raw, name = split_name(value)
+        path = resolve_local_or_cached(raw)
+        spec, _, _ = read_spec(path)
+        if name is not None:
+            explicit.add(len(entries))
+        entries.append(DrafterEntry(name or path.name, path, spec))
+    _unique_names(entries, explicit)  # before anything else can fail: a name clash is the user's first fix
+    recorded = {}
+    for entry in entries:
+        if entry.spec.verifier:
+            recorded[entry.name] = resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
+    if options.target is not None:
+        target_path = resolve_local_or_cached(options.target).resolve()
+        for name, verifier in recorded.items():
+            if verifier != target_path:
+                warnings.append(f"drafter {name} records verifier {verifier}, but --target is {target_path}")
+    elif recorded:
+        distinct = set(recorded.values())
+        if len(distinct) > 1:
+            raise InputError(None, "drafters record different verifiers (" + ", ".join(
+                f"{n}: {v}" for n, v in recorded.items()) + "); pass --target")
+        target_path = distinct.pop()
+    else:
+        raise InputError(None, "no --target given and no drafter records its verifier")
+    if options.reference:
+        ref = (resolve_zlab_reference(options.target or str(target_path)) if options.reference == "z-lab"
+               else resolve_local_or_cached(options.reference))
+        spec, _, _ = read_spec(ref)
+        if options.reference == "z-lab":
+            explicit.add(len(entries))
+        entries.append(DrafterEntry("z-lab" if options.reference == "z-lab" else ref.name, ref, spec))
+    _unique_names(entries, explicit)
+    return entries, target_path, warnings
+
+
+
+
+@dataclass
+class Inputs:
+    """A run's resolved inputs (stage 0's output)."""
+
+    entries: list[DrafterEntry]
+    target_path: Path
+    model_type: str
+    prompts: list[Prompt]
+    thinking: bool
+    tokenizer: Any
+    responses: dict[str, list[int]] | None
+    warnings: list[str] = field(default_factory=list)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    def prompt_ids(self) -> dict[str, list[int]]:
+        """Every prompt through the target's chat template (the same ids the length check saw)."""
+        return {p.id: prompt_ids(self.tokenizer, p, self.thinking) for p in self.prompts}
+
+    def settings(self, options: RunOptions) -> dict[str, Any]:
+        """What a run folder's results depend on: resuming is allowed only with equal settings."""
+        return {
+            "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": options.max_new_tokens,
+            "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
+            "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
+            "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
+            "tap_chunk": options.tap_chunk,
+            "semantics": {e.name: e.spec.semantics for e in self.entries},
+        }
+
+
+def check_options(options: RunOptions) -> None:
+    """Option values refused by name before anything else runs."""
+    from .target import resolve_device, resolve_dtype
+
+    resolve_dtype(options.dtype, resolve_device(options.device))
+    if options.mode not in ("trajectory", "live"):
+        raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
+    if options.final_block not in ("shorter", "full"):
+        raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
+    if options.kernels not in ("auto", "torch"):
+        raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
+
+
+def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
+    """Resolve and validate everything; nothing is written and no model is loaded."""
+    from .prompts import load_prompts
+    from .target import check_prompt_lengths, load_tokenizer, target_info
+
+    check_options(options)
+    entries, target_path, warnings = resolve_drafters(options)
+    if one_drafter and len(entries) != 1:
+        raise InputError(None, "doctor examines one drafter at a time")
+    info = target_info(target_path)
+    for entry in entries:  # validate every drafter against the target before anything is written
+        entry.spec, _ = checked_spec(entry.path, info)
+    apply_semantics_overrides(entries, options.semantics)
+    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
+    model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)
+    warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
+    tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
+    inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings)
+    check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
+    if options.responses:
+        inputs.responses = read_responses(options.responses, tokenizer, info.vocab_size)
+        missing = [p.id for p in prompts if p.id not in inputs.responses]
+        if missing:
+            raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
+                                                f"{len(prompts)} prompts have none)")
+    inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
+    return inputs

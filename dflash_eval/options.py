@@ -1,0 +1,49 @@
+"""`RunOptions`: every setting of a run (and of doctor), with the defaults both share, plus the progress
+callbacks the stages report to. The CLI's option bundle (`cli_options.py`) maps flags onto these fields."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .continuations import default_cache_dir
+
+
+@dataclass
+class RunOptions:
+    drafters: list[str]  # "PATH" or "PATH:NAME"
+    out: Path
+    target: str | None = None
+    reference: str | None = None  # "z-lab" or a checkpoint path
+    prompts: str = "demo"
+    limit: int | None = None
+    prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
+    max_new_tokens: int = 256
+    thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
+    mode: str = "trajectory"  # or "live"
+    final_block: str = "shorter"  # z-lab; "full" = vLLM
+    anchor_batch: int | None = None
+    tap_chunk: int = 4096  # target positions per forward of the tap pass (longer sequences: chunked prefill)
+    generation_batch: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    cache_dir: Path | None = field(default_factory=default_cache_dir)
+    responses: Path | None = None
+    kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
+    seed: int = 0
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
+    semantics: list[str] = field(default_factory=list)
+    overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
+
+
+class Reporter:
+    """Progress callbacks (no-ops here; the CLI draws Rich progress bars)."""
+
+    def phase(self, name: str, total: int) -> None: ...
+
+    def advance(self, name: str, detail: str = "") -> None: ...
+
+    def note(self, message: str) -> None: ...
