@@ -1,3 +1,16 @@
-"""dflash-eval: offline evaluation of DFlash speculative-decoding drafters (see README.md)."""
+"""dflash-eval: offline evaluation of DFlash speculative-decoding drafters (see README.md, ARCHITECTURE.md).
+
+`dflash_eval.read_run(DIR)` reads a run folder as pandas DataFrames (frames.py); `dflash_eval.api.evaluate`
+runs an evaluation from Python. Imported lazily, so `import dflash_eval` (and `dflash-eval --help`) stays
+light.
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in ("read_run", "RunFrames"):
+        from . import frames
+
+        return getattr(frames, name)
+    raise AttributeError(f"module 'dflash_eval' has no attribute {name!r}")

@@ -10,39 +10,23 @@ ARCHITECTURE.md says where each stage lives. doctor composes the same stages (do
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Any
 
-from .checkpoints import weight_files
 from .continuations import continuations_for
 from .document import assemble
-from .inputs import DrafterEntry, Inputs, prepare_inputs
+from .inputs import Inputs, prepare_inputs
 from .options import Reporter, RunOptions
 from .rows import finish_rows, live_row, piece_decoder, trajectory_row
 from .rundir import RunFolder
-from .scoring import score_live, score_on_trajectory
+from .scoring import kernels_context, load_drafters, score_live, score_on_trajectory
 from .trajectories import capture_trajectory
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
 
 # Seconds to pause after each prompt; only the resume test sets it (DFLASH_EVAL_SLOW_PROMPTS).
 _SLOW_PROMPTS = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
-
-
-def load_drafters(entries: list[DrafterEntry], target) -> dict:
-    """Each checkpoint as a native drafter on the target's device, with the target's tables attached."""
-    from .drafter import load_drafter
-
-    return {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
-            .attach_target(target.embed_tokens, target.lm_head) for e in entries}
-
-
-def kernels_context(target, options: RunOptions):
-    from .target import torch_fallback_kernels
-
-    return torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()
 
 
 def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:

@@ -156,12 +156,19 @@ def read_config(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / CONFIG_NAME, missing="not a DFlash checkpoint: no config.json")
 
 
+def _architectures(config: dict[str, Any], path: Path) -> list:
+    value = config.get("architectures") or []
+    if not isinstance(value, list):
+        raise InputError(path, f"config key 'architectures'={value!r} is not a list")
+    return value
+
+
 def detect_format(config: dict[str, Any], path: Path) -> str:
     if config.get("speculators_model_type") is not None:
         if config["speculators_model_type"] != "dflash":
             raise InputError(path, f"not a DFlash checkpoint: speculators_model_type is {config['speculators_model_type']!r}")
         return "speculators"
-    if "dflash_config" in config or "DFlashDraftModel" in (config.get("architectures") or []):
+    if "dflash_config" in config or "DFlashDraftModel" in _architectures(config, path):
         return "zlab"
     raise InputError(path, "not a DFlash checkpoint: unknown format (no dflash_config and no speculators_model_type)")
 
@@ -259,22 +266,49 @@ def _rope_parameters(body: dict[str, Any]) -> dict[str, Any]:
     return dict(config.rope_parameters)
 
 
+def _positive(body: dict[str, Any], key: str, path: Path, where: str, default: Any = None) -> int:
+    value = body.get(key, default) if default is not None else _require(body, key, path, where)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(path, f"config key '{where}{key}'={value!r} is not a positive integer")
+    return value
+
+
 def _body_spec_fields(body: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
-    hidden = int(_require(body, "hidden_size", path, where))
-    heads = int(_require(body, "num_attention_heads", path, where))
+    hidden = _positive(body, "hidden_size", path, where)
+    heads = _positive(body, "num_attention_heads", path, where)
+    kv_heads = _positive(body, "num_key_value_heads", path, where, heads)
+    head_dim = _positive(body, "head_dim", path, where, max(hidden // heads, 1))
+    if heads % kv_heads:
+        raise InputError(path, f"config keys '{where}num_attention_heads'={heads} and 'num_key_value_heads'={kv_heads}: "
+                               "heads must be a multiple of key/value heads")
+    eps = body.get("rms_norm_eps", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise InputError(path, f"config key '{where}rms_norm_eps'={eps!r} is not a number in (0, 1)")
+    bias = body.get("attention_bias", False)
+    if not isinstance(bias, bool):
+        raise InputError(path, f"config key '{where}attention_bias'={bias!r} is not true/false")
     return dict(
-        num_layers=int(_require(body, "num_hidden_layers", path, where)),
+        num_layers=_positive(body, "num_hidden_layers", path, where),
         hidden_size=hidden,
-        intermediate_size=int(_require(body, "intermediate_size", path, where)),
+        intermediate_size=_positive(body, "intermediate_size", path, where),
         num_attention_heads=heads,
-        num_key_value_heads=int(body.get("num_key_value_heads") or heads),
-        head_dim=int(body.get("head_dim") or hidden // heads),
-        rms_norm_eps=float(body.get("rms_norm_eps", 1e-6)),
-        attention_bias=bool(body.get("attention_bias", False)),
-        vocab_size=int(_require(body, "vocab_size", path, where)),
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(eps),
+        attention_bias=bias,
+        vocab_size=_positive(body, "vocab_size", path, where),
         rope=_rope_parameters(body),
-        max_position_embeddings=int(body.get("max_position_embeddings", 32768)),
+        max_position_embeddings=_positive(body, "max_position_embeddings", path, where, 32768),
     )
+
+
+def _optional_int(config: dict[str, Any], key: str, path: Path) -> int | None:
+    value = config.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InputError(path, f"config key {key!r}={value!r} is not an integer")
+    return value
 
 
 def zlab_default_taps(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -296,7 +330,7 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
     if not isinstance(dflash, dict):
         raise InputError(path, "config key 'dflash_config' is not an object")
     _refuse_architectures(config, dflash, path=path)
-    if "DFlash2DraftModel" in (config.get("architectures") or []):
+    if "DFlash2DraftModel" in _architectures(config, path):
         raise InputError(path, "config key 'architectures'=DFlash2DraftModel (DFlash2) is not supported by dflash-eval")
     unknown = sorted(set(dflash) - ZLAB_DFLASH_KEYS)
     if unknown:
@@ -313,7 +347,7 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
         if config.get("num_target_layers") is None:
             raise InputError(path, "missing config key 'dflash_config.target_layer_ids' (and no num_target_layers "
                                    "for z-lab's default rule)")
-        taps = zlab_default_taps(int(config["num_target_layers"]), fields["num_layers"])
+        taps = zlab_default_taps(_optional_int(config, "num_target_layers", path), fields["num_layers"])
         notes.append(f"target_layer_ids absent: z-lab's default rule gives {taps}")
     if not isinstance(taps, list) or not taps or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
         raise InputError(path, f"config key 'target_layer_ids'={taps!r} is not a non-empty list of integers")
@@ -332,7 +366,7 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
         target_hidden_size=fields["hidden_size"],
         draft_vocab_size=fields["vocab_size"],
         taps=tuple(int(t) for t in taps),
-        num_target_layers=config.get("num_target_layers"),
+        num_target_layers=_optional_int(config, "num_target_layers", path),
         block_size=int(block_size), mask_token_id=int(mask_id),
         layers=(), causality_source="",
         embedding_source="target", lm_head_source="target", has_d2t=False,
@@ -359,12 +393,16 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     _refuse_unimplemented(body, path)
     fields = _body_spec_fields(body, path, "transformer_layer_config.")
     aux = _require(config, "aux_hidden_state_layer_ids", path)
+    if not isinstance(aux, list) or not aux or not all(isinstance(k, int) and not isinstance(k, bool) for k in aux):
+        raise InputError(path, f"config key 'aux_hidden_state_layer_ids'={aux!r} is not a non-empty list of integers")
     block_size = int(_require(config, "block_size", path))
     method = ((config.get("speculators_config") or {}).get("proposal_methods") or [{}])[0]
     spec_tokens = method.get("speculative_tokens")
     if spec_tokens is not None and spec_tokens not in (block_size - 1, block_size):
         raise InputError(path, f"speculators_config speculative_tokens={spec_tokens} matches neither block_size-1 nor block_size ({block_size})")
     verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    if verifier is not None and not isinstance(verifier, str):
+        raise InputError(path, f"config key 'speculators_config.verifier.name_or_path'={verifier!r} is not a string")
     flags = dict(body)  # a body is_causal (a converted z-lab config) is read only under z-lab / vLLM rules
     flags["sliding_window_non_causal"] = config.get("sliding_window_non_causal")
     attention = attention_config(flags, fields["num_layers"], path, "speculators")

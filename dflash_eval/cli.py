@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from . import cli_options as opt
 from .errors import EXIT_BAD_INPUT, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,7 +23,7 @@ def stdout_console() -> Console:
 
 
 def _safe(text: str) -> str:
-    from .render.safe import safe
+    from .safe_text import safe
 
     return safe(text)
 
@@ -36,7 +37,7 @@ def _incomplete_banner(console: Console, run: dict) -> None:
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print one line to stderr and return the Exit to raise."""
-    from .render.safe import safe
+    from .safe_text import safe
 
     # the message quotes paths, names and file content: shown escaped, never interpreted
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {safe(message)}", markup=True)
@@ -143,7 +144,7 @@ class RichReporter:
         self.progress.advance(self.tasks[name])
 
     def note(self, message: str) -> None:
-        from .render.safe import safe
+        from .safe_text import safe
 
         self.console.print(safe(message))
 
@@ -151,51 +152,44 @@ class RichReporter:
         self.progress.stop()
 
 
-SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask) or vllm; RULES for every drafter or NAME=RULES for one; repeatable. "
-                  "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
-
-
 @app.command()
 @reports_input_errors
 def run(
     drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record)."),
+    target: opt.Target = None,
     reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path."),
-    prompts: str = typer.Option("demo", "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH (`dflash-eval prompts list`)."),
+    prompts: opt.Prompts = None,
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed)."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
-    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next)."),
+    max_new_tokens: opt.MaxNewTokens = None,
+    limit: opt.Limit = None,
+    thinking: opt.Thinking = None,
     mode: str = typer.Option("trajectory", "--mode", help="trajectory (exact offline replay) or live (step-by-step loop)."),
     final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM)."),
     anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill."),
     responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
-    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE)."),
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
     html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end."),
     kernels: str = typer.Option("auto", "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0)."),
-    semantics: list[str] = typer.Option([], "--semantics", help=SEMANTICS_HELP),
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
-    from .continuations import default_cache_dir
     from .render.terminal import render_report
 
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
     console = stdout_console()
     reporter = RichReporter(console)
-    options = RunOptions(drafters=list(drafter), out=out, target=target, reference=reference, prompts=prompts,
-                         limit=limit, max_new_tokens=max_new_tokens, thinking=thinking, mode=mode,
-                         final_block=final_block, anchor_batch=anchor_batch, tap_chunk=tap_chunk, device=device, dtype=dtype,
-                         cache_dir=cache_dir or default_cache_dir(), responses=responses, seed=seed or 0, kernels=kernels,
-                         prompt_seed=seed, semantics=list(semantics), overwrite=overwrite,
-                         argv=["dflash-eval", *sys.argv[1:]])
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
+                         anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
+                         overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     try:
         result = evaluate(options, reporter)
     except KeyboardInterrupt:
@@ -330,23 +324,22 @@ def _settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit
 @reports_input_errors
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target (default: the verifier the drafter records)."),
-    prompts: Optional[str] = typer.Option(None, "--prompts", "-p", help="Prompt set or JSONL file (default: the --out run's, else demo)."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="Default: the --out run's, else 256 (as run)."),
-    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Default: the --out run's, else the family default (as run)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings and adds a 'doctor' section to its run.json."),
-    device: str = typer.Option("auto", "--device"),
-    dtype: str = typer.Option("auto", "--dtype"),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
-    seed: int = typer.Option(0, "--seed"),
-    semantics: list[str] = typer.Option([], "--semantics", help=SEMANTICS_HELP),
+    target: opt.Target = None,
+    prompts: opt.Prompts = None,
+    limit: opt.Limit = None,
+    max_new_tokens: opt.MaxNewTokens = None,
+    thinking: opt.Thinking = None,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
 
     from .api import RunOptions
-    from .continuations import default_cache_dir
     from .doctor import run_doctor
     from .paths import writable_dir
     from .render.terminal import render_doctor
@@ -360,10 +353,10 @@ def doctor(
                                                                                 target, limit)
     console = stdout_console()
     reporter = RichReporter(console)
-    options = RunOptions(drafters=[drafter], out=out or Path("."), target=target, prompts=prompts or "demo",
-                         limit=limit if run_count is None else (limit or run_count),
-                         max_new_tokens=max_new_tokens or RunOptions.max_new_tokens, thinking=thinking, device=device,
-                         dtype=dtype, cache_dir=cache_dir or default_cache_dir(), seed=seed, semantics=list(semantics))
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
+                                 seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
+                                 dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    options = RunOptions(drafters=[drafter], out=out or Path("."), **shared)
     try:
         result = run_doctor(options, reporter)
     finally:
@@ -472,7 +465,7 @@ def prompts_show(
         prompts = prompts[:limit]
     folder = resolve_local_or_cached(target) if target else target_path()
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    from .render.safe import printable, safe
+    from .safe_text import printable, safe
 
     console = stdout_console()
     for prompt, text in zip(prompts, render_for_target(prompts, tokenizer, thinking)):

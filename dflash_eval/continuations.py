@@ -1,4 +1,5 @@
-"""Prompts to token ids, and the target's greedy continuations, cached on disk.
+"""Stage 1, continuations: the target's greedy continuation of every prompt, cached on disk (or the ones
+given with `--responses`, validated in inputs.py).
 
 Why a cache: at temperature 0 the committed text of speculative decoding *is* the target's greedy
 continuation (primer section 5), so it is generated once per (target weights, tokenizer, chat template,
@@ -12,30 +13,14 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .errors import InputError
-from .target import Target
-
-
-@dataclass(frozen=True)
-class Prompt:
-    id: str
-    text: str  # the user message (formatted with the target's chat template); see `messages`
-    set: str = "custom"
-    # A whole chat conversation ({"role", "content"} dicts, ending with a user turn), templated instead of
-    # `text` when present. Prompts built by `prompts.load_prompts` then carry the conversation's canonical
-    # JSON in `text`, so that everything keyed on `text` (the continuation cache) still tells them apart.
-    messages: tuple[dict, ...] | None = field(default=None, hash=False)
-
-    def chat(self) -> list[dict]:
-        """The conversation sent to the target: `messages`, or `text` as one user message."""
-        if self.messages is not None:
-            return [dict(m) for m in self.messages]
-        return [{"role": "user", "content": self.text}]
+from .options import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
+from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
+from .target import Target, stop_token_ids  # noqa: F401
 
 
 def sha256_text(text: str) -> str:
@@ -53,33 +38,6 @@ def chat_template_hash(tokenizer) -> str:
     return sha256_text(tokenizer.chat_template or "")
 
 
-def chat_text(tokenizer, prompt: Prompt, enable_thinking: bool) -> str:
-    """The exact text sent to the target: the prompt's conversation (`messages`, else `text` as one user
-    message) through the target's chat template, with the generation prompt added."""
-    if not tokenizer.chat_template:
-        raise InputError(prompt.id, "the target tokenizer has no chat template")
-    return tokenizer.apply_chat_template(prompt.chat(), tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=enable_thinking)
-
-
-def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:
-    """The prompt through the target's chat template (`chat_text`), as token ids."""
-    return tokenizer(chat_text(tokenizer, prompt, enable_thinking), add_special_tokens=False)["input_ids"]
-
-
-def stop_token_ids(target: Target) -> list[int]:
-    """End-of-turn / EOS ids: the generation config's list plus the tokenizer's eos."""
-    ids: set[int] = set()
-    configured = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
-    if isinstance(configured, int):
-        ids.add(configured)
-    elif configured:
-        ids.update(int(i) for i in configured)
-    if target.tokenizer.eos_token_id is not None:
-        ids.add(int(target.tokenizer.eos_token_id))
-    return sorted(ids)
-
-
 def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
     """Keep tokens up to and including the first stop token."""
     out = []
@@ -88,12 +46,6 @@ def cut_at_stop(tokens: Sequence[int], stops: Sequence[int]) -> list[int]:
         if token in stops:
             break
     return out
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("DFLASH_EVAL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dflash-eval")
-    return Path(base)
 
 
 class ContinuationCache:
@@ -146,48 +98,6 @@ def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: in
         for row in out[:, width:].tolist():
             results.append(cut_at_stop(row, stops))
     return results
-
-
-def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict[str, list[int]]:
-    """`--responses FILE.jsonl`: continuations produced elsewhere (e.g. by vLLM), by prompt id.
-
-    Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
-    file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
-    are not integers inside the target's vocabulary."""
-    out: dict[str, list[int]] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    expected = 'expected {"id", "response"} or {"id", "response_ids"}'
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise InputError(path, f"line {number}: not JSON; {expected}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
-            raise InputError(path, f"line {number}: {expected} (id a string)")
-        key = str(row["id"])
-        if key in out:
-            raise InputError(path, f"line {number}: id {key!r} appears twice")
-        if "response_ids" in row:
-            ids = row["response_ids"]
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise InputError(path, f"line {number}: response_ids must be a list of integers")
-            bad = [t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)]
-            if bad:
-                raise InputError(path, f"line {number}: token id {bad[0]} is outside the target's vocabulary "
-                                       f"(0..{(vocab_size or 0) - 1})")
-            out[key] = list(ids)
-        elif isinstance(row.get("response"), str):
-            out[key] = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
-        else:
-            raise InputError(path, f"line {number}: {expected} (response a string)")
-    return out
 
 
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,

@@ -206,7 +206,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     """The `doctor` command as a composition of the run's stages: inputs (one drafter) -> continuations ->
     one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
     scored on the same trajectories -> summary. `options` is an options.RunOptions."""
-    from .api import kernels_context, load_drafters
+    from .scoring import kernels_context, load_drafters
     from .continuations import continuations_for
     from .inputs import prepare_inputs
     from .options import Reporter

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoints import checked_spec, checkpoint_fingerprint, read_spec, resolve_local_or_cached
-from .continuations import Prompt, prompt_ids, read_responses
+from .prompts import Prompt, prompt_ids
 from .errors import InputError
 from .options import RunOptions
 from .spec import DrafterSpec
@@ -159,6 +159,48 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
     return entries, target_path, warnings
 
 
+
+
+def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict[str, list[int]]:
+    """`--responses FILE.jsonl`: continuations produced elsewhere (e.g. by vLLM), by prompt id.
+
+    Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
+    file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
+    are not integers inside the target's vocabulary."""
+    out: dict[str, list[int]] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(path, "is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    expected = 'expected {"id", "response"} or {"id", "response_ids"}'
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise InputError(path, f"line {number}: not JSON; {expected}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
+            raise InputError(path, f"line {number}: {expected} (id a string)")
+        key = str(row["id"])
+        if key in out:
+            raise InputError(path, f"line {number}: id {key!r} appears twice")
+        if "response_ids" in row:
+            ids = row["response_ids"]
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise InputError(path, f"line {number}: response_ids must be a list of integers")
+            bad = [t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)]
+            if bad:
+                raise InputError(path, f"line {number}: token id {bad[0]} is outside the target's vocabulary "
+                                       f"(0..{(vocab_size or 0) - 1})")
+            out[key] = list(ids)
+        elif isinstance(row.get("response"), str):
+            out[key] = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+        else:
+            raise InputError(path, f"line {number}: {expected} (response a string)")
+    return out
 
 
 @dataclass

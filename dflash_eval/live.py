@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .continuations import stop_token_ids
 from .drafter import DFlashDrafter
 from .drafting import draft_logits
 from .engine import block_length
-from .target import Target, cached_step
+from .target import Target, cached_step, stop_token_ids
 
 
 @dataclass

@@ -3,11 +3,17 @@ callbacks the stages report to. The CLI's option bundle (`cli_options.py`) maps 
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .continuations import default_cache_dir
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("DFLASH_EVAL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dflash-eval")
+    return Path(base)
 
 
 @dataclass

@@ -22,12 +22,43 @@ from __future__ import annotations
 import json
 import random
 import re
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from .continuations import Prompt, chat_text
 from .errors import InputError
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str  # the user message (formatted with the target's chat template); see `messages`
+    set: str = "custom"
+    # A whole chat conversation ({"role", "content"} dicts, ending with a user turn), templated instead of
+    # `text` when present. Prompts built by `prompts.load_prompts` then carry the conversation's canonical
+    # JSON in `text`, so that everything keyed on `text` (the continuation cache) still tells them apart.
+    messages: tuple[dict, ...] | None = field(default=None, hash=False)
+
+    def chat(self) -> list[dict]:
+        """The conversation sent to the target: `messages`, or `text` as one user message."""
+        if self.messages is not None:
+            return [dict(m) for m in self.messages]
+        return [{"role": "user", "content": self.text}]
+
+
+def chat_text(tokenizer, prompt: Prompt, enable_thinking: bool) -> str:
+    """The exact text sent to the target: the prompt's conversation (`messages`, else `text` as one user
+    message) through the target's chat template, with the generation prompt added."""
+    if not tokenizer.chat_template:
+        raise InputError(prompt.id, "the target tokenizer has no chat template")
+    return tokenizer.apply_chat_template(prompt.chat(), tokenize=False, add_generation_prompt=True,
+                                         enable_thinking=enable_thinking)
+
+
+def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:
+    """The prompt through the target's chat template (`chat_text`), as token ids."""
+    return tokenizer(chat_text(tokenizer, prompt, enable_thinking), add_special_tokens=False)["input_ids"]
+
 
 # Short coding requests: what the demo runs and the fixture trainer learns from.
 DEMO_PROMPTS = (

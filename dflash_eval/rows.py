@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import metrics as M
-from .continuations import Prompt
+from .prompts import Prompt
 
 
 def row_counts(prompt_id: str, block_size: int, walk_n: list[int], drafted: list[int], slot_rows) -> M.AcceptanceCounts:

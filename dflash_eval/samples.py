@@ -89,6 +89,6 @@ VISIBLE = {" ": "·", "\n": "↵", "\t": "→", "\r": "␍"}
 def visible(piece: str) -> str:
     """Whitespace made visible (it is code: indentation and newlines matter); other control characters
     shown as escapes, so a decoded token can never drive the terminal."""
-    from .render.safe import printable
+    from .safe_text import printable
 
     return printable("".join(VISIBLE.get(ch, ch) for ch in piece)) or "∅"

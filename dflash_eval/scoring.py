@@ -1,14 +1,31 @@
 """Stage 3, scoring: one drafter on one prompt. In trajectory mode the drafter replays every anchor of
 the captured trajectory (engine.replay: exact at temperature 0); in live mode it runs the real
-step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from.
+step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from. The drafters are loaded here, onto the target's device.
 """
 
 from __future__ import annotations
 
+import contextlib
+
+from .checkpoints import weight_files
 from .engine import DrafterOnPrompt, replay
 from .live import LiveResult, live_generate
 from .options import RunOptions
 from .trajectories import Trajectory
+
+
+def load_drafters(entries: list, target) -> dict:
+    """Each checkpoint as a native drafter on the target's device, with the target's tables attached."""
+    from .drafter import load_drafter
+
+    return {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
+            .attach_target(target.embed_tokens, target.lm_head) for e in entries}
+
+
+def kernels_context(target, options: RunOptions):
+    from .target import torch_fallback_kernels
+
+    return torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()
 
 
 def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) -> DrafterOnPrompt:

@@ -374,3 +374,16 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
         out = target.model(input_ids=ids, **kwargs)
         tap_states = read_taps()
     return tap_states, out.logits[0].argmax(-1), out.past_key_values
+
+
+def stop_token_ids(target: "Target") -> list[int]:
+    """End-of-turn / EOS ids: the generation config's list plus the tokenizer's eos."""
+    ids: set[int] = set()
+    configured = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if target.tokenizer.eos_token_id is not None:
+        ids.add(int(target.tokenizer.eos_token_id))
+    return sorted(ids)

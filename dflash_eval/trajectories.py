@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .continuations import Prompt
+from .prompts import Prompt
 
 
 @dataclass

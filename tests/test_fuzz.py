@@ -20,7 +20,7 @@ from dflash_eval.cli import app
 
 runner = CliRunner()
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("FUZZ_RANDOM"), database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                        HealthCheck.data_too_large])
 REPORT_RUN = Path(__file__).parent / "data" / "report_run"

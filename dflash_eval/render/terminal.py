@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..inspection import Inspection
-from .safe import printable, safe
+from ..safe_text import printable, safe
 
 
 def _yes(ok: bool) -> str:
@@ -80,10 +80,10 @@ def sparkline(counts: list[int]) -> str:
 def render_run_summary(console: Console, run: dict) -> None:
     """The end-of-run table: tau macro/micro with interval, steps, histogram, per-slot reach."""
     prov = run["provenance"]
-    title = (f"{safe(prov['target']['name'])} | {prov['prompts']['count']} prompts | max_new_tokens "
-             f"{prov['max_new_tokens']} | thinking {'on' if prov['enable_thinking'] else 'off'}"
+    title = (f"{safe(prov['target']['name'])} | {safe(prov['prompts']['count'])} prompts | max_new_tokens "
+             f"{safe(prov['max_new_tokens'])} | thinking {'on' if prov['enable_thinking'] else 'off'}"
              + (" (family default)" if str(prov.get("thinking_source", "")).startswith("family") else "")
-             + f" | {prov['mode']}")
+             + f" | {safe(prov['mode'])}")
     table = Table(title=title, header_style="bold")
     table.add_column("drafter")
     table.add_column("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", justify="right")
@@ -96,15 +96,15 @@ def render_run_summary(console: Console, run: dict) -> None:
         m = d["metrics"]
         ci = m["tau_macro_ci"]
         tau = (f"{_fmt(m['tau_macro'], 2)} [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci
-               else f"{_fmt(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip() or "-")
+               else safe(f"{_fmt(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip()) or "-")
         if m["tau_macro"] is not None and m["tau_macro"] == best and len(run["drafters"]) > 1:
             tau = f"[bold green]{tau}[/]"
-        table.add_row(safe(d["name"]), tau, _fmt(m["tau_micro"], 2), str(m["steps"]), sparkline(m["histogram"]),
+        table.add_row(safe(d["name"]), tau, _fmt(m["tau_micro"], 2), safe(m["steps"]), sparkline(m["histogram"]),
                       " ".join(_fmt(r, 2) for r in m["reach"]))
     console.print(table)
     sc = prov["self_consistency"]
     if sc["total"]:
-        console.print(f"self-consistency: {sc['agree']}/{sc['total']} continuation tokens equal the full-forward "
+        console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
     for warning in prov.get("warnings", []):
         console.print(f"[yellow]warning:[/] {safe(warning)}")
@@ -142,8 +142,8 @@ def render_blocks(console: Console, blocks, *, title: str | None = None) -> None
         console.print("(no blocks match)")
     for block in blocks:
         scored = min(len(block.draft), len(block.target))
-        header = Text.assemble((printable(block.prompt_id), "bold"), f" · {printable(block.drafter)} · step {block.step} · anchor @{block.anchor_pos} ",
-                               (visible(block.anchor), "bold cyan"), f" · accepted {block.accepted}/{scored}")
+        header = Text.assemble((printable(block.prompt_id), "bold"), printable(f" · {block.drafter} · step {block.step} · anchor @{block.anchor_pos} "),
+                               (visible(block.anchor), "bold cyan"), printable(f" · accepted {block.accepted}/{scored}"))
         if block.flags:
             header.append(f"  ⚠ repetition: {printable(', '.join(block.flags))}", style="bold yellow")
         draft, target = block_text(block)
@@ -199,7 +199,7 @@ def render_per_position(console: Console, run: dict) -> None:
                     text = f"[bold green]{text}[/]"
                 fractions = (d["metrics"].get("slot_counts") or {}).get(key) or []
                 if value is not None and i < len(fractions):
-                    text += f" [dim]({fractions[i][0]}/{fractions[i][1]})[/]"
+                    text += f" [dim]({safe(fractions[i][0])}/{safe(fractions[i][1])})[/]"
                 cells.append(text)
         table.add_row(str(i + 1), *cells)
     console.print(table)
@@ -247,12 +247,12 @@ def render_repetition(console: Console, run: dict) -> None:
             continue
         share = rep["flagged_share"] or 0.0
         style = "bold red" if share >= 0.25 else "yellow" if share >= 0.05 else ""
-        detectors = ", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none"
-        table.add_row(safe(d["name"]), f"[{style}]{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)[/]" if style
-                      else f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)", detectors,
+        detectors = safe(", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none")
+        blocks = safe(f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)")
+        table.add_row(safe(d["name"]), f"[{style}]{blocks}[/]" if style else blocks, detectors,
                       sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
                       f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
-                      str(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-")
+                      safe(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-")
     console.print(table)
 
 
@@ -279,7 +279,7 @@ def render_diff(console: Console, result: dict) -> None:
                       f"{_signed(d['estimate'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]", f"{d['p_value']:.3g}")
     console.print(table)
     console.print(f"sign test over per-prompt differences: p = {result['sign_test_p']:.3g}; continuations: "
-                  f"{result['continuations']['differing_tokens']}/{result['continuations']['total_tokens']} tokens differ")
+                  f"{safe(result['continuations']['differing_tokens'])}/{safe(result['continuations']['total_tokens'])} tokens differ")
 
     slots = Table(title="Per slot, B - A", header_style="bold")
     for column in ("slot", "reach", "cond", "marg"):
@@ -310,7 +310,7 @@ def render_diff(console: Console, result: dict) -> None:
                     view = BlockView(**{**block, "draft": tuple(block["draft"]), "target": tuple(block["target"]),
                                         "flags": tuple(block.get("flags", ()))})
                     draft, target = block_text(view)
-                    console.print(f"  {label} draft  │", draft, f" (accepted {view.accepted})", sep="")
+                    console.print(f"  {label} draft  │", draft, f" (accepted {safe(view.accepted)})", sep="")
                 console.print("  target   │", target, sep="")
 
 
@@ -335,7 +335,7 @@ def render_doctor(console: Console, result: dict) -> None:
     if kernels["compared"]:
         worst = max(kernels["per_layer"].items(), key=lambda kv: kv[1]["max_rel"])
         console.print(f"fla vs torch fallback: greedy agreement {100 * kernels['greedy_agreement']:.2f}%, largest tap "
-                      f"difference at layer {worst[0]}: max rel {worst[1]['max_rel']:.2e}")
+                      f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
     else:
         console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
