@@ -79,6 +79,46 @@ class DrafterAttention(nn.Module):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
         return self.o_proj(out.transpose(0, 1).reshape(x.shape[0], -1))
 
+    def context_kv(self, ctx: torch.Tensor, rope_ctx) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context's keys (k_norm, RoPE) and values for this layer: [heads, C, hd] each, GQA-expanded."""
+        k = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.kv_heads)), *rope_ctx)
+        v = self._heads(self.v_proj(ctx), self.kv_heads)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        return k, v
+
+    def forward_blocks(self, x: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], rope_block,
+                       masks: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: [A, L, H] blocks; context: `context_kv`; masks: ([A, L, C], [A, L, L]) from masks.block_masks.
+
+        The same attention as `forward`, at a cost linear in the number of blocks: each slot's scores
+        against the context and against its own block only (never the other blocks, which the dense
+        layout computes and masks away), concatenated into one softmax, so the result is the same."""
+        A, L, _ = x.shape
+        k_ctx, v_ctx = context
+        cos, sin = rope_block  # [A, L, hd]
+
+        def heads(t: torch.Tensor, n: int) -> torch.Tensor:
+            return t.view(A, L, n, self.head_dim).transpose(1, 2)  # [A, n, L, hd]
+
+        q = apply_rope(self.q_norm(heads(self.q_proj(x), self.heads)), cos[:, None], sin[:, None])
+        k = apply_rope(self.k_norm(heads(self.k_proj(x), self.kv_heads)), cos[:, None], sin[:, None])
+        v = heads(self.v_proj(x), self.kv_heads)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scale = self.head_dim ** -0.5
+        ctx_mask, block_mask = masks
+        scores_ctx = torch.einsum("ahqd,hcd->ahqc", q, k_ctx) * scale
+        scores_blk = (q @ k.transpose(-1, -2)) * scale
+        scores = torch.cat([scores_ctx.masked_fill(~ctx_mask[:, None], float("-inf")),
+                            scores_blk.masked_fill(~block_mask[:, None], float("-inf"))], dim=-1)
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        C = k_ctx.shape[1]
+        out = torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
+        return self.o_proj(out.transpose(1, 2).reshape(A, L, -1))
+
 
 class DrafterMLP(nn.Module):
     def __init__(self, spec: DrafterSpec):
@@ -102,6 +142,10 @@ class DrafterLayer(nn.Module):
     def forward(self, x, ctx, rope_ctx, rope_block, mask):
         # input_layernorm applies to the block stream only, never to ctx (primer section 1)
         x = x + self.self_attn(self.input_layernorm(x), ctx, rope_ctx, rope_block, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_blocks(self, x, context, rope_block, masks):
+        x = x + self.self_attn.forward_blocks(self.input_layernorm(x), context, rope_block, masks)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -172,6 +216,24 @@ class DFlashDrafter(nn.Module):
     def _rope(self, like: torch.Tensor, positions: torch.Tensor):
         cos, sin = self.rotary(like, positions.view(1, -1))
         return cos[0], sin[0]
+
+    def context_kv(self, ctx: torch.Tensor, ctx_positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's context keys and values, computed once per prompt and reused by every chunk of
+        anchors (`forward_blocks`)."""
+        rope_ctx = self._rope(ctx, ctx_positions)
+        return [layer.self_attn.context_kv(ctx, rope_ctx) for layer in self.layers]
+
+    def forward_blocks(self, context: list[tuple[torch.Tensor, torch.Tensor]], block_embeds: torch.Tensor,
+                       block_positions: torch.Tensor, masks) -> torch.Tensor:
+        """Hidden states after the final norm for A blocks of L slots: block_embeds [A, L, H],
+        block_positions [A, L]; masks: one (context [A, L, C], block [A, L, L]) pair per layer."""
+        A, L, _ = block_embeds.shape
+        cos, sin = self._rope(block_embeds.view(A * L, -1), block_positions.reshape(-1))
+        rope_block = (cos.view(A, L, -1), sin.view(A, L, -1))
+        x = block_embeds
+        for layer, kv, mask in zip(self.layers, context, masks, strict=True):
+            x = layer.forward_blocks(x, kv, rope_block, mask)
+        return self.norm(x)
 
     def forward(
         self,

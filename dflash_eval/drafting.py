@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from .drafter import DFlashDrafter
-from .masks import block_positions, layer_masks
+from .masks import block_positions, layer_block_masks, layer_masks
 
 
 def block_token_ids(tokens: torch.Tensor, anchors: Sequence[int], block_lengths: Sequence[int], mask_token_id: int) -> torch.Tensor:
@@ -26,7 +26,7 @@ def block_token_ids(tokens: torch.Tensor, anchors: Sequence[int], block_lengths:
 
 
 @torch.inference_mode()
-def draft_logits(
+def dense_draft_logits(
     drafter: DFlashDrafter,
     ctx: torch.Tensor,
     tokens: torch.Tensor,
@@ -37,10 +37,8 @@ def draft_logits(
     position_offset: int = 0,
     block_offset: int = 0,
 ) -> torch.Tensor:
-    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it).
-
-    ctx: [C, H] = drafter.context(taps) for sequence positions 0..C-1 (C may exceed an anchor: the mask
-    hides rows at and after it); tokens: [>= max anchor + 1] committed ids."""
+    """`draft_logits` in the flattened training layout (queries x [context | all blocks], one dense mask):
+    the cost grows with the square of the anchors; kept as the oracle the block path is tested against."""
     device = ctx.device
     ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
     masks = layer_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
@@ -51,3 +49,41 @@ def draft_logits(
     ctx_positions = torch.arange(ctx.shape[0], device=device) + position_offset
     hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, masks)
     return drafter.logits(hidden)
+
+
+@torch.inference_mode()
+def draft_logits(
+    drafter: DFlashDrafter,
+    ctx: torch.Tensor,
+    tokens: torch.Tensor,
+    anchors: Sequence[int],
+    block_lengths: Sequence[int],
+    *,
+    anchor_in_context: bool = False,
+    position_offset: int = 0,
+    block_offset: int = 0,
+    context_kv=None,
+) -> torch.Tensor:
+    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it),
+    flattened in block order (N = sum of block lengths).
+
+    ctx: [C, H] = drafter.context(taps) for sequence positions 0..C-1 (C may exceed an anchor: the mask
+    hides rows at and after it); tokens: [>= max anchor + 1] committed ids; context_kv: the drafter's
+    `context_kv(ctx, positions)`, when the caller drafts several chunks over one context (computed here
+    otherwise). Each slot attends to the context and its own block only (linear in the number of blocks);
+    blocks shorter than the longest are padded with MASK slots that no real slot can see."""
+    device = ctx.device
+    A, L = len(anchors), max(block_lengths)
+    ids = torch.full((A, L), drafter.spec.mask_token_id, dtype=torch.long, device=device)
+    ids[:, 0] = tokens[torch.as_tensor(list(anchors), device=tokens.device)].to(device)
+    masks = layer_block_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
+                              anchor_in_context=anchor_in_context, device=device)
+    # block_offset moves the block's positions relative to the context's (doctor's position variant);
+    # position_offset moves both, which RoPE cannot see (kept for completeness of the layout)
+    positions = (torch.as_tensor(list(anchors), device=device)[:, None] + torch.arange(L, device=device)[None, :]
+                 + position_offset + block_offset)
+    if context_kv is None:
+        context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=device) + position_offset)
+    hidden = drafter.forward_blocks(context_kv, drafter.embed(ids).to(ctx.dtype), positions, masks)
+    valid = torch.arange(L, device=device)[None, :] < torch.as_tensor(list(block_lengths), device=device)[:, None]
+    return drafter.logits(hidden[valid])

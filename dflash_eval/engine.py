@@ -100,6 +100,8 @@ def replay(
     cap_end = prompt_len + max_new_tokens
     ctx = drafter.context(taps) if ctx is None else ctx
     tokens_dev = tokens.to(ctx.device)
+    # the context's keys and values, per layer, once per prompt: every chunk of anchors reuses them
+    context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
     result = DrafterOnPrompt(prompt_len=prompt_len)
     anchors = list(range(prompt_len, T - 1))  # the last token has nothing left to draft
     if anchor_batch is None:
@@ -108,7 +110,7 @@ def replay(
         chunk = anchors[start:start + anchor_batch]
         lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
         logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context,
-                              block_offset=block_offset)
+                              block_offset=block_offset, context_kv=context_kv)
         drafted = drafter.to_target_ids(logits.argmax(-1)).cpu()
         offset = 0
         for a, length in zip(chunk, lengths):

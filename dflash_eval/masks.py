@@ -88,3 +88,56 @@ def layer_masks(
             built[layer] = anchor_block_mask(anchors, block_lengths, context_len, layer,
                                              anchor_in_context=anchor_in_context, device=device)
     return [built[layer] for layer in layers]
+
+
+def block_masks(
+    anchors: Sequence[int],
+    block_lengths: Sequence[int],
+    context_len: int,
+    attention: LayerAttention,
+    *,
+    anchor_in_context: bool = False,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same rule as `anchor_block_mask`, laid out per block for the linear-cost attention
+    (drafter.DFlashDrafter.forward_blocks): context [A, L, C] and own block [A, L, L], L = max length.
+    Slots past a block's length are padding: invisible as keys (their query rows are never read)."""
+    A, L = len(anchors), max(block_lengths)
+    a = torch.as_tensor(list(anchors), dtype=torch.long, device=device)[:, None, None]  # [A, 1, 1]
+    j = torch.arange(L, device=device)
+    ctx = torch.arange(context_len, device=device)[None, None, :]
+    visible_ctx = (ctx <= a) if anchor_in_context else (ctx < a)
+    visible_ctx = visible_ctx.expand(A, L, context_len)
+    lengths = torch.as_tensor(list(block_lengths), dtype=torch.long, device=device)
+    real_key = j[None, None, :] < lengths[:, None, None]  # [A, 1, L]
+    same_block = real_key.expand(A, L, L)
+    if attention.causal_in_block:
+        same_block = same_block & (j[None, :] <= j[:, None])[None]
+    if attention.window is not None:
+        W = attention.window
+        if attention.window_from == "query":
+            q = a + j[None, :, None]  # [A, L, 1]
+            visible_ctx = visible_ctx & (q - ctx < W)
+            offset = j[:, None] - j[None, :]  # q - k inside the block
+            same_block = same_block & (offset < W)[None]
+            if not attention.causal_in_block:
+                same_block = same_block & (-offset < W)[None]
+        else:
+            visible_ctx = visible_ctx & (ctx >= a - W)
+    # a padding slot sees itself, so no row is fully masked (a NaN there would reach real slots through
+    # 0 * NaN in the next layer); real slots still never see padding
+    padding = ~real_key.transpose(1, 2)  # [A, L, 1]: this query row is padding
+    same_block = same_block | (padding & torch.eye(L, dtype=torch.bool, device=device)[None])
+    return visible_ctx, same_block
+
+
+def layer_block_masks(layers: Sequence[LayerAttention], anchors: Sequence[int], block_lengths: Sequence[int],
+                      context_len: int, *, anchor_in_context: bool = False,
+                      device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`block_masks` per drafter layer; layers that attend alike share the same tensors."""
+    built: dict[LayerAttention, tuple[torch.Tensor, torch.Tensor]] = {}
+    for layer in layers:
+        if layer not in built:
+            built[layer] = block_masks(anchors, block_lengths, context_len, layer,
+                                       anchor_in_context=anchor_in_context, device=device)
+    return [built[layer] for layer in layers]
