@@ -76,14 +76,18 @@ def draft_logits(
     A, L = len(anchors), max(block_lengths)
     ids = torch.full((A, L), drafter.spec.mask_token_id, dtype=torch.long, device=device)
     ids[:, 0] = tokens[torch.as_tensor(list(anchors), device=tokens.device)].to(device)
-    masks = layer_block_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
+    if context_kv is None:
+        context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=device) + position_offset)
+    # no rule shows a block a context row past its anchor (p < a; p <= a for the doctor's leak variant):
+    # the chunk's context ends at its last anchor, which halves the work of a pass over all anchors
+    visible = min(ctx.shape[0], max(anchors) + 1)
+    context_kv = [(k[:, :visible], v[:, :visible]) for k, v in context_kv]
+    masks = layer_block_masks(drafter.spec.layers, anchors, block_lengths, visible,
                               anchor_in_context=anchor_in_context, device=device)
     # block_offset moves the block's positions relative to the context's (doctor's position variant);
     # position_offset moves both, which RoPE cannot see (kept for completeness of the layout)
     positions = (torch.as_tensor(list(anchors), device=device)[:, None] + torch.arange(L, device=device)[None, :]
                  + position_offset + block_offset)
-    if context_kv is None:
-        context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=device) + position_offset)
     hidden = drafter.forward_blocks(context_kv, drafter.embed(ids).to(ctx.dtype), positions, masks)
     valid = torch.arange(L, device=device)[None, :] < torch.as_tensor(list(block_lengths), device=device)[:, None]
     return drafter.logits(hidden[valid])

@@ -103,3 +103,22 @@ def test_one_target_pass_per_prompt_through_the_shared_stages(command, drafter_d
     else:
         doctor = json.loads((tmp_path / "d" / "doctor.json").read_text())
         assert doctor["tap_passes"] == 3 and len(doctor["variants"]) >= 8
+
+
+def test_help_and_error_paths_import_no_torch_or_transformers():
+    """`dflash-eval --help`, a command's --help and a refused input stay fast: no torch, no transformers."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from typer.testing import CliRunner\n"
+            "from dflash_eval.cli import app\n"
+            "runner = CliRunner()\n"
+            "for args in (['--help'], ['run', '--help'], ['doctor', '--help'], ['report', '/nonexistent'],\n"
+            "             ['show', '/nonexistent'], ['diff', '/a', '/b'], ['--version']):\n"
+            "    result = runner.invoke(app, args)\n"
+            "    assert result.exit_code in (0, 2), (args, result.output)\n"
+            "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
