@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
+from json_edits import set_key
 
 runner = CliRunner()
 
@@ -113,16 +114,6 @@ def edited_run_json(w, edit) -> Path:
     return out
 
 
-def set_(path: str, value):
-    def edit(config):
-        node = config
-        *parents, last = path.split(".")
-        for part in parents:
-            node = node[part]
-        node[last] = value
-    return edit
-
-
 LONG_PROMPT = json.dumps({"id": "huge", "prompt": "word " * 5000}) + "\n"
 
 # name -> (args builder, fragment expected in the one error line)
@@ -142,24 +133,24 @@ CASES = {
     "weights truncated": (lambda w: run_args(w, drafter=copy_drafter(
         w, "trunc", files=lambda d: truncate(d / "model.safetensors", 2000))), "truncated"),
     "projection fed fewer taps than it expects": (lambda w: run_args(w, drafter=copy_drafter(
-        w, "taps", set_("dflash_config.target_layer_ids", [1, 2]))), "fc width"),
+        w, "taps", set_key("dflash_config.target_layer_ids", [1, 2]))), "fc width"),
     "tap beyond the target's layers": (lambda w: run_args(w, drafter=copy_drafter(
-        w, "deep", set_("dflash_config.target_layer_ids", [1, 2, 40]))), "max tap 40"),
+        w, "deep", set_key("dflash_config.target_layer_ids", [1, 2, 40]))), "max tap 40"),
     "mask id outside the vocabulary": (lambda w: run_args(w, drafter=copy_drafter(
-        w, "mask", set_("dflash_config.mask_token_id", 10 ** 6))), "mask token id"),
-    "DFlash2 key": (lambda w: run_args(w, drafter=copy_drafter(w, "dflash2", set_("conv_kernel_size", 4))),
+        w, "mask", set_key("dflash_config.mask_token_id", 10 ** 6))), "mask token id"),
+    "DFlash2 key": (lambda w: run_args(w, drafter=copy_drafter(w, "dflash2", set_key("conv_kernel_size", 4))),
                     "conv_kernel_size"),
-    "attention sinks": (lambda w: run_args(w, drafter=copy_drafter(w, "sinks", set_("use_attention_sinks", True))),
+    "attention sinks": (lambda w: run_args(w, drafter=copy_drafter(w, "sinks", set_key("use_attention_sinks", True))),
                         "attention sinks"),
-    "negative sliding window": (lambda w: run_args(w, drafter=copy_drafter(w, "win", set_("sliding_window", -2))),
+    "negative sliding window": (lambda w: run_args(w, drafter=copy_drafter(w, "win", set_key("sliding_window", -2))),
                                 "sliding_window"),
-    "is_causal not a boolean": (lambda w: run_args(w, drafter=copy_drafter(w, "causal", set_("is_causal", "yes"))),
+    "is_causal not a boolean": (lambda w: run_args(w, drafter=copy_drafter(w, "causal", set_key("is_causal", "yes"))),
                                 "is_causal"),
     "unknown attention kind": (lambda w: run_args(w, drafter=copy_drafter(
-        w, "kind", set_("layer_types", ["chunked_attention", "full_attention"]))), "chunked_attention"),
+        w, "kind", set_key("layer_types", ["chunked_attention", "full_attention"]))), "chunked_attention"),
     "unknown dflash_config key": (lambda w: run_args(w, drafter=copy_drafter(
-        w, "dkey", set_("dflash_config.mystery", 1))), "dflash_config.mystery"),
-    "hidden_act other than silu": (lambda w: run_args(w, drafter=copy_drafter(w, "act", set_("hidden_act", "gelu"))),
+        w, "dkey", set_key("dflash_config.mystery", 1))), "dflash_config.mystery"),
+    "hidden_act other than silu": (lambda w: run_args(w, drafter=copy_drafter(w, "act", set_key("hidden_act", "gelu"))),
                                    "hidden_act"),
     "the same :NAME twice": (lambda w: ["run", "-d", f"{w['drafter']}:x", "-d", f"{w['drafter']}:x", "--target",
                                         str(w["target"]), "--out", str(w["root"] / "o2")], "two drafters are named 'x'"),

@@ -20,6 +20,7 @@ from dflash_eval.masks import anchor_block_mask
 from dflash_eval.semantics import AttentionConfig, layers_under
 from dflash_eval.spec import LayerAttention
 from dflash_eval.testing.testbed import write_random_drafter
+from json_edits import DELETE, set_key  # noqa: F401
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"
@@ -113,20 +114,6 @@ def edited(src: Path, tmp_path: Path, edit) -> Path:
     return out
 
 
-def set_key(path: str, value):
-    def edit(config):
-        node = config
-        *parents, last = path.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        if value is DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = value
-    return edit
-
-
-DELETE = object()
 
 # key (as docs/config-keys.md names it), format, edit value, what the spec must show
 HONOURED = [
