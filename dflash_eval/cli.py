@@ -167,6 +167,7 @@ def run(
     final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM)."),
     anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill."),
+    generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU, from free memory on GPU, at most 64)."),
     responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
     device: opt.Device = "auto",
     dtype: opt.Dtype = "auto",
@@ -189,6 +190,7 @@ def run(
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
+                         generation_batch=generation_batch,
                          overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     try:
         result = evaluate(options, reporter)

@@ -79,25 +79,55 @@ class ContinuationCache:
 
 
 @torch.inference_mode()
-def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 1) -> list[list[int]]:
-    """The target's greedy continuations (cut after the first stop token), `batch_size` prompts at a time.
+def generation_batch_size(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int) -> int:
+    """Prompts generated together when `--generation-batch` is not given.
 
-    Batches are left-padded; on CPU the default batch of 1 keeps incremental generation numerically
-    identical to one long forward (checked by the run's self-consistency figure)."""
+    CPU: 8 (on the fp32 test targets, dense and Gated-DeltaNet, batched output equals one-at-a-time
+    output token for token: tests/test_generation.py). CUDA: as many as half the free memory holds, from
+    the KV cache of the attention layers and the recurrent state of the Gated-DeltaNet ones at the longest
+    prompt + max_new_tokens, plus one step of logits; at most 64."""
+    if target.device.type != "cuda":
+        return 8
+    config = target.model.config.get_text_config()
+    layers = config.num_hidden_layers
+    types = list(getattr(config, "layer_types", None) or ["full_attention"] * layers)
+    attention_layers = sum(1 for t in types if t != "linear_attention")
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    length = max(prompt_lengths, default=0) + max_new_tokens
+    element = torch.finfo(target.dtype).bits // 8
+    kv = 2 * attention_layers * heads * head_dim * length * element
+    recurrent = (layers - attention_layers) * 4 * config.hidden_size * head_dim * 4  # generous fp32 state
+    logits = config.vocab_size * 4 * 2
+    free, _ = torch.cuda.mem_get_info(target.device)
+    return int(max(1, min(64, (free // 2) // max(1, kv + recurrent + logits))))
+
+
+def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 1) -> list[list[int]]:
+    """The target's greedy continuations (cut after the first stop token), `batch_size` prompts at a time,
+    in the order given.
+
+    Prompts are grouped by length (least padding) and left-padded with an attention mask: attention
+    layers mask the pads, Gated-DeltaNet layers zero them before the recurrence (HF's
+    `apply_mask_to_padding_states`), and positions count from each prompt's first real token, so a prompt
+    generates the same tokens in a batch as alone (tested on fp32 CPU, dense and hybrid targets; the run's
+    self-consistency figure checks every continuation against one full forward anyway)."""
     stops = stop_token_ids(target)
     pad = target.tokenizer.pad_token_id
     pad = pad if pad is not None else stops[0]
-    results: list[list[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        batch = prompts[start:start + batch_size]
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    results: dict[int, list[int]] = {}
+    for start in range(0, len(order), batch_size):
+        members = order[start:start + batch_size]
+        batch = [prompts[i] for i in members]
         width = max(len(p) for p in batch)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=target.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=target.device)
         out = target.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
                                     eos_token_id=stops, pad_token_id=pad, temperature=None, top_p=None, top_k=None)
-        for row in out[:, width:].tolist():
-            results.append(cut_at_stop(row, stops))
-    return results
+        for index, row in zip(members, out[:, width:].tolist()):
+            results[index] = cut_at_stop(row, stops)
+    return [results[i] for i in range(len(prompts))]
 
 
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
@@ -113,8 +143,10 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
     keys = {p.id: cache.key(target, p.text, thinking, options.max_new_tokens) for p in prompts}
     found = {p.id: cache.get(keys[p.id]) for p in prompts}
     todo = [p for p in prompts if found[p.id] is None]
-    batch = options.generation_batch or (8 if target.device.type == "cuda" else 1)
+    batch = options.generation_batch or generation_batch_size(target, [len(ids[p.id]) for p in todo],
+                                                              options.max_new_tokens)
     reporter.phase("generate", len(todo))
+    todo.sort(key=lambda p: len(ids[p.id]))  # similar lengths share a batch: the least padding
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
         for prompt, cont in zip(chunk, generate_greedy(target, [ids[p.id] for p in chunk], options.max_new_tokens, batch)):
