@@ -48,7 +48,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     from .target import kernel_report, kernel_summary
 
     drafters = load_drafters(inputs.entries, target)
-    complete = folder.keep_complete(done_rows, set(drafters))
+    all_rows = folder.keep_complete(done_rows, set(drafters))  # held in memory: the file is only appended to
+    complete = {r["prompt_id"] for r in all_rows}
     pending = [p for p in inputs.prompts if p.id not in complete]
     if complete:
         reporter.note(f"resuming: {len(complete)} of {len(inputs.prompts)} prompts already done")
@@ -60,7 +61,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     kernels = kernel_summary(kernel_report(target.model))
 
     def document() -> dict[str, Any]:
-        return assemble(options, target, inputs.entries, drafters, folder.rows(), inputs.prompts, inputs.thinking,
+        return assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
                         generated_count=generated, evaluated_count=len(pending))
@@ -81,8 +82,10 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
                 agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                 rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), cont, agree))
         folder.append(finish_rows(rows, decode))
+        all_rows.extend(rows)
+        complete.add(prompt.id)
         if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
-            folder.write_partial(document(), len({r["prompt_id"] for r in folder.rows()}), len(inputs.prompts))
+            folder.write_partial(document(), len(complete), len(inputs.prompts))
         if _SLOW_PROMPTS:  # test hook: leaves time to kill the process between prompts
             time.sleep(_SLOW_PROMPTS)
         reporter.advance("prompts", prompt.id)

@@ -296,32 +296,6 @@ def diff(
             stdout_console().print(_safe(f"written: {path}"))
 
 
-def _settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
-    """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
-    by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
-    from .checkpoints import resolve_local_or_cached
-    from .results import read_run
-
-    prov = read_run(out)["provenance"]
-    recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
-                "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
-    given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
-    if target is not None:
-        given["--target"] = str(resolve_local_or_cached(target).resolve())
-        recorded["--target"] = str(Path(recorded["--target"]).resolve())
-    for name, value in given.items():
-        if value is not None and value != recorded[name]:
-            raise fail(f"{out}: this run was made with {name} {recorded[name]!r}, doctor was given {value!r}; "
-                       "drop the option to use the run's setting, or write doctor elsewhere with another --out")
-    count = prov["prompts"]["count"]
-    if limit is not None and limit != count:
-        raise fail(f"{out}: this run has {count} prompts, doctor was given --limit {limit}; drop --limit to use the run's")
-    if any(a == "--seed" or a.startswith("--seed=") for a in prov.get("argv", [])):
-        raise fail(f"{out}: this run drew a seeded prompt subset (--seed); doctor --out on it would not see the same "
-                   "prompts: write doctor elsewhere")
-    return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
-
-
 @app.command()
 @reports_input_errors
 def doctor(
@@ -351,8 +325,10 @@ def doctor(
         writable_dir(out, "--out")
     run_count = None
     if out is not None and (out / RUN_JSON).is_file():
-        prompts, max_new_tokens, thinking, target, run_count = _settings_of_run(out, prompts, max_new_tokens, thinking,
-                                                                                target, limit)
+        from .doctor import settings_of_run
+
+        prompts, max_new_tokens, thinking, target, run_count = settings_of_run(out, prompts, max_new_tokens, thinking,
+                                                                               target, limit)
     console = stdout_console()
     reporter = RichReporter(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),

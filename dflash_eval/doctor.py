@@ -27,6 +27,7 @@ untrained row.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -200,6 +201,32 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
             verdict = f"no mismatch found: no variant beats the configuration (tau {tau0:.2f})"
             finding = None
     return {"variants": rows, "verdict": verdict, "finding": finding}
+
+
+def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
+    """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
+    by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
+    from .checkpoints import resolve_local_or_cached
+    from .results import read_run
+
+    prov = read_run(out)["provenance"]
+    recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
+                "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
+    given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
+    if target is not None:
+        given["--target"] = str(resolve_local_or_cached(target).resolve())
+        recorded["--target"] = str(Path(recorded["--target"]).resolve())
+    for name, value in given.items():
+        if value is not None and value != recorded[name]:
+            raise InputError(out, f"this run was made with {name} {recorded[name]!r}, doctor was given {value!r}; "
+                       "drop the option to use the run's setting, or write doctor elsewhere with another --out")
+    count = prov["prompts"]["count"]
+    if limit is not None and limit != count:
+        raise InputError(out, f"this run has {count} prompts, doctor was given --limit {limit}; drop --limit to use the run's")
+    if any(a == "--seed" or a.startswith("--seed=") for a in prov.get("argv", [])):
+        raise InputError(out, "this run drew a seeded prompt subset (--seed); doctor --out on it would not see the same "
+                   "prompts: write doctor elsewhere")
+    return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
 
 
 def run_doctor(options, reporter=None) -> dict[str, Any]:

@@ -99,7 +99,7 @@ def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bo
 
     out = []
     for entry in entries:
-        trained = zlab_trained_thinking(_repo_id_of(entry.path)) if entry.name == "z-lab" else None
+        trained = zlab_trained_thinking(_repo_id_of(entry.path))  # None unless the registry knows the repo
         if trained is not None and trained != thinking:
             flag = "--thinking" if trained else "--no-thinking"
             out.append(f"drafter {entry.name} was trained with thinking {'on' if trained else 'off'}, this run has "
@@ -216,10 +216,13 @@ class Inputs:
     responses: dict[str, list[int]] | None
     warnings: list[str] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    _ids: dict[str, list[int]] | None = field(default=None, repr=False)
 
     def prompt_ids(self) -> dict[str, list[int]]:
-        """Every prompt through the target's chat template (the same ids the length check saw)."""
-        return {p.id: prompt_ids(self.tokenizer, p, self.thinking) for p in self.prompts}
+        """Every prompt through the target's chat template: tokenized once, the ids the length check saw."""
+        if self._ids is None:
+            self._ids = {p.id: prompt_ids(self.tokenizer, p, self.thinking) for p in self.prompts}
+        return self._ids
 
     def settings(self, options: RunOptions) -> dict[str, Any]:
         """What a run folder's results depend on: resuming is allowed only with equal settings."""

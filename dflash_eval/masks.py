@@ -1,9 +1,10 @@
 """Anchor-block attention masks: which keys each drafted slot may see.
 
-The drafter runs on a flattened layout shared by training code and by our evaluation: queries are the
-slots of A blocks laid end to end (N = sum of block lengths), keys are `[context (C rows) | all blocks
-(N rows)]`. One boolean mask of shape [N, C + N] per distinct layer attention then says, for query slot j
-of the block anchored at position a (primer section 2):
+Two layouts, one rule. Evaluation drafts A blocks of up to L slots, each slot against the context and
+its own block (`block_masks`: [A, L, C] and [A, L, L], linear in A). Training and the dense oracle lay the
+slots end to end (N = sum of block lengths) against `[context (C rows) | all blocks (N rows)]`
+(`anchor_block_mask`: [N, C + N], built from `block_masks`). For query slot j of the block anchored at
+position a (primer section 2):
 
 - context row p is visible iff p < a (strict: the anchor's own hidden state is never context);
 - keys of the same block are visible (all of them, or only slots <= j when the layer is causal in block);
@@ -50,25 +51,15 @@ def anchor_block_mask(
     anchor_in_context: bool = False,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Boolean [N, C + N] mask for one layer kind; True = may attend."""
-    anchor_of, slot_of, block_of = (t.to(device) for t in block_layout(anchors, block_lengths))
-    ctx = torch.arange(context_len, device=device)
-    a = anchor_of[:, None]
-    visible_ctx = ctx[None, :] <= a if anchor_in_context else ctx[None, :] < a
-    same_block = block_of[:, None] == block_of[None, :]
-    if attention.causal_in_block:
-        same_block &= slot_of[None, :] <= slot_of[:, None]
-    if attention.window is not None:
-        W = attention.window
-        if attention.window_from == "query":
-            q = (anchor_of + slot_of)[:, None]
-            visible_ctx &= q - ctx[None, :] < W  # context rows are always before the query
-            offset = slot_of[:, None] - slot_of[None, :]  # q - k inside the block
-            same_block &= offset < W
-            if not attention.causal_in_block:
-                same_block &= -offset < W
-        else:
-            visible_ctx &= ctx[None, :] >= a - W
+    """Boolean [N, C + N] mask for one layer kind; True = may attend.
+
+    The rule itself lives in `block_masks`; this lays its per-block masks out flat (the training layout),
+    so the dense oracle and the block path can never disagree about which keys a slot sees."""
+    ctx_part, own_part = block_masks(anchors, block_lengths, context_len, attention,
+                                     anchor_in_context=anchor_in_context, device=device)
+    _, slot_of, block_of = (t.to(device) for t in block_layout(anchors, block_lengths))
+    visible_ctx = ctx_part[block_of, slot_of]  # [N, C]
+    same_block = (block_of[:, None] == block_of[None, :]) & own_part[block_of[:, None], slot_of[:, None], slot_of[None, :]]
     return torch.cat([visible_ctx, same_block], dim=1)
 
 

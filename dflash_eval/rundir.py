@@ -77,24 +77,21 @@ class RunFolder:
         self._write_state(complete=False)
         return []
 
-    def keep_complete(self, rows: list[dict[str, Any]], drafter_names: set[str]) -> set[str]:
-        """Keep the rows of prompts every drafter finished (a torn prompt is redone); their ids."""
+    def keep_complete(self, rows: list[dict[str, Any]], drafter_names: set[str]) -> list[dict[str, Any]]:
+        """Keep the rows of prompts every drafter finished (a torn prompt is redone); those rows."""
         by_prompt: dict[str, set[str]] = {}
         for row in rows:
             by_prompt.setdefault(row["prompt_id"], set()).add(row["drafter"])
         complete = {pid for pid, names in by_prompt.items() if names == drafter_names}
         kept = [r for r in rows if r["prompt_id"] in complete]
         R.atomic_write(self.path / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in kept))
-        return complete
+        return kept
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One prompt's rows, all drafters at once (resume relies on that)."""
         with (self.path / R.SAMPLES).open("a") as sink:
             sink.write("".join(json.dumps(r) + "\n" for r in rows))
             sink.flush()
-
-    def rows(self) -> list[dict[str, Any]]:
-        return R.read_samples(self.path / R.SAMPLES)
 
     def write_partial(self, document: dict[str, Any], done: int, total: int) -> None:
         R.atomic_write(self.path / R.PARTIAL_JSON,
