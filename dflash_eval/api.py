@@ -10,23 +10,19 @@ ARCHITECTURE.md says where each stage lives. doctor composes the same stages (do
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
 
 from .continuations import continuations_for
 from .document import assemble
 from .inputs import Inputs, prepare_inputs
-from .options import Reporter, RunOptions
-from .rows import finish_rows, live_row, piece_decoder, trajectory_row
+from .options import Reporter, RunOptions, pause_after_prompt
+from .rows import finish_rows, live_row, piece_decoder, trajectory_rows
 from .rundir import RunFolder
-from .scoring import kernels_context, load_drafters, score_live, score_on_trajectory
+from .scoring import kernels_context, load_drafters, score_live
 from .trajectories import capture_trajectory
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
 
-# Seconds to pause after each prompt; only the resume test sets it (DFLASH_EVAL_SLOW_PROMPTS).
-_SLOW_PROMPTS = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
 
 
 def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
@@ -72,9 +68,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         if options.mode == "trajectory":
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)
-            agree = trajectory.self_consistency()
-            rows = [trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, options),
-                                   trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
+            rows = trajectory_rows(prompt, drafters, trajectory, options)
         else:
             rows = []
             for name, d in drafters.items():
@@ -86,8 +80,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         complete.add(prompt.id)
         if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
             folder.write_partial(document(), len(complete), len(inputs.prompts))
-        if _SLOW_PROMPTS:  # test hook: leaves time to kill the process between prompts
-            time.sleep(_SLOW_PROMPTS)
+        pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()
     folder.finish(run)

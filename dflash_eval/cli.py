@@ -394,6 +394,99 @@ def show(
     console.file.write(captured.get())
 
 
+@app.command()
+@reports_input_errors
+def track(
+    save_dir: list[Path] = typer.Argument(..., help="A training run's save folder (speculators <epoch>/, HF checkpoint-N/, SpecForge epoch_E_step_S/, any folder of checkpoint folders), or checkpoint folders one by one."),
+    target: opt.Target = None,
+    reference: Optional[str] = typer.Option(None, "--reference", help="The line to beat: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint path; evaluated once."),
+    prompts: opt.Prompts = None,
+    out: Path = typer.Option(..., "--out", "-o", help="Track folder (created; rerun the same command to continue it)."),
+    watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
+    interval: float = typer.Option(60.0, "--interval", help="Seconds between polls with --watch."),
+    settle: float = typer.Option(2.0, "--settle", help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
+    batch: int = typer.Option(8, "--batch", min=1, help="Checkpoints evaluated together on one target pass per prompt."),
+    tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="Also write the scalars (tau, interval, reach per slot, repetition, gap) to this TensorBoard log folder."),
+    max_new_tokens: opt.MaxNewTokens = None,
+    limit: opt.Limit = None,
+    thinking: opt.Thinking = None,
+    final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab) or full (vLLM)."),
+    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
+    tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass."),
+    generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together."),
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
+    html: bool = typer.Option(True, "--html/--no-html", help="Rewrite DIR/track.html after every batch."),
+    kernels: str = typer.Option("auto", "--kernels", help="auto or torch (Gated-DeltaNet torch fallback)."),
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
+) -> None:
+    """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
+    from .api import RunOptions
+    from .render.track import render_track
+    from .tracking import Tracker, TrackOptions
+
+    console = stdout_console()
+    reporter = RichReporter(console)
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,
+                             anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
+                             generation_batch=generation_batch, overwrite=overwrite,
+                             argv=["dflash-eval", *sys.argv[1:]], **shared)
+    options = TrackOptions(sources=list(save_dir), run=run_options, watch=watch, interval=interval, settle=settle,
+                           max_batch=batch)
+    scalars = None
+    if tensorboard is not None:
+        import importlib.util
+
+        from .paths import writable_dir
+
+        writable_dir(tensorboard, "--tensorboard")
+        if importlib.util.find_spec("tensorboard") is None:
+            raise fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
+
+    def after_batch(tracker) -> None:
+        if html:
+            from .render.html import write_html
+            from .render.track import render_track_html
+
+            write_html(out / "track.html", render_track_html(tracker.rows, tracker.present(), tracker.folder.settings,
+                                                             seed=run_options.seed))
+        if watch:
+            reporter.close()
+            render_track(console, tracker.rows, tracker.present(), seed=run_options.seed)
+
+    def on_row(row, reference_tau) -> None:
+        nonlocal scalars
+        if tensorboard is not None:
+            from .render.tensorboard import ScalarLog
+
+            scalars = scalars or ScalarLog(tensorboard)
+            scalars.write(row, reference_tau)
+
+    tracker = Tracker(options, reporter, after_batch, on_row)
+    try:
+        tracker.run()
+    except KeyboardInterrupt:
+        reporter.close()
+        if tracker.busy:
+            raise fail(f"interrupted inside a batch; the prompts done are kept in {out}: rerun the same command to "
+                       "continue", 130) from None
+        console.print(_safe(f"stopped; {len(tracker.rows)} rows in {out / 'track.jsonl'} (rerun to continue)"))
+    finally:
+        reporter.close()
+        if scalars is not None:
+            scalars.close()
+    render_track(console, tracker.rows, tracker.present(), tracker.pending(), seed=run_options.seed)
+    written = f"results: {out}/track.jsonl, track.csv, runs/"
+    if html and tracker.rows:
+        written += ", track.html"
+    console.print(_safe(written))
+
+
 prompts_app = typer.Typer(no_args_is_help=True, help="Prompt sets: what they hold and what is sent.")
 app.add_typer(prompts_app, name="prompts")
 

@@ -93,3 +93,31 @@ def _blocks(rows: list[dict[str, Any]]) -> pd.DataFrame:
                             "committed": committed, "accepted": committed - 1, "drafted": drafted,
                             "draft_ids": list(draft), "repetition_flags": list(flag)})
     return pd.DataFrame.from_records(records)
+
+
+def read_track(directory: str | Path) -> pd.DataFrame:
+    """A track folder's track.jsonl as one row per checkpoint (and the reference): step, tau with its
+    interval, repetition share, and reach per slot as `reach_1 .. reach_{B-1}` with the counts behind them.
+
+        curve = dflash_eval.read_track("track")
+        curve.query("role == 'checkpoint'").plot(x="step", y="tau_macro")
+    """
+    from .errors import InputError
+    from .trackdir import ROWS, read_rows
+
+    directory = Path(directory)
+    if not (directory / ROWS).is_file():
+        raise InputError(directory, "not a dflash-eval track folder (no track.jsonl)")
+    records = []
+    with R.interpreting(directory):
+        for row in read_rows(directory):
+            m, ci = row["metrics"], row["metrics"].get("tau_macro_ci") or [None, None]
+            record = {"role": row["role"], "step": row.get("step"), "name": row["name"], "path": row["path"],
+                      "fingerprint": row["fingerprint"], "run": row["run"], "tau_macro": m["tau_macro"],
+                      "tau_macro_low": ci[0], "tau_macro_high": ci[1], "tau_micro": m["tau_micro"],
+                      "steps": m["steps"], "repetition_share": row.get("repetition_share"),
+                      "evaluated_at": row.get("evaluated_at")}
+            for i, value in enumerate(m.get("reach") or [], 1):
+                record[f"reach_{i}"] = value
+            records.append(record)
+    return pd.DataFrame.from_records(records)

@@ -249,6 +249,25 @@ def check_options(options: RunOptions) -> None:
         raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
 
 
+def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, info) -> Inputs:
+    """`base` (target, prompts, tokenizer, thinking) with one more checkpoint as its only drafter: what
+    `run --drafter PATH` resolves for it, validated the same way (the tracker's view of each checkpoint)."""
+    from .references import resolve_recorded_verifier
+
+    spec, _, _ = read_spec(path)
+    entry = DrafterEntry(name, path, spec)
+    entry.spec, _ = checked_spec(path, info)
+    apply_semantics_overrides([entry], options.semantics)
+    warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
+    if spec.verifier:
+        verifier = resolve_recorded_verifier(path, spec.verifier).resolve()
+        if verifier != base.target_path:
+            warnings.append(f"drafter {name} records verifier {verifier}, but --target is {base.target_path}")
+    warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
+    return Inputs([entry], base.target_path, base.model_type, base.prompts, base.thinking, base.tokenizer,
+                  base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids)
+
+
 def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     """Resolve and validate everything; nothing is written and no model is loaded."""
     from .prompts import load_prompts

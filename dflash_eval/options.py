@@ -45,6 +45,16 @@ class RunOptions:
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
 
 
+def pause_after_prompt() -> None:
+    """Test hook: `DFLASH_EVAL_SLOW_PROMPTS=S` sleeps S seconds after each prompt of run and track, leaving
+    the resume tests time to kill the process between prompts. Unset, it does nothing."""
+    seconds = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
+    if seconds:
+        import time
+
+        time.sleep(seconds)
+
+
 class Reporter:
     """Progress callbacks (no-ops here; the CLI draws Rich progress bars)."""
 

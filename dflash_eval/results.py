@@ -63,6 +63,31 @@ DIR/samples.jsonl   one row per (prompt, drafter):
 DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible
     acceptance_at_pos_{i} (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i},
     marginal_at_pos_{i} for i = 1..B-1.
+
+A track folder (`dflash-eval track --out DIR`, trackdir.py):
+
+DIR/track.jsonl     one row per evaluated checkpoint and one for the reference, append-only:
+    role                "checkpoint" or "reference"
+    name, path          the checkpoint folder's name (its drafter name in its run folder) and absolute path
+    step, step_source   training step and where it came from ("trainer_state.json global_step",
+                        "training_state.json global_step", "folder name checkpoint-N", ...); null if unknown
+    fingerprint         sha256 of config.json + weight files: a checkpoint's identity
+    identity            [[file, size, mtime_ns]] of config and weights when evaluated (a later scan that
+                        sees the same files needs no hashing; other files mean other weights)
+    run                 "runs/<label>": its run folder, what `dflash-eval run` writes for it alone
+    format, block_size  the checkpoint's format and B
+    metrics             exactly run.json's drafters[0].metrics for that run folder (tau_macro with
+                        tau_macro_ci, tau_micro, reach, conditional, marginal, histogram, slot_counts, ...)
+    repetition_share    share of walk blocks flagged repetitive (run.json repetition.flagged_share)
+    tau_macro_without_flagged_prompts   as in run.json's repetition summary
+    counts              the merged AcceptanceCounts (per-prompt, so checkpoints compare paired)
+    evaluated_at        UTC time the row was written
+DIR/track_log.jsonl one event per line: {"time", "event", ...}; "incomplete" / "waiting" / "invalid"
+    (path, name, step, detail) for checkpoints not evaluated at a poll, "batch" (number, drafters,
+    prompts, target_passes, continuations_generated) for each batch evaluated together
+DIR/track.csv       per_position.csv's columns, one row per track.jsonl row, after role, step,
+    tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path
+DIR/track_state.json  the track's settings (all but the checkpoints) and their digest
 """
 
 from __future__ import annotations

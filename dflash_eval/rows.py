@@ -46,6 +46,16 @@ def trajectory_row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: 
     }
 
 
+def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list[dict[str, Any]]:
+    """Every drafter scored on one trajectory (the replay), one row each: run's and track's inner loop."""
+    from .scoring import score_on_trajectory
+
+    agree = trajectory.self_consistency()
+    cont = trajectory.continuation
+    return [trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, options),
+                           trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
+
+
 def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, cont: list[int], agree) -> dict[str, Any]:
     check_committed(prompt.id, name, live.walk_accept_lengths, len(live.continuation))
     walk_n = [n - 1 for n in live.walk_accept_lengths]

@@ -20,10 +20,10 @@ from dflash_eval.cli import app
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dflash_eval"
 CORE = {"errors", "metrics", "repetition", "compare", "spec", "semantics", "masks", "results", "paths", "samples",
-        "references", "safe_text", "options"}
-MODEL = {"checkpoints", "drafter", "drafting", "engine", "live", "target"}
-STAGES = ["prompts", "inputs", "rundir", "continuations", "trajectories", "scoring", "rows", "document"]
-COMPOSITIONS = {"api", "doctor", "diffing", "inspection", "frames"}
+        "references", "safe_text", "options", "track_summary"}
+MODEL = {"checkpoints", "checkpoint_scan", "drafter", "drafting", "engine", "live", "target"}
+STAGES = ["prompts", "inputs", "rundir", "trackdir", "continuations", "trajectories", "scoring", "rows", "document"]
+COMPOSITIONS = {"api", "doctor", "diffing", "inspection", "frames", "tracking"}
 
 
 def imports() -> dict[str, set[str]]:
@@ -114,7 +114,7 @@ def test_help_and_error_paths_import_no_torch_or_transformers():
             "from typer.testing import CliRunner\n"
             "from dflash_eval.cli import app\n"
             "runner = CliRunner()\n"
-            "for args in (['--help'], ['run', '--help'], ['doctor', '--help'], ['report', '/nonexistent'],\n"
+            "for args in (['--help'], ['run', '--help'], ['doctor', '--help'], ['track', '--help'], ['report', '/nonexistent'],\n"
             "             ['show', '/nonexistent'], ['diff', '/a', '/b'], ['--version']):\n"
             "    result = runner.invoke(app, args)\n"
             "    assert result.exit_code in (0, 2), (args, result.output)\n"

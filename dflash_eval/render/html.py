@@ -142,7 +142,7 @@ _SVG_DROP = (re.compile(r"<\?xml.*?\?>", re.S), re.compile(r"<!DOCTYPE.*?>", re.
 _SVG_IDS = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
 _SVG_SIZE = re.compile(r'<svg\s+([^>]*?)width="([\d.]+)pt"\s+height="([\d.]+)pt"')
 _CHART_IDS = {"tau": "t", "slots": "s", "hist": "h", "prompts": "p", "repetition": "r", "delta": "d",
-              "dslots": "e", "dhist": "f"}  # each chart once per page: its letter keeps its ids unique there
+              "dslots": "e", "dhist": "f", "curve": "c", "heat": "m", "trep": "q"}  # each chart once per page: its letter keeps its ids unique there
 
 
 def _clean_svg(svg: str, name: str, prefix: str) -> str:

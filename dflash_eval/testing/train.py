@@ -182,7 +182,7 @@ def _lr_at(step: int, config: TrainConfig) -> float:
 
 
 def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], config: TrainConfig, out_dir,
-                  fmt: str = "speculators") -> Path:
+                  fmt: str = "speculators", *, saves: "CheckpointSaves | None" = None) -> Path:
     """Train a drafter on `sequences` and write it to `out_dir` in `fmt` ("zlab" or "speculators").
 
     The training mask follows the rules of `fmt` (semantics.py), so the checkpoint is evaluated the way it
@@ -192,7 +192,10 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
 
     The checkpoint records `config.taps` (or the default rule), also when `shift_taps` trained it on other
     layers: that is the bug being injected. `train_log.json` beside the weights holds the config, the
-    loss curve and timings (extra files do not disturb loading). Deterministic for a fixed seed."""
+    loss curve and timings (extra files do not disturb loading). Deterministic for a fixed seed.
+
+    `saves` writes checkpoints as training goes, in a trainer's layout (`CheckpointSaves`); `out_dir` None
+    then skips the final save."""
     if fmt not in ("zlab", "speculators"):
         raise ValueError(f"unknown format {fmt!r}")
     if not sequences:
@@ -264,7 +267,11 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
         losses.append(float(loss.detach()))
+        if saves is not None and (step + 1) % saves.every == 0:
+            saves.save(step + 1, spec, drafter, fmt, target, losses[-1])
 
+    if out_dir is None:
+        return saves.last if saves is not None else None
     out = Path(out_dir)
     save_checkpoint(out, spec, drafter.state_dict(), fmt, target_embed=target.embed_tokens.weight,
                     target_lm_head=target.lm_head.weight,
@@ -277,3 +284,77 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
     }
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
     return out
+
+
+class CheckpointSaves:
+    """Checkpoints written during training, the way the trainers lay them out (what `track` discovers):
+
+    - "hf": `checkpoint-<step>/` + `trainer_state.json` {"global_step"} (HF Trainer);
+    - "speculators": `<k>/` per save + `training_state.json` {"epoch", "local_step", "global_step"}, the
+      `epoch<k>_end` symlink and `checkpoint_best` (speculators 0.9's checkpointer);
+    - "specforge": `epoch_0_step_<step>/` (SpecForge's train_dflash.py; its training_state.pt pickle is
+      left out: nothing here would read it).
+
+    Files are written in place, config first, state file last, as the trainers do (not atomically): a
+    watcher can see a half-written checkpoint, which is the point. `pause` seconds after each save make a
+    run slow enough to watch."""
+
+    def __init__(self, directory, every: int, layout: str = "hf", pause: float = 0.0):
+        if layout not in ("hf", "speculators", "specforge"):
+            raise ValueError(f"unknown layout {layout!r}")
+        self.directory, self.every, self.layout, self.pause = Path(directory), every, layout, pause
+        self.count = 0
+        self.last: Path | None = None
+
+    def save(self, step: int, spec, drafter, fmt: str, target: Target, loss: float) -> Path:
+        index = self.count
+        self.count += 1
+        name = {"hf": f"checkpoint-{step}", "speculators": str(index), "specforge": f"epoch_0_step_{step}"}[self.layout]
+        folder = self.directory / name
+        save_checkpoint(folder, spec, drafter.state_dict(), fmt, target_embed=target.embed_tokens.weight,
+                        target_lm_head=target.lm_head.weight,
+                        verifier=str(target.path) if fmt == "speculators" else None)
+        if self.layout == "hf":
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "loss": loss}))
+        elif self.layout == "speculators":
+            (folder / "training_state.json").write_text(json.dumps({"epoch": index, "local_step": 0,
+                                                                      "global_step": step}))
+            for link, to in ((f"epoch{index}_end", name), ("checkpoint_best", name)):
+                path = self.directory / link
+                if path.is_symlink():
+                    path.unlink()
+                path.symlink_to(to, target_is_directory=True)
+        self.last = folder
+        if self.pause:
+            time.sleep(self.pause)
+        return folder
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m dflash_eval.testing.train`: train a fixture drafter on a tiny target's own greedy
+    continuations of the demo prompts, saving checkpoints as it goes (the tracker's test, by hand)."""
+    import argparse
+
+    from ..target import load_target
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--save-dir", required=True)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--save-every", type=int, default=50)
+    parser.add_argument("--layout", default="hf", choices=["hf", "speculators", "specforge"])
+    parser.add_argument("--format", default="speculators", choices=["speculators", "zlab"])
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--block-size", type=int, default=4)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait after each save")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    target = load_target(args.target, device="cpu", dtype="float32")
+    sequences = greedy_sequences(target, list(DEMO_PROMPTS), args.max_new_tokens)
+    saves = CheckpointSaves(args.save_dir, args.save_every, args.layout, args.pause)
+    config = fixture_config(block_size=args.block_size, steps=args.steps, seed=args.seed)
+    train_drafter(target, sequences, config, None, args.format, saves=saves)
+
+
+if __name__ == "__main__":
+    main()
