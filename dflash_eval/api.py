@@ -44,14 +44,17 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     from .target import kernel_report, kernel_summary
 
     drafters = load_drafters(inputs.entries, target)
-    all_rows = folder.keep_complete(done_rows, set(drafters))  # held in memory: the file is only appended to
+    samples = range(options.samples)
+    # held in memory: the file is only appended to
+    all_rows = folder.keep_complete(done_rows, {(name, k) for name in drafters for k in samples})
     complete = {r["prompt_id"] for r in all_rows}
     pending = [p for p in inputs.prompts if p.id not in complete]
     if complete:
         reporter.note(f"resuming: {len(complete)} of {len(inputs.prompts)} prompts already done")
     ids = {k: v for k, v in inputs.prompt_ids().items() if k not in complete}
-    continuations, generated = continuations_for(target, pending, ids, options, inputs.thinking, inputs.responses,
-                                                 reporter)
+    sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
+    continuations, generated = ({}, 0) if sampled else continuations_for(
+        target, pending, ids, options, inputs.thinking, inputs.responses, reporter)
     layers = sorted({t for d in drafters.values() for t in d.spec.taps})
     decode = piece_decoder(target.tokenizer)
     kernels = kernel_summary(kernel_report(target.model))
@@ -64,17 +67,19 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
 
     reporter.phase("prompts", len(pending))
     for prompt in pending:
-        cont = continuations[prompt.id]
+        cont = continuations.get(prompt.id)
         if options.mode == "trajectory":
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
         else:
             rows = []
-            for name, d in drafters.items():
-                live = score_live(target, d, ids[prompt.id], options)
-                agree = (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
-                rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), cont, agree))
+            for k in samples:
+                for name, d in drafters.items():
+                    live = score_live(target, d, ids[prompt.id], options, prompt.id, k)
+                    agree = None if sampled else (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
+                    rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), agree,
+                                         sample=k if sampled else None))
         folder.append(finish_rows(rows, decode))
         all_rows.extend(rows)
         complete.add(prompt.id)

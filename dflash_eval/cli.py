@@ -165,7 +165,7 @@ def run(
     thinking: opt.Thinking = None,
     mode: str = typer.Option("trajectory", "--mode", help="trajectory (exact offline replay) or live (step-by-step loop)."),
     final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM)."),
-    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
+    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: 64 on CPU; on GPU sized to ~2 GB)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill."),
     generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU, from free memory on GPU, at most 64)."),
     responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
@@ -177,6 +177,11 @@ def run(
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="Sampling temperature; > 0 runs z-lab's loop with rejection sampling (--mode live)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling at temperature > 0 (z-lab's rule), applied to target and drafter."),
+    top_k: int = typer.Option(0, "--top-k", help="Top-k at temperature > 0 (0: off), applied to target and drafter."),
+    draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (the drafter's greedy tokens, accepted with probability p)."),
+    samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
@@ -190,7 +195,8 @@ def run(
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
-                         generation_batch=generation_batch,
+                         generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
+                         draft_policy=draft_policy, samples=samples,
                          overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     try:
         result = evaluate(options, reporter)
@@ -411,7 +417,7 @@ def track(
     limit: opt.Limit = None,
     thinking: opt.Thinking = None,
     final_block: str = typer.Option("shorter", "--final-block", help="shorter (z-lab) or full (vLLM)."),
-    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: sized to ~2 GB)."),
+    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: 64 on CPU; on GPU sized to ~2 GB)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass."),
     generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together."),
     device: opt.Device = "auto",

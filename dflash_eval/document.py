@@ -60,6 +60,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     import transformers
 
     from . import __version__
+    from .sampling import sampling_of
 
     order = {p.id: i for i, p in enumerate(prompts)}
     rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
@@ -76,7 +77,11 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     drafter_objects = []
     for entry in entries:
         mine = [r for r in rows if r["drafter"] == entry.name]
-        per_prompt = {r["prompt_id"]: M.AcceptanceCounts.from_dict(r["counts"]) for r in mine}
+        per_prompt: dict[str, M.AcceptanceCounts] = {}
+        for r in mine:  # the K samples of a prompt (temperature > 0) pool into one unit: metrics.pool_samples
+            counts = M.AcceptanceCounts.from_dict(r["counts"])
+            pid = r["prompt_id"]
+            per_prompt[pid] = M.pool_samples(per_prompt[pid], counts) if pid in per_prompt else counts
         merged = M.AcceptanceCounts(block_size=block_sizes[entry.name])
         for counts in per_prompt.values():
             merged = merged + counts
@@ -108,7 +113,10 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "chat_template_hash": chat_template_hash(target.tokenizer),
             "enable_thinking": thinking,
             "thinking_source": thinking_source(options.thinking, getattr(text, "model_type", "") or ""),
-            "max_new_tokens": options.max_new_tokens, "temperature": 0,
+            "max_new_tokens": options.max_new_tokens, "temperature": options.temperature,
+            "sampling": ({**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed,
+                          "generator": "torch.Generator per (seed, prompt id, sample), shared by the drafters"}
+                         if options.temperature > 0 else None),
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
             "continuations": f"responses:{options.responses}" if options.responses else "generated",

@@ -49,12 +49,20 @@ def block_length(anchor: int, cap_end: int, block_size: int, shorter_final_block
     return max(1, min(block_size, room + 1)) if shorter_final_block else block_size
 
 
-def auto_anchor_batch(seq_len: int, block_size: int, vocab: int, heads: int, budget_bytes: float = 2e9) -> int:
+CPU_ANCHOR_BATCH = 64  # measured: fastest on CPU (benchmarks/README.md), where the scores should stay in cache
+
+
+def auto_anchor_batch(seq_len: int, block_size: int, vocab: int, heads: int, budget_bytes: float = 2e9,
+                      device_type: str = "cuda") -> int:
     """Anchors per drafter forward so that logits (fp32) and attention scores fit a memory budget.
 
-    Per anchor: B * V logits plus B * heads * (T + N) scores when attention is materialised (CPU)."""
+    Per anchor: B * V logits plus B * heads * (T + N) scores when attention is materialised. On CPU at most
+    64: larger chunks are slower there, not faster (12 prompts x 1024 tokens, tiny dense target, B = 8, 2
+    cores: 0.79 s at 64, 0.87 s at 128, 1.18 s at 256, 1.82 s at 512), since the score tensors of a big chunk
+    fall out of cache and every attention pass goes to memory. Results do not depend on it (tested)."""
     per_anchor = block_size * (vocab * 4 + heads * 4 * seq_len * 2)
-    return int(max(1, min(512, budget_bytes // max(per_anchor, 1))))
+    cap = CPU_ANCHOR_BATCH if device_type == "cpu" else 512
+    return int(max(1, min(cap, budget_bytes // max(per_anchor, 1))))
 
 
 def committed_tokens(n: int, anchor: int, seq_len: int) -> int:
@@ -103,23 +111,25 @@ def replay(
     # the context's keys and values, per layer, once per prompt: every chunk of anchors reuses them
     context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
     result = DrafterOnPrompt(prompt_len=prompt_len)
+    token_list = tokens.tolist()
     anchors = list(range(prompt_len, T - 1))  # the last token has nothing left to draft
     if anchor_batch is None:
-        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads)
+        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads,
+                                         device_type=ctx.device.type)
     for start in range(0, len(anchors), anchor_batch):
         chunk = anchors[start:start + anchor_batch]
         lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
         logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context,
                               block_offset=block_offset, context_kv=context_kv)
-        drafted = drafter.to_target_ids(logits.argmax(-1)).cpu()
+        drafted = drafter.to_target_ids(logits.argmax(-1)).tolist()
         offset = 0
         for a, length in zip(chunk, lengths):
-            block = drafted[offset + 1: offset + length].tolist()  # slot 0 is the anchor, not a prediction
+            block = drafted[offset + 1: offset + length]  # slot 0 is the anchor, not a prediction
             offset += length
             correct = []
             for j in range(1, B):
                 if j < length and a + j < T:
-                    correct.append(int(block[j - 1] == int(tokens[a + j])))
+                    correct.append(int(block[j - 1] == token_list[a + j]))
                 else:
                     correct.append(NOT_SCORED)
             n = 0

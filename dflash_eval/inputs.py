@@ -226,6 +226,8 @@ class Inputs:
 
     def settings(self, options: RunOptions) -> dict[str, Any]:
         """What a run folder's results depend on: resuming is allowed only with equal settings."""
+        from .sampling import sampling_of
+
         return {
             "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": options.max_new_tokens,
             "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
@@ -233,6 +235,8 @@ class Inputs:
             "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
             "tap_chunk": options.tap_chunk,
             "semantics": {e.name: e.spec.semantics for e in self.entries},
+            **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
+               if options.temperature > 0 else {}),
         }
 
 
@@ -247,6 +251,18 @@ def check_options(options: RunOptions) -> None:
         raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
     if options.kernels not in ("auto", "torch"):
         raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
+    from .sampling import sampling_of
+
+    sampling_of(options).check()
+    if options.samples < 1:
+        raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
+    if options.temperature <= 0 and options.samples > 1:
+        raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
+    if options.temperature > 0 and options.mode != "live":
+        raise InputError(None, "--temperature > 0 runs with --mode live (the real loop with rejection sampling); "
+                               "the offline estimate at temperature > 0 is not implemented yet")
+    if options.temperature > 0 and options.responses is not None:
+        raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
 
 
 def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, info) -> Inputs:

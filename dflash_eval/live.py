@@ -1,9 +1,14 @@
-"""A real step-by-step greedy speculative-decoding loop: `--mode live`, and the oracle for the engine.
+"""A real step-by-step speculative-decoding loop: `--mode live`, and the oracle for the engine.
 
 Each step drafts one block at the anchor (the last committed token), verifies it with one target forward
-over the block using the KV/recurrent cache, accepts the leading drafts that equal the target's greedy
-tokens, and commits them plus the target's bonus token. It mirrors z-lab's `dflash_generate`, including
-the shorter block near the length cap.
+over the block using the KV/recurrent cache, accepts a prefix of the drafts and commits it plus one more
+target token. It mirrors z-lab's `dflash_generate`, including the shorter block near the length cap:
+- temperature 0: the drafts are the drafter's argmax, accepted while they equal the target's greedy
+  tokens, and the bonus is the target's greedy token;
+- temperature > 0 (`sampling.py`): the first token is sampled from the prefill, drafts are sampled from
+  the drafter's processed distribution (policy `sample`, z-lab 0.1.0) or taken as its argmax (`argmax`),
+  accepted by the rejection rule, and the next token comes from the residual or, after a full accept,
+  from the target; every draw uses the generator of its (seed, prompt, sample).
 
 Why snapshot/restore: HF's `DynamicCache.crop` does not roll back Gated-DeltaNet recurrent and conv state
 (primer section 6), so a loop that crops after a partial accept is silently wrong on hybrid targets. We
@@ -22,6 +27,7 @@ import torch
 from .drafter import DFlashDrafter
 from .drafting import draft_logits
 from .engine import block_length
+from .sampling import Sampling, draw, rejection_step, sampling_probs
 from .target import Target, cached_step, stop_token_ids
 
 
@@ -46,6 +52,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _draft_distribution(drafter: DFlashDrafter, slot_logits: torch.Tensor, vocab: int,
+                        sampling: Sampling) -> torch.Tensor:
+    """q over the target vocabulary ([g, V]): a reduced draft vocabulary's mass moved to its target ids."""
+    q = sampling_probs(slot_logits, sampling)
+    if q.shape[-1] == vocab:
+        return q
+    ids = drafter.to_target_ids(torch.arange(q.shape[-1], device=q.device))
+    return torch.zeros(q.shape[0], vocab, dtype=q.dtype, device=q.device).index_copy_(1, ids, q)
+
+
 @torch.inference_mode()
 def live_generate(
     target: Target,
@@ -54,19 +70,26 @@ def live_generate(
     max_new_tokens: int,
     *,
     shorter_final_block: bool = True,
+    sampling: Sampling = Sampling(),
+    generator: torch.Generator | None = None,
 ) -> LiveResult:
     stops = set(stop_token_ids(target))
     taps = list(drafter.spec.taps)
     B = drafter.spec.block_size
     p = len(prompt)
     cap_end = p + max_new_tokens
+    greedy = sampling.greedy
+    if not greedy and generator is None:
+        raise ValueError("live_generate at temperature > 0 needs a generator (sampling.generator_for)")
     result = LiveResult(prompt_len=p, tokens=list(prompt))
     started = time.perf_counter()
-    tap_states, greedy, cache = cached_step(target, torch.tensor(prompt), taps, None)
+    tap_states, logits, cache = cached_step(target, torch.tensor(prompt), taps, None)
+    vocab = logits.shape[-1]
     _sync(target.device)
     result.prefill_seconds = time.perf_counter() - started
     ctx_rows = [drafter.context(tap_states)]  # context features for positions 0 .. anchor-1
-    result.tokens.append(int(greedy[-1]))
+    first = logits[-1].argmax(-1) if greedy else draw(sampling_probs(logits[-1:], sampling), generator)[0]
+    result.tokens.append(int(first))
     a = p
     # a == len(tokens) after a step that accepted a stop token (no bonus follows it)
     while a < min(len(result.tokens), cap_end - 1) and result.tokens[a] not in stops:
@@ -74,15 +97,28 @@ def live_generate(
         room = cap_end - 1 - a
         length = block_length(a, cap_end, B, shorter_final_block)
         ctx = torch.cat(ctx_rows)
-        logits = draft_logits(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])
-        drafts = drafter.to_target_ids(logits.argmax(-1))[1:].tolist()
+        slot_logits = draft_logits(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])[1:]
+        q = None
+        if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
+            drafted = drafter.to_target_ids(slot_logits.argmax(-1))
+        else:
+            q = _draft_distribution(drafter, slot_logits, vocab, sampling)
+            drafted = draw(q, generator)
+        drafts = drafted.tolist()
         snapshot = copy.deepcopy(cache)
         block = [result.tokens[a], *drafts]
-        verify_taps, verify_greedy, cache = cached_step(target, torch.tensor(block), taps, cache)
-        posterior = verify_greedy.tolist()
-        n = 0
-        while n < len(drafts) and drafts[n] == posterior[n]:
-            n += 1
+        verify_taps, verify_logits, cache = cached_step(target, torch.tensor(block), taps, cache)
+        if greedy:
+            posterior = verify_logits.argmax(-1).tolist()
+            n = 0
+            while n < len(drafts) and drafts[n] == posterior[n]:
+                n += 1
+            following = posterior[n]
+        elif drafts:
+            n, following = rejection_step(drafted.to(verify_logits.device), q,
+                                          sampling_probs(verify_logits, sampling), generator)
+        else:  # a one-token block (at the cap): the target's next token only
+            n, following = 0, int(draw(sampling_probs(verify_logits[-1:], sampling), generator)[0])
         for k in range(n):  # an accepted stop token ends the output there
             if drafts[k] in stops:
                 n = k + 1
@@ -90,7 +126,7 @@ def live_generate(
         n = min(n, room)
         committed = drafts[:n]
         if n < room and not (committed and committed[-1] in stops):
-            committed.append(posterior[n])  # the bonus token
+            committed.append(following)  # the bonus token (or the residual's draw)
         result.tokens.extend(committed)
         ctx_rows.append(drafter.context(verify_taps[: n + 1]))  # positions a .. a+n now have taps
         if n + 1 < len(block):  # something was rejected: roll the cache back, re-run what was kept

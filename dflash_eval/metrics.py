@@ -170,6 +170,28 @@ def merge(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
         marginal_total=add(a.marginal_total, b.marginal_total))
 
 
+def pool_samples(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
+    """Two samples of the same prompt(s) as one: every count adds, and a prompt present in both gets its
+    steps and committed tokens added (its tau is then sum committed / sum steps over its samples).
+
+    Why pooled: at temperature > 0 a prompt is run K times; the K walks are not independent evidence about
+    the drafter (they share the prompt), so the prompt stays the unit of tau_macro and of the bootstrap
+    (a cluster bootstrap over prompts), and `merge` keeps refusing the same prompt twice across prompts."""
+    if a.block_size != b.block_size:
+        raise ValueError(f"cannot pool block sizes {a.block_size} and {b.block_size}")
+    per_prompt = dict(a.per_prompt)
+    for pid, (s, t) in b.per_prompt.items():
+        s0, t0 = per_prompt.get(pid, (0, 0))
+        per_prompt[pid] = (s0 + s, t0 + t)
+    rest = merge(AcceptanceCounts(a.block_size, {}, a.steps, a.accepted_draft_tokens, a.drafted_tokens,
+                                  a.accept_length_histogram, a.reach_counts, a.reach_denominators,
+                                  a.marginal_correct, a.marginal_total),
+                 AcceptanceCounts(b.block_size, {}, b.steps, b.accepted_draft_tokens, b.drafted_tokens,
+                                  b.accept_length_histogram, b.reach_counts, b.reach_denominators,
+                                  b.marginal_correct, b.marginal_total))
+    return AcceptanceCounts(**{**rest.to_dict(), "per_prompt": per_prompt})
+
+
 def _ratio(numerator: int, denominator: int) -> float | None:
     return None if denominator == 0 else numerator / denominator
 

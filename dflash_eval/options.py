@@ -43,6 +43,13 @@ class RunOptions:
     # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
     semantics: list[str] = field(default_factory=list)
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
+    # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
+    # samples per prompt (each with its own generator, seeded from --seed, the prompt id and k)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    draft_policy: str = "sample"
+    samples: int = 1
 
 
 def pause_after_prompt() -> None:

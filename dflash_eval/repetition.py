@@ -190,6 +190,8 @@ def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Seque
         raise ValueError("give prev_block and prev_reference together")
     t, m = thresholds, min(len(block), len(reference))
     draft, ref = [int(x) for x in block[:m]], [int(x) for x in reference[:m]]
+    if draft == ref:  # a detector fires only on a slot where the draft differs from the target: none here
+        return BlockFlags()
     hits: dict[str, tuple[set[int], list[str]]] = {}
 
     def hit(name: str, slots, reason: str) -> None:
@@ -288,8 +290,10 @@ class RepetitionCounts:
 
 
 def count_walk(prompt_id: str, blocks: Sequence[Sequence[int]], references: Sequence[Sequence[int]],
-               accepted: Sequence[int], *, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> RepetitionCounts:
-    """Counts for one prompt's walk: per step its block, its reference and its accepted length n."""
+               accepted: Sequence[int], *, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+               flags: Sequence[BlockFlags] | None = None) -> RepetitionCounts:
+    """Counts for one prompt's walk: per step its block, its reference and its accepted length n.
+    `flags`: each step's `flag_block` result when the caller has it already (not recomputed)."""
     if not blocks:
         raise ValueError(f"walk for prompt {prompt_id!r} has no steps")
     if not len(blocks) == len(references) == len(accepted):
@@ -301,12 +305,12 @@ def count_walk(prompt_id: str, blocks: Sequence[Sequence[int]], references: Sequ
     for step, (block, ref, n) in enumerate(zip(blocks, references, accepted)):
         if not 0 <= int(n) <= len(block) or len(block) == 0:
             raise ValueError(f"prompt {prompt_id!r} step {step}: accepted {n} for a block of {len(block)} slots")
-        flags = flag_block(block, ref, prev, prev_ref, thresholds=thresholds)
-        if flags.degenerate:
+        step_flags = flags[step] if flags is not None else flag_block(block, ref, prev, prev_ref, thresholds=thresholds)
+        if step_flags.degenerate:
             flagged, accepted_flagged = flagged + 1, accepted_flagged + int(n)
             for name in DETECTORS:
-                by_detector[name] += getattr(flags, name)
-            for slot in flags.slots:
+                by_detector[name] += getattr(step_flags, name)
+            for slot in step_flags.slots:
                 by_slot[slot - 1] += 1
         else:
             accepted_clean += int(n)

@@ -56,16 +56,19 @@ def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list
                            trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
 
 
-def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, cont: list[int], agree) -> dict[str, Any]:
+def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, agree, sample: int | None = None) -> dict[str, Any]:
+    """A live walk's row; `agree` (tokens equal to the greedy continuation, total) at temperature 0, None
+    when sampling; `sample` k of K at temperature > 0."""
     check_committed(prompt.id, name, live.walk_accept_lengths, len(live.continuation))
     walk_n = [n - 1 for n in live.walk_accept_lengths]
     return {
         "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": p_len,
+        **({"sample": sample} if sample is not None else {}),
         "continuation_len": len(live.continuation), "continuation_ids": live.continuation,
         "walk_anchors": live.walk_anchors,
         "walk_accept_lengths": live.walk_accept_lengths, "walk_drafted": live.walk_drafted,
         "walk_drafts": live.walk_drafts, "step_seconds": live.step_seconds, "prefill_seconds": live.prefill_seconds,
-        "live_agrees_with_greedy": list(agree),
+        **({"live_agrees_with_greedy": list(agree)} if agree is not None else {}),
         "counts": row_counts(prompt.id, B, walk_n, live.walk_drafted, None).to_dict(),
     }
 
@@ -80,10 +83,10 @@ def add_repetition(row: dict[str, Any]) -> None:
     accepted = [min(n - 1, len(b)) for n, b in zip(row["walk_accept_lengths"], blocks)]
     flags, prev, prev_ref = [], None, None
     for block, ref in zip(blocks, references):
-        flags.append(list(repetition.flag_block(block, ref, prev, prev_ref).reasons))
+        flags.append(repetition.flag_block(block, ref, prev, prev_ref))
         prev, prev_ref = block, ref
-    row["walk_flags"] = flags
-    row["repetition"] = (repetition.count_walk(row["prompt_id"], blocks, references, accepted).to_dict()
+    row["walk_flags"] = [list(f.reasons) for f in flags]
+    row["repetition"] = (repetition.count_walk(row["prompt_id"], blocks, references, accepted, flags=flags).to_dict()
                          if blocks and all(blocks) else None)
 
 

@@ -77,12 +77,14 @@ class RunFolder:
         self._write_state(complete=False)
         return []
 
-    def keep_complete(self, rows: list[dict[str, Any]], drafter_names: set[str]) -> list[dict[str, Any]]:
-        """Keep the rows of prompts every drafter finished (a torn prompt is redone); those rows."""
-        by_prompt: dict[str, set[str]] = {}
+    def keep_complete(self, rows: list[dict[str, Any]], expected: set) -> list[dict[str, Any]]:
+        """Keep the rows of prompts every drafter finished (a torn prompt is redone); those rows.
+        `expected`: the drafter names, or (name, sample) pairs when each prompt is sampled K times."""
+        by_prompt: dict[str, set] = {}
         for row in rows:
-            by_prompt.setdefault(row["prompt_id"], set()).add(row["drafter"])
-        complete = {pid for pid, names in by_prompt.items() if names == drafter_names}
+            key = row["drafter"] if all(isinstance(e, str) for e in expected) else (row["drafter"], row.get("sample", 0))
+            by_prompt.setdefault(row["prompt_id"], set()).add(key)
+        complete = {pid for pid, names in by_prompt.items() if names == expected}
         kept = [r for r in rows if r["prompt_id"] in complete]
         R.atomic_write(self.path / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in kept))
         return kept

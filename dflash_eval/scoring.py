@@ -34,6 +34,18 @@ def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) ->
                   anchor_batch=options.anchor_batch)
 
 
-def score_live(target, drafter, prompt_ids: list[int], options: RunOptions) -> LiveResult:
+def score_live(target, drafter, prompt_ids: list[int], options: RunOptions, prompt_id: str = "",
+               sample: int = 0) -> LiveResult:
+    """The live loop; at temperature > 0 with the generator of (seed, prompt, sample): every drafter sees
+    the same random stream for a given prompt and sample (common random numbers for paired comparisons)."""
+    from .sampling import sampling_of
+
+    sampling = sampling_of(options)
+    generator = None
+    if not sampling.greedy:
+        from .sampling import generator_for
+
+        generator = generator_for(options.seed, prompt_id, sample, target.device)
     return live_generate(target, drafter, prompt_ids, options.max_new_tokens,
-                         shorter_final_block=options.final_block == "shorter")
+                         shorter_final_block=options.final_block == "shorter", sampling=sampling,
+                         generator=generator)

@@ -365,7 +365,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
 def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=None):
     """Incremental forward with a KV/recurrent cache (the live loop's prefill and verify passes).
 
-    Returns (taps [n, len(taps) * H], greedy [n], cache). The caller owns snapshot/restore."""
+    Returns (taps [n, len(taps) * H], logits [n, V], cache). The caller owns snapshot/restore."""
     ids = input_ids.view(1, -1).to(target.device)
     kwargs = {"use_cache": True}
     if cache is not None:
@@ -373,7 +373,7 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
     with hooked_layers(target, taps) as read_taps:
         out = target.model(input_ids=ids, **kwargs)
         tap_states = read_taps()
-    return tap_states, out.logits[0].argmax(-1), out.past_key_values
+    return tap_states, out.logits[0], out.past_key_values
 
 
 def stop_token_ids(target: "Target") -> list[int]:
