@@ -10,6 +10,7 @@ ARCHITECTURE.md says where each stage lives. doctor composes the same stages (do
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .continuations import continuations_for
@@ -56,6 +57,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     continuations, generated = ({}, 0) if sampled else continuations_for(
         target, pending, ids, options, inputs.thinking, inputs.responses, reporter)
     layers = sorted({t for d in drafters.values() for t in d.spec.taps})
+    policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
+                      for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
     kernels = kernel_summary(kernel_report(target.model))
 
@@ -76,7 +79,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             rows = []
             for k in samples:
                 for name, d in drafters.items():
-                    live = score_live(target, d, ids[prompt.id], options, prompt.id, k)
+                    live = score_live(target, d, ids[prompt.id], policy_options[name], prompt.id, k)
                     agree = None if sampled else (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                     rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), agree,
                                          sample=k if sampled else None))

@@ -66,11 +66,17 @@ def fairness_problems(a: Side, b: Side, max_mismatch: float) -> tuple[list[str],
         ("thinking flag", pa["enable_thinking"], pb["enable_thinking"]),
         ("max_new_tokens", pa["max_new_tokens"], pb["max_new_tokens"]),
         ("temperature", pa.get("temperature", 0), pb.get("temperature", 0)),
+        # top-p/k, draft policy, samples per prompt and seed: with equal seeds both sides drew sample k of a
+        # prompt from the same random stream, so pooled per-prompt counts pair sample for sample
+        ("sampling", _sampling_key(pa), _sampling_key(pb)),
         ("block size", a.drafter["spec"]["block_size"], b.drafter["spec"]["block_size"]),
         ("prompt set", sorted(a.rows), sorted(b.rows)),
     ]
     problems = [f"{label} differs ({_short(x)} vs {_short(y)})" for label, x, y in checks if x != y]
     differ = total = 0
+    if (pa.get("temperature") or 0) > 0:  # sampled: each drafter's loop commits its own sample of the target
+        return problems, {"differing_tokens": 0, "total_tokens": 0, "share": 0.0,
+                          "note": "temperature > 0: continuations are samples, not compared"}
     for pid in set(a.rows) & set(b.rows):
         ca, cb = a.rows[pid]["continuation_ids"], b.rows[pid]["continuation_ids"]
         total += max(len(ca), len(cb))
@@ -79,6 +85,11 @@ def fairness_problems(a: Side, b: Side, max_mismatch: float) -> tuple[list[str],
     if share > max_mismatch:
         problems.append(f"target continuations differ in {100 * share:.2f}% of tokens (> {100 * max_mismatch:g}% allowed)")
     return problems, {"differing_tokens": differ, "total_tokens": total, "share": share}
+
+
+def _sampling_key(provenance: dict) -> dict | None:
+    sampling = provenance.get("sampling")
+    return {k: v for k, v in sampling.items() if k != "generator"} if isinstance(sampling, dict) else None
 
 
 def _short(value: Any) -> str:

@@ -34,8 +34,8 @@ def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.Accep
     if not parts:
         return None
     total = parts[0]
-    for part in parts[1:]:
-        total = total + part
+    for part in parts[1:]:  # pooled: at temperature > 0 a prompt's K samples are one unit (metrics.pool_samples)
+        total = total.pooled(part)
     inside, outside = repetition.accepted_inside_outside(total)
     flagged = sorted(repetition.flagged_prompts(total))
     kept = M.AcceptanceCounts(block_size=block_size)
@@ -88,6 +88,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
         by_set = M.by_prompt_set(per_prompt, {r["prompt_id"]: r["prompt_set"] for r in mine}) if per_prompt else {}
         obj = {
             "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
+            **({"draft_policy": entry.draft_policy or options.draft_policy} if options.temperature > 0 else {}),
             "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
             "metrics": {**R.metrics_summary(merged, seed=options.seed),
                         "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},

@@ -24,6 +24,14 @@ class DrafterEntry:
     name: str
     path: Path
     spec: DrafterSpec
+    draft_policy: str | None = None  # with --draft-policy both: this entry's policy (NAME@sample, NAME@argmax)
+
+
+def split_draft_policies(entries: list[DrafterEntry]) -> list[DrafterEntry]:
+    """`--draft-policy both`: every drafter twice, as NAME@sample and NAME@argmax, side by side in one run
+    (the same prompts and random streams), since the policy is a serving decision users must make."""
+    return [DrafterEntry(f"{e.name}@{policy}", e.path, e.spec, policy) for e in entries
+            for policy in ("sample", "argmax")]
 
 
 def split_name(value: str) -> tuple[str, str | None]:
@@ -261,6 +269,8 @@ def check_options(options: RunOptions) -> None:
     if options.temperature > 0 and options.mode != "live":
         raise InputError(None, "--temperature > 0 runs with --mode live (the real loop with rejection sampling); "
                                "the offline estimate at temperature > 0 is not implemented yet")
+    if options.draft_policy == "both" and options.temperature <= 0:
+        raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
 
@@ -297,6 +307,8 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
     apply_semantics_overrides(entries, options.semantics)
+    if options.draft_policy == "both":
+        entries = split_draft_policies(entries)
     prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
     thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)

@@ -192,6 +192,26 @@ def pool_samples(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
     return AcceptanceCounts(**{**rest.to_dict(), "per_prompt": per_prompt})
 
 
+def acceptance_probability(p: Sequence[float], q: Sequence[float]) -> float:
+    """alpha = sum_x min(p(x), q(x)) = 1 - TV(p, q): the probability that the rejection rule accepts a draft
+    drawn from q when the target's distribution is p (Leviathan et al. 2023; speculators' and SpecForge's
+    per-position acceptance). With q one-hot at x (argmax drafts) it is p(x)."""
+    if len(p) != len(q):
+        raise ValueError(f"p has {len(p)} entries, q {len(q)}")
+    return float(sum(min(a, b) for a, b in zip(p, q)))
+
+
+def expected_accepted_length(alphas: Sequence[float]) -> float:
+    """E[n] = sum_k prod_{i<=k} alpha_i over the drafted slots: the expected accepted drafts of one block
+    when slot i is accepted with probability alpha_i given the slots before it were (SpecForge's
+    `tau_probabilistic` minus its bonus 1). A block of 3 (2 slots) with alphas 0.7, 0.5: 0.7 + 0.35."""
+    total, reach = 0.0, 1.0
+    for alpha in alphas:
+        reach *= float(alpha)
+        total += reach
+    return total
+
+
 def _ratio(numerator: int, denominator: int) -> float | None:
     return None if denominator == 0 else numerator / denominator
 

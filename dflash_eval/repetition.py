@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DETECTORS = ("run", "period", "ngram", "unique", "same_draft")
 
@@ -272,6 +272,16 @@ class RepetitionCounts:
             accepted_flagged=self.accepted_flagged + other.accepted_flagged,
             accepted_clean=self.accepted_clean + other.accepted_clean,
             per_prompt={**self.per_prompt, **other.per_prompt})
+
+    def pooled(self, other: RepetitionCounts) -> RepetitionCounts:
+        """Two samples of the same prompt(s) as one (temperature > 0, as metrics.pool_samples): counts add,
+        and a prompt in both gets its (flagged blocks, blocks) added."""
+        per_prompt = dict(self.per_prompt)
+        for pid, (f, b) in other.per_prompt.items():
+            f0, b0 = per_prompt.get(pid, (0, 0))
+            per_prompt[pid] = (f0 + f, b0 + b)
+        total = replace(self, per_prompt={}) + replace(other, per_prompt={})
+        return replace(total, per_prompt=per_prompt)
 
     def to_dict(self) -> dict:
         """JSON-ready dict of ints (prompt ids sorted, so equal counts serialise identically)."""

@@ -51,8 +51,8 @@ class Sampling:
             raise InputError(None, f"--top-p must be in (0, 1] (got {self.top_p:g})")
         if self.top_k < 0:
             raise InputError(None, f"--top-k must be >= 0 (got {self.top_k})")
-        if self.draft_policy not in DRAFT_POLICIES:
-            raise InputError(None, f"unknown --draft-policy {self.draft_policy!r} ({' or '.join(DRAFT_POLICIES)})")
+        if self.draft_policy not in (*DRAFT_POLICIES, "both"):
+            raise InputError(None, f"unknown --draft-policy {self.draft_policy!r} (sample, argmax or both)")
 
     def to_dict(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,

@@ -80,8 +80,10 @@ def zlab_drafter(drafter_dir: str | Path):
 
 
 def zlab_generate(target_model, drafter_dir: str | Path, input_ids: list[int], max_new_tokens: int,
-                  stop_token_ids: list[int], *, drafter=None) -> tuple[list[int], list[int]]:
-    """(new token ids, acceptance_lengths) of z-lab's `dflash_generate` at temperature 0.
+                  stop_token_ids: list[int], *, drafter=None, temperature: float = 0.0, top_p: float = 1.0,
+                  top_k: int = 0) -> tuple[list[int], list[int]]:
+    """(new token ids, acceptance_lengths) of z-lab's `dflash_generate` (temperature 0 unless given; at
+    temperature > 0 it draws from torch's global generator: seed it before the call).
 
     `target_model` is the HF `...ForCausalLM` (dflash_eval's `Target.model`). The returned ids are the
     tokens after the prompt (up to and including a stop token, at most `max_new_tokens`);
@@ -91,7 +93,7 @@ def zlab_generate(target_model, drafter_dir: str | Path, input_ids: list[int], m
     ids = torch.tensor([list(input_ids)], dtype=torch.long, device=target_model.device)
     with _cpu_timer(zlab):
         out = zlab.dflash_generate(model, target_model, ids, max_new_tokens, list(stop_token_ids),
-                                   temperature=0.0, return_stats=True)
+                                   temperature=temperature, top_p=top_p, top_k=top_k, return_stats=True)
     return out.output_ids[0, len(input_ids):].tolist(), [int(n) for n in out.acceptance_lengths]
 
 

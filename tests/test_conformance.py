@@ -577,3 +577,80 @@ def test_inspect_names_the_rule_of_each_layer_before_and_after_speculators_conve
         assert "layer 4" in out and "full attention, no window, bidirectional in block" in out
     assert "dflash/model.py (Qwen3DFlashAttention.__init__, _attention_mask)" in z.stdout
     assert "create_anchor_block_mask_mod" in s.stdout
+
+
+# ---------------------------------------------------------------------------------------------------
+# (h) temperature > 0: z-lab's sampling code against ours
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, 0), (0.6, 1.0, 0), (1.0, 0.8, 0), (0.7, 1.0, 20),
+                                                        (1.3, 0.9, 50)])
+def test_sampling_probs_equal_zlab(refs, temperature, top_p, top_k):
+    from dflash_eval.sampling import Sampling, sampling_probs
+
+    logits = torch.randn(3, 5, 300, generator=torch.Generator().manual_seed(3)) * 4
+    ours = sampling_probs(logits, Sampling(temperature, top_p, top_k))
+    theirs = refs["zlab"]._sampling_probs(logits, temperature, top_p, top_k)
+    assert torch.equal(ours, theirs)
+
+
+def test_rejection_rule_equals_zlab_draw_for_draw(refs):
+    """Same probabilities, same random stream (a generator seeded as z-lab's global one): z-lab's
+    `_rejection_sample` and ours accept the same drafts and emit the same next token, every time."""
+    from dflash_eval.sampling import rejection_step
+
+    source = torch.Generator().manual_seed(11)
+    for trial in range(200):
+        g, vocab = 1 + trial % 5, 7
+        target = torch.softmax(torch.randn(g + 1, vocab, generator=source) * 2, -1)
+        draft = torch.softmax(torch.randn(g, vocab, generator=source) * 2, -1)
+        drafts = torch.multinomial(draft, 1, generator=source)[:, 0]
+        torch.manual_seed(trial)
+        expected = refs["zlab"]._rejection_sample(drafts[None], target[None], draft[None])
+        ours = rejection_step(drafts, draft, target, torch.Generator().manual_seed(trial))
+        assert ours == (int(expected[0]), int(expected[1])), trial
+
+
+def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, prompts, trained):
+    """z-lab's `dflash_generate` and our live loop at T = 1, 16 seeded samples per prompt: tau_macro (samples
+    pooled per prompt, z-lab's mean acceptance length) agrees within the Monte-Carlo interval (99%)."""
+    import numpy as np
+
+    from dflash_eval.drafter import load_drafter
+    from dflash_eval.checkpoints import checked_spec, weight_files
+    from dflash_eval.live import live_generate
+    from dflash_eval.sampling import Sampling, generator_for
+    from dflash_eval.target import stop_token_ids
+
+    samples, new_tokens = 16, 24
+    spec, _ = checked_spec(trained, target.info)
+    ours_drafter = load_drafter(spec, weight_files(trained)).attach_target(target.embed_tokens, target.lm_head)
+    zlab_model = ref.zlab_drafter(trained)
+    stops = stop_token_ids(target)
+    chosen = list(prompts["ids"].items())[:6]
+    per_side: dict[str, list[list[float]]] = {"zlab": [], "ours": []}  # [prompt][sample] -> (steps, committed)
+    for pid, ids in chosen:
+        zl, ou = [], []
+        for k in range(samples):
+            torch.manual_seed(1000 + k)
+            _, lengths = ref.zlab_generate(target.model, trained, ids, new_tokens, stops, drafter=zlab_model,
+                                           temperature=1.0)
+            zl.append((len(lengths), sum(lengths)))
+            live = live_generate(target, ours_drafter, ids, new_tokens, sampling=Sampling(1.0),
+                                 generator=generator_for(0, pid, k))
+            ou.append((len(live.walk_accept_lengths), sum(live.walk_accept_lengths)))
+        per_side["zlab"].append(zl)
+        per_side["ours"].append(ou)
+
+    def tau_and_se(table):
+        arr = np.array(table, dtype=float)  # [P, K, 2]
+        tau = float(np.mean(arr[:, :, 1].sum(1) / arr[:, :, 0].sum(1)))
+        rng = np.random.default_rng(0)
+        draws = rng.integers(0, arr.shape[1], size=(2000, arr.shape[1]))  # resample samples within prompts
+        boot = [np.mean(arr[:, d, 1].sum(1) / arr[:, d, 0].sum(1)) for d in draws]
+        return tau, float(np.std(boot))
+
+    (tau_z, se_z), (tau_o, se_o) = tau_and_se(per_side["zlab"]), tau_and_se(per_side["ours"])
+    print(f"T=1 tau_macro z-lab {tau_z:.3f} +- {se_z:.3f}, dflash-eval {tau_o:.3f} +- {se_o:.3f}")
+    assert tau_z > 1.2 and tau_o > 1.2  # drafts are accepted at T = 1: the rule is exercised
+    assert abs(tau_z - tau_o) <= 2.576 * (se_z ** 2 + se_o ** 2) ** 0.5, (tau_z, se_z, tau_o, se_o)
