@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .continuations import continuations_for
+from .continuations import continuations_for, sampled_continuations_for
 from .document import assemble
 from .inputs import Inputs, prepare_inputs
 from .options import Reporter, RunOptions, pause_after_prompt
-from .rows import finish_rows, live_row, piece_decoder, trajectory_rows
+from .rows import estimate_row, finish_rows, live_row, piece_decoder, trajectory_rows
 from .rundir import RunFolder
-from .scoring import kernels_context, load_drafters, score_live
+from .scoring import estimate_on_trajectory, kernels_context, load_drafters, score_live
 from .trajectories import capture_trajectory
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
@@ -54,8 +54,12 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         reporter.note(f"resuming: {len(complete)} of {len(inputs.prompts)} prompts already done")
     ids = {k: v for k, v in inputs.prompt_ids().items() if k not in complete}
     sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
-    continuations, generated = ({}, 0) if sampled else continuations_for(
-        target, pending, ids, options, inputs.thinking, inputs.responses, reporter)
+    estimate = sampled and options.mode == "trajectory"  # temperature > 0 offline: K sampled texts per prompt
+    if estimate:
+        continuations, generated = sampled_continuations_for(target, pending, ids, options, inputs.thinking, reporter)
+    else:
+        continuations, generated = ({}, 0) if sampled else continuations_for(
+            target, pending, ids, options, inputs.thinking, inputs.responses, reporter)
     layers = sorted({t for d in drafters.values() for t in d.spec.taps})
     policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
                       for e in inputs.entries}
@@ -71,7 +75,15 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     reporter.phase("prompts", len(pending))
     for prompt in pending:
         cont = continuations.get(prompt.id)
-        if options.mode == "trajectory":
+        if estimate:
+            rows = []
+            for k in samples:
+                trajectory = capture_trajectory(target, prompt, ids[prompt.id], continuations[(prompt.id, k)], layers,
+                                                sequence_chunk=options.tap_chunk, keep_hidden=True, sample=k)
+                for name, d in drafters.items():
+                    alphas = estimate_on_trajectory(d, trajectory, target, policy_options[name])
+                    rows.append(estimate_row(prompt, name, d.spec.block_size, alphas, trajectory))
+        elif options.mode == "trajectory":
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)

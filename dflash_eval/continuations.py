@@ -154,3 +154,54 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
             found[prompt.id] = cont
             reporter.advance("generate", prompt.id)
     return found, len(todo)  # type: ignore[return-value]
+
+
+@torch.inference_mode()
+def generate_sampled(target: Target, prompt: list[int], max_new_tokens: int, sampling, generator) -> list[int]:
+    """One sampled continuation: the target alone, token by token with its cache, each token drawn from
+    `sampling_probs` of its logits (z-lab's processing) with `generator`; cut after the first stop token.
+    This is the text the speculative loop commits in distribution (the rejection rule keeps it exact)."""
+    from .sampling import draw, sampling_probs
+    from .target import _cache_keyword
+
+    stops = set(stop_token_ids(target))
+    ids = torch.tensor([prompt], device=target.device)
+    out = target.model(input_ids=ids, use_cache=True)
+    continuation: list[int] = []
+    for _ in range(max_new_tokens):
+        token = int(draw(sampling_probs(out.logits[0, -1:], sampling), generator)[0])
+        continuation.append(token)
+        if token in stops or len(continuation) == max_new_tokens:
+            break
+        out = target.model(input_ids=torch.tensor([[token]], device=target.device), use_cache=True,
+                           **{_cache_keyword(target.model): out.past_key_values})
+    return continuation
+
+
+def sampled_continuations_for(target, prompts: list[Prompt], ids, options, thinking,
+                              reporter) -> tuple[dict[tuple[str, int], list[int]], int]:
+    """K sampled continuations per prompt ((prompt id, k) -> ids), cached like the greedy ones under a key
+    that adds the sampling settings, the seed and k; and how many were generated."""
+    from .sampling import generator_for, sampling_of
+
+    sampling = sampling_of(options)
+    cache = ContinuationCache(options.cache_dir)
+    found: dict[tuple[str, int], list[int]] = {}
+    todo = []
+    for prompt in prompts:
+        for k in range(options.samples):
+            key = sha256_text("\x1f".join([cache.key(target, prompt.text, thinking, options.max_new_tokens),
+                                           json.dumps(sampling.to_dict(), sort_keys=True), str(options.seed), str(k)]))
+            hit = cache.get(key)
+            if hit is None:
+                todo.append((prompt, k, key))
+            else:
+                found[(prompt.id, k)] = hit
+    reporter.phase("sample", len(todo))
+    for prompt, k, key in todo:
+        cont = generate_sampled(target, ids[prompt.id], options.max_new_tokens, sampling,
+                                generator_for(options.seed, prompt.id, k, target.device))
+        cache.put(key, cont)
+        found[(prompt.id, k)] = cont
+        reporter.advance("sample", prompt.id)
+    return found, len(todo)

@@ -45,6 +45,9 @@ def load_side(value: str, partial: bool = False) -> Side:
     head, sep, tail = value.rpartition(":")
     run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
     run = read_run(run_dir, partial=partial)
+    if run.get("provenance", {}).get("estimate"):
+        raise InputError(run_dir, "holds an offline estimate (temperature > 0), which diff does not pair yet; "
+                                  "compare sampled runs made with --mode live (paired by prompt over the same seeds)")
     names = [d["name"] for d in run["drafters"]]
     if name is None:
         if len(names) != 1:

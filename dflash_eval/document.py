@@ -54,6 +54,21 @@ def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.Accep
     }
 
 
+def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[str, Any]:
+    """A drafter's run.json object at temperature > 0 offline: the estimate's sums (samples pooled per
+    prompt) and their summary; no integer acceptance counts exist there."""
+    from .estimates import EstimateSums, summary
+
+    sums = EstimateSums(block_sizes[entry.name])
+    for r in rows:
+        sums = sums.pooled(EstimateSums.from_dict(r["estimate"]))
+    return {"name": entry.name, "path": str(entry.path), "format": entry.spec.format,
+            "draft_policy": entry.draft_policy or options.draft_policy,
+            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "metrics": summary(sums, seed=options.seed), "estimate": sums.to_dict(), "counts": None,
+            "repetition": None, "by_prompt_set": {}}
+
+
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
               block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
     import torch
@@ -77,6 +92,9 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     drafter_objects = []
     for entry in entries:
         mine = [r for r in rows if r["drafter"] == entry.name]
+        if any("estimate" in r for r in mine) or (options.temperature > 0 and options.mode == "trajectory"):
+            drafter_objects.append(_estimate_object(entry, fingerprints, mine, block_sizes, options))
+            continue
         per_prompt: dict[str, M.AcceptanceCounts] = {}
         for r in mine:  # the K samples of a prompt (temperature > 0) pool into one unit: metrics.pool_samples
             counts = M.AcceptanceCounts.from_dict(r["counts"])
@@ -120,7 +138,10 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                          if options.temperature > 0 else None),
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
-            "continuations": f"responses:{options.responses}" if options.responses else "generated",
+            "continuations": (f"responses:{options.responses}" if options.responses else
+                              "sampled (K per prompt)" if options.temperature > 0 else "generated"),
+            # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such
+            "estimate": options.temperature > 0 and options.mode == "trajectory",
             "self_consistency": {"agree": agree, "total": total},
             # with --responses the same count measures how far the external continuations are greedy
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,

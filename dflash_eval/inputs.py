@@ -266,9 +266,6 @@ def check_options(options: RunOptions) -> None:
         raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
         raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
-    if options.temperature > 0 and options.mode != "live":
-        raise InputError(None, "--temperature > 0 runs with --mode live (the real loop with rejection sampling); "
-                               "the offline estimate at temperature > 0 is not implemented yet")
     if options.draft_policy == "both" and options.temperature <= 0:
         raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:

@@ -16,12 +16,16 @@ DIR/run.json
         enable_thinking  the flag passed to the chat template
         thinking_source  "given (--thinking/--no-thinking)" or "family default for MODEL_TYPE"
         max_new_tokens   generation cap
-        temperature      always 0 (greedy; the replay is exact only there)
+        temperature      0 (greedy: the replay is exact) or the sampling temperature
+        sampling         null at temperature 0; else {"temperature", "top_p", "top_k", "draft_policy" (sample,
+                         argmax or both), "samples" (K per prompt), "seed", "generator"} (sampling.py)
+        estimate         true when the numbers are the offline estimate (temperature > 0, --mode trajectory:
+                         estimates.py); every drafter's metrics then say so and carry the definition
         dtype, device    the target's and drafters' compute dtype and device
         kernels          operation -> bound function for Gated-DeltaNet layers ({} for dense targets)
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
-        continuations    "generated" or "responses:<file>"
+        continuations    "generated", "responses:<file>" or "sampled (K per prompt)"
         self_consistency {"agree", "total"}: continuation tokens equal to the full-forward argmax
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
         prompts          {"source", "count", "sets": {set: count}}
@@ -45,8 +49,17 @@ DIR/run.json
                         accepted_outside_flagged (mean n per block), flagged_prompts (>= 25% of blocks),
                         tau_macro_without_flagged_prompts, counts (RepetitionCounts.to_dict)
         live            (live mode) {"steps", "seconds", "prefill_seconds"}
+        draft_policy    (temperature > 0) "sample" or "argmax"; with --draft-policy both every drafter appears
+                        twice, as NAME@sample and NAME@argmax
+        At temperature > 0 a prompt's K samples are pooled into one unit (metrics.pool_samples): per-prompt
+        steps and committed tokens add, and the bootstrap resamples prompts. Offline estimates (estimate
+        true) replace metrics with estimates.summary: estimate, definition, tau_macro, tau_micro,
+        tau_macro_ci, expected_steps, anchors, alpha (per slot), expected_reach, tau_per_anchor; counts and
+        repetition are null and `estimate` holds the additive EstimateSums.
 
-DIR/samples.jsonl   one row per (prompt, drafter):
+DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") at temperature > 0;
+    an offline estimate's rows carry anchor_alphas (per anchor, per slot), anchor_expected_accepted and
+    estimate (EstimateSums) instead of the walk fields and counts:
     prompt_id, prompt_set, drafter, prompt_len, continuation_len
     walk_anchors        anchor position of each step
     walk_accept_lengths n + 1 per step, in order (tokens committed by the step)
@@ -147,6 +160,8 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
 
 
 def per_position_csv(drafters: list[dict[str, Any]]) -> str:
+    if any(d["metrics"].get("estimate") for d in drafters):
+        return _estimate_csv(drafters)
     width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
     header = ["drafter", "tau_macro", "tau_micro"]
     for kind in ("acceptance_at_pos", "conditional_at_pos", "marginal_at_pos"):
@@ -158,6 +173,25 @@ def per_position_csv(drafters: list[dict[str, Any]]) -> str:
         m = d["metrics"]
         row = [d["name"], m["tau_macro"], m["tau_micro"]]
         for key in ("reach", "conditional", "marginal"):
+            values = list(m[key]) + [None] * (width - len(m[key]))
+            row += ["" if v is None else f"{v:.6f}" for v in values]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _estimate_csv(drafters: list[dict[str, Any]]) -> str:
+    """Temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names."""
+    width = max((len(d["metrics"]["alpha"]) for d in drafters), default=0)
+    header = ["drafter", "tau_macro_estimate", "tau_micro_estimate"]
+    header += [f"expected_reach_at_pos_{i}" for i in range(1, width + 1)]
+    header += [f"alpha_at_pos_{i}" for i in range(1, width + 1)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for d in drafters:
+        m = d["metrics"]
+        row = [d["name"], m["tau_macro"], m["tau_micro"]]
+        for key in ("expected_reach", "alpha"):
             values = list(m[key]) + [None] * (width - len(m[key]))
             row += ["" if v is None else f"{v:.6f}" for v in values]
         writer.writerow(row)

@@ -56,6 +56,23 @@ def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list
                            trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
 
 
+def estimate_row(prompt: Prompt, name: str, B: int, alphas: list[list[float]], trajectory) -> dict[str, Any]:
+    """A sampled continuation's row at temperature > 0 (offline estimate): the per-anchor acceptance
+    probabilities, the expected accepted drafts per anchor and the additive sums (estimates.py)."""
+    from .estimates import EstimateSums
+    from .metrics import expected_accepted_length
+
+    sums = EstimateSums.from_anchors(prompt.id, B, alphas, int(trajectory.tokens.shape[0]), trajectory.prompt_len)
+    cont = trajectory.continuation
+    return {
+        "prompt_id": prompt.id, "prompt_set": prompt.set, "drafter": name, "prompt_len": trajectory.prompt_len,
+        "sample": trajectory.sample, "continuation_len": len(cont), "continuation_ids": cont,
+        "anchor_alphas": [[round(x, 6) for x in slots] for slots in alphas],
+        "anchor_expected_accepted": [round(expected_accepted_length(slots), 6) for slots in alphas],
+        "estimate": sums.to_dict(),
+    }
+
+
 def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, agree, sample: int | None = None) -> dict[str, Any]:
     """A live walk's row; `agree` (tokens equal to the greedy continuation, total) at temperature 0, None
     when sampling; `sample` k of K at temperature > 0."""
@@ -107,6 +124,9 @@ def piece_decoder(tokenizer):
 def finish_rows(rows: list[dict[str, Any]], decode) -> list[dict[str, Any]]:
     """Repetition flags and decoded pieces, added to a prompt's rows before they are written."""
     for row in rows:
+        if "walk_drafts" not in row:  # an estimate row (temperature > 0, offline): no walk to judge
+            row["continuation_pieces"] = decode(row["continuation_ids"])
+            continue
         add_repetition(row)
         row["continuation_pieces"] = decode(row["continuation_ids"])
         row["walk_draft_pieces"] = [decode(d) for d in row["walk_drafts"]]

@@ -34,6 +34,16 @@ def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) ->
                   anchor_batch=options.anchor_batch)
 
 
+def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: RunOptions) -> list[list[float]]:
+    """Temperature > 0, offline: every anchor's per-slot acceptance probabilities on a sampled trajectory."""
+    from .estimation import anchor_alphas
+    from .sampling import sampling_of
+
+    return anchor_alphas(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.hidden,
+                         target.lm_head, trajectory.prompt_len, options.max_new_tokens, sampling_of(options),
+                         shorter_final_block=options.final_block == "shorter", anchor_batch=options.anchor_batch)
+
+
 def score_live(target, drafter, prompt_ids: list[int], options: RunOptions, prompt_id: str = "",
                sample: int = 0) -> LiveResult:
     """The live loop; at temperature > 0 with the generator of (seed, prompt, sample): every drafter sees

@@ -301,6 +301,7 @@ class Capture:
 
     taps: torch.Tensor  # [T, len(taps) * H], the chosen layers' outputs concatenated in tap order
     greedy: torch.Tensor  # [T] the target's argmax next token after every position
+    hidden: torch.Tensor | None = None  # [T, H] final-norm hidden states (lm_head(hidden) = logits), when kept
 
 
 def _layer_output(output) -> torch.Tensor:
@@ -333,7 +334,7 @@ def _cache_keyword(model: nn.Module) -> str:
 
 @torch.inference_mode()
 def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024,
-                 sequence_chunk: int | None = None) -> Capture:
+                 sequence_chunk: int | None = None, keep_hidden: bool = False) -> Capture:
     """One pass over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
 
     `sequence_chunk` bounds activation memory on long sequences: the pass then runs as a chunked prefill
@@ -358,7 +359,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
     target.tap_passes += 1
     greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
                         for i in range(0, hidden.shape[0], logits_chunk)])
-    return Capture(taps=tap_states, greedy=greedy)
+    return Capture(taps=tap_states, greedy=greedy, hidden=hidden if keep_hidden else None)
 
 
 @torch.inference_mode()

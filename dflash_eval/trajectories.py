@@ -21,6 +21,8 @@ class Trajectory:
     tokens: torch.Tensor  # [T] prompt + continuation ids (CPU)
     layers: dict[int, torch.Tensor]  # target layer t -> [T, H] output of layer t (z-lab numbering)
     greedy: torch.Tensor  # [T] argmax of the same forward: greedy[p] predicts tokens[p + 1]
+    hidden: torch.Tensor | None = None  # [T, H] final hidden states, kept for the estimate at temperature > 0
+    sample: int | None = None  # k of K sampled continuations (temperature > 0)
 
     @property
     def id(self) -> str:
@@ -42,12 +44,14 @@ class Trajectory:
 
 
 def capture_trajectory(target, prompt: Prompt, prompt_ids: list[int], continuation: list[int],
-                       layers: Sequence[int], *, sequence_chunk: int | None = None) -> Trajectory:
-    """The one target pass for `prompt`."""
+                       layers: Sequence[int], *, sequence_chunk: int | None = None, keep_hidden: bool = False,
+                       sample: int | None = None) -> Trajectory:
+    """The one target pass for `prompt` (and its sampled continuation k at temperature > 0)."""
     from .target import capture_taps
 
     layers = sorted(set(layers))
     tokens = torch.tensor(prompt_ids + continuation)
-    capture = capture_taps(target, tokens, layers, sequence_chunk=sequence_chunk)
+    capture = capture_taps(target, tokens, layers, sequence_chunk=sequence_chunk, keep_hidden=keep_hidden)
     per_layer = capture.taps.split(target.info.hidden_size, dim=-1)
-    return Trajectory(prompt, len(prompt_ids), tokens, dict(zip(layers, per_layer)), capture.greedy)
+    return Trajectory(prompt, len(prompt_ids), tokens, dict(zip(layers, per_layer)), capture.greedy,
+                      capture.hidden, sample)

@@ -171,7 +171,6 @@ def test_run_at_temperature_one_with_samples_and_both_policies(trained, tmp_path
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--temperature", "1"], "--temperature > 0 runs with --mode live"),
     (["--samples", "4"], "--samples > 1 needs --temperature > 0"),
     (["--mode", "live", "--temperature", "-1"], "--temperature must be >= 0"),
     (["--mode", "live", "--temperature", "1", "--top-p", "0"], "--top-p must be in (0, 1]"),

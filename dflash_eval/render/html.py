@@ -609,6 +609,11 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
 
 
 def render_run_html(run: dict, rows: list[dict], *, title: str | None = None) -> str:
+    if run.get("provenance", {}).get("estimate"):
+        from ..errors import InputError
+
+        raise InputError(None, "the HTML report does not show offline estimates (temperature > 0) yet: the "
+                               "terminal report, run.json and per_position.csv do")
     """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page."""
     return _page("run.html.j2", **_run_context(run, rows, title))
 

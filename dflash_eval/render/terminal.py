@@ -218,6 +218,9 @@ def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_
     """The whole terminal report: summary, per-position table, repetition, a few blocks, legend."""
     from ..samples import select_blocks
 
+    if run["provenance"].get("estimate"):
+        render_estimate_report(console, run)
+        return
     render_run_summary(console, run)
     render_per_position(console, run)
     if any("repetition" in d for d in run["drafters"]):
@@ -227,6 +230,32 @@ def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_
         render_blocks(console, blocks, title=f"Worst blocks of {d['name']} (shortest accepted prefix)")
     console.print(SAMPLE_LEGEND)
     render_legend(console)
+
+
+def render_estimate_report(console: Console, run: dict) -> None:
+    """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
+    prov = run["provenance"]
+    sampling = prov.get("sampling") or {}
+    console.print(f"[bold]ESTIMATE[/] at temperature {sampling.get('temperature')} (top-p {sampling.get('top_p')}, "
+                  f"top-k {sampling.get('top_k')}), {sampling.get('samples')} sampled continuations per prompt, "
+                  f"{safe(prov['prompts']['count'])} prompts; not the live loop's count (--mode live runs it)")
+    table = Table(title="Estimated acceptance (teacher-forced on sampled text)", header_style="bold")
+    for column in ("drafter", "draft policy", "tau estimate macro [95% CI]", "tau estimate micro",
+                   "E\\[tau] per anchor", "alpha per slot", "alpha 1..3", "expected reach 1..3"):
+        table.add_column(column, justify="left" if column in ("drafter", "draft policy", "alpha per slot") else "right")
+    for d in run["drafters"]:
+        m = d["metrics"]
+        ci = m.get("tau_macro_ci")
+        alpha = [a for a in m["alpha"] if a is not None]
+        table.add_row(safe(d["name"]), safe(d.get("draft_policy", "")),
+                      f"{_fmt(m['tau_macro'], 2) or '-'} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(n/a)"),
+                      _fmt(m["tau_micro"], 2) or "-", _fmt(m["tau_per_anchor"], 2) or "-",
+                      sparkline([round(100 * a) for a in alpha]),
+                      " ".join(_fmt(a, 2) or "-" for a in m["alpha"][:3]),
+                      " ".join(_fmt(r, 2) or "-" for r in m["expected_reach"][:3]))
+    console.print(table)
+    if run["drafters"]:
+        console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
 
 
 def render_repetition(console: Console, run: dict) -> None:

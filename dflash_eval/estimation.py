@@ -1,0 +1,73 @@
+"""Per-anchor acceptance probabilities at temperature > 0 on one sampled trajectory (the offline estimate).
+
+For every anchor a of the sampled continuation and every drafted slot i, teacher-forced on the sampled
+text exactly as `engine.replay` drafts at temperature 0 (same blocks, same masks, same chunks):
+q_i = sampling_probs(drafter's logits for slot i), p_i = sampling_probs(lm_head(final hidden state at
+a + i - 1)), the target's processed distribution for the token at a + i, and
+alpha_i(a) = sum_x min(p_i, q_i) for the `sample` policy, p_i(argmax q_i) for `argmax`. estimates.py
+turns them into the estimate. Rows of p and q are processed a few hundred at a time, so a 248K
+vocabulary never needs more than ~0.5 GB at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .drafter import DFlashDrafter
+from .drafting import draft_logits
+from .engine import auto_anchor_batch, block_length
+from .sampling import Sampling, sampling_probs
+
+ROWS_PER_PASS = 256
+
+
+@torch.inference_mode()
+def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor,
+                  lm_head, prompt_len: int, max_new_tokens: int, sampling: Sampling, *,
+                  shorter_final_block: bool = True, anchor_batch: int | None = None) -> list[list[float]]:
+    """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
+    B = drafter.spec.block_size
+    T = int(tokens.shape[0])
+    cap_end = prompt_len + max_new_tokens
+    ctx = drafter.context(taps)
+    tokens_dev = tokens.to(ctx.device)
+    context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
+    anchors = list(range(prompt_len, T - 1))
+    if anchor_batch is None:
+        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads,
+                                         device_type=ctx.device.type)
+    out: list[list[float]] = []
+    for start in range(0, len(anchors), anchor_batch):
+        chunk = anchors[start:start + anchor_batch]
+        lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
+        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, context_kv=context_kv)
+        rows, positions, owners = [], [], []
+        offset = 0
+        for index, (a, length) in enumerate(zip(chunk, lengths)):
+            for i in range(1, length):
+                if a + i < T:  # slot i predicts the token at a + i, from the target's state at a + i - 1
+                    rows.append(offset + i)
+                    positions.append(a + i - 1)
+                    owners.append(index)
+            offset += length
+        values = torch.empty(len(rows), dtype=torch.float32)
+        for part in range(0, len(rows), ROWS_PER_PASS):
+            pick = torch.tensor(rows[part:part + ROWS_PER_PASS], device=logits.device)
+            where = torch.tensor(positions[part:part + ROWS_PER_PASS], device=hidden.device)
+            p = sampling_probs(lm_head(hidden[where]), sampling)
+            slot_logits = logits[pick]
+            if sampling.draft_policy == "argmax":
+                drafted = drafter.to_target_ids(slot_logits.argmax(-1)).to(p.device)
+                alpha = p.gather(-1, drafted[:, None])[:, 0]
+            else:
+                q = sampling_probs(slot_logits, sampling).to(p.device)
+                if q.shape[-1] != p.shape[-1]:  # a reduced draft vocabulary: its mass on its target ids
+                    ids = drafter.to_target_ids(torch.arange(q.shape[-1], device=slot_logits.device)).to(p.device)
+                    q = torch.zeros_like(p).index_copy_(1, ids, q)
+                alpha = torch.minimum(p, q).sum(-1)
+            values[part:part + len(pick)] = alpha.float().cpu()
+        per_anchor: list[list[float]] = [[] for _ in chunk]
+        for owner, value in zip(owners, values.tolist()):
+            per_anchor[owner].append(min(1.0, value))
+        out.extend(per_anchor)
+    return out
