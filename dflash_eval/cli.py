@@ -210,9 +210,7 @@ def run(
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
     written = f"results: {out}/run.json, samples.jsonl, per_position.csv"
-    if html and result["provenance"].get("estimate"):
-        console.print("no report.html: the HTML report does not show offline estimates (temperature > 0) yet")
-    elif html:
+    if html:
         from .render.html import render_run_html, write_html
 
         write_html(out / "report.html", render_run_html(result, rows))

@@ -10,7 +10,7 @@ are paired over prompts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,17 @@ class Side:
     run_dir: Path
     run: dict[str, Any]
     drafter: dict[str, Any]
-    rows: dict[str, dict[str, Any]]  # prompt id -> samples row of this drafter
+    rows: dict[str, dict[str, Any]]  # prompt id -> samples row of this drafter (sample 0 at temperature > 0)
+    pooled: dict[str, M.AcceptanceCounts] = field(default_factory=dict)  # prompt id -> its samples pooled
 
     def counts(self) -> M.AcceptanceCounts:
         return M.AcceptanceCounts.from_dict(self.drafter["counts"])
 
     def counts_for(self, prompt_ids) -> M.AcceptanceCounts:
+        """The prompts' counts, each prompt's K samples pooled (metrics.pool_samples) at temperature > 0."""
         total = M.AcceptanceCounts(block_size=self.drafter["spec"]["block_size"])
         for pid in prompt_ids:
-            total = total + M.AcceptanceCounts.from_dict(self.rows[pid]["counts"])
+            total = total + self.pooled[pid]
         return total
 
 
@@ -55,8 +57,17 @@ def load_side(value: str, partial: bool = False) -> Side:
         name = names[0]
     if name not in names:
         raise InputError(run_dir, f"no drafter {name!r} in this run (drafters: {', '.join(names)})")
-    rows = {r["prompt_id"]: r for r in read_samples(run_dir / "samples.jsonl") if r["drafter"] == name}
-    return Side(value, name, run_dir, run, next(d for d in run["drafters"] if d["name"] == name), rows)
+    rows: dict[str, dict[str, Any]] = {}
+    pooled: dict[str, M.AcceptanceCounts] = {}
+    for r in read_samples(run_dir / "samples.jsonl"):
+        if r["drafter"] != name:
+            continue
+        counts = M.AcceptanceCounts.from_dict(r["counts"])
+        pid = r["prompt_id"]
+        pooled[pid] = M.pool_samples(pooled[pid], counts) if pid in pooled else counts
+        if r.get("sample", 0) == 0:
+            rows[pid] = r  # the examples shown are of sample 0; the numbers pool every sample
+    return Side(value, name, run_dir, run, next(d for d in run["drafters"] if d["name"] == name), rows, pooled)
 
 
 def fairness_problems(a: Side, b: Side, max_mismatch: float) -> tuple[list[str], dict[str, Any]]:

@@ -189,3 +189,37 @@ def zlab_trained_thinking(drafter_repo: str) -> bool | None:
                 return False
             return True if _key(pair["target"]).startswith(("qwen/qwen3.5", "qwen/qwen3.6")) else None
     return None
+
+
+def published_comparison(provenance: dict, block_sizes: list[int]) -> list[str]:
+    """One line per prompt set of a run whose target and temperature the DFlash paper's table has: the
+    paper's tau (z-lab drafter) and every setting of this run that differs from the paper's (thinking off,
+    2048 new tokens, B = 16, z-lab's loop sampling its drafts at temperature > 0)."""
+    target = provenance.get("target") or {}
+    temperature = float(provenance.get("temperature") or 0)
+    sampling = provenance.get("sampling") or {}
+    lines = []
+    for prompt_set in (provenance.get("prompts") or {}).get("sets") or {}:
+        tau = None
+        for name in (target.get("name"), target.get("path")):
+            tau = published_tau(str(name), prompt_set, temperature=temperature) if name else None
+            if tau is not None:
+                break
+        if tau is None:
+            continue
+        differs = []
+        if provenance.get("enable_thinking"):
+            differs.append("thinking on (paper: off)")
+        if provenance.get("max_new_tokens") != 2048:
+            differs.append(f"max_new_tokens {provenance.get('max_new_tokens')} (paper: 2048)")
+        if any(b != 16 for b in block_sizes):
+            differs.append(f"block size {sorted(set(block_sizes))} (paper: 16)")
+        if temperature > 0 and sampling.get("draft_policy") not in (None, "sample"):
+            differs.append(f"draft policy {sampling.get('draft_policy')} (paper: z-lab's loop samples drafts)")
+        if sampling.get("top_p", 1.0) != 1.0 or sampling.get("top_k", 0):
+            differs.append("top-p/top-k set (paper: plain temperature)")
+        if provenance.get("estimate"):
+            differs.append("offline estimate (paper: the live loop)")
+        lines.append(f"paper tau for {prompt_set} at temperature {temperature:g} (z-lab drafter): {tau:.2f}; "
+                     + ("settings that differ: " + "; ".join(differs) if differs else "same settings"))
+    return lines

@@ -70,7 +70,7 @@ def test_estimate_run_is_labelled_everywhere(trained, tmp_path):
     result = CliRunner().invoke(app, ["run", "-d", str(trained["qwen3"]["good"]), "--target",
                                       str(trained["qwen3"]["target"]), "--limit", "5", "--max-new-tokens", "24",
                                       "--temperature", "0.8", "--samples", "2", "--out", str(out), "--cache-dir",
-                                      str(tmp_path / "c"), "--no-html"], env={"COLUMNS": "200"})
+                                      str(tmp_path / "c")], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "ESTIMATE at temperature 0.8" in result.stdout and "definition: estimate" in result.stdout
     run = json.loads((out / "run.json").read_text())
@@ -82,3 +82,7 @@ def test_estimate_run_is_labelled_everywhere(trained, tmp_path):
     assert len(rows) == 5 * 2 and all(len(r["anchor_alphas"]) == r["continuation_len"] - 1 for r in rows)
     shown = CliRunner().invoke(app, ["report", str(out)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "ESTIMATE" in shown.stdout, shown.output
+    page = (out / "report.html").read_text()
+    assert "ESTIMATE at temperature 0.8" in page and "definition: estimate" in page and "<svg" in page
+    refused = CliRunner().invoke(app, ["diff", str(out), str(out)])
+    assert refused.exit_code == 2 and "holds an offline estimate" in refused.stderr

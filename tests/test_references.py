@@ -167,3 +167,19 @@ def test_published_tau(tmp_path):
     assert published_tau("Qwen/Qwen3-8B", "no-such-set") is None
     assert published_tau("openai/gpt-oss-20b", "humaneval") is None
     assert "2602.06036" in published_tau_source()
+
+
+def test_the_paper_s_temperature_one_number_with_the_settings_that_differ():
+    from dflash_eval.references import published_comparison, published_tau
+
+    provenance = {"target": {"name": "Qwen/Qwen3-8B", "path": "/models/qwen3-8b"}, "temperature": 1,
+                  "prompts": {"sets": {"humaneval": 164}}, "enable_thinking": False, "max_new_tokens": 2048,
+                  "sampling": {"draft_policy": "argmax", "top_p": 1.0, "top_k": 0}, "estimate": True}
+    paper = published_tau("Qwen/Qwen3-8B", "humaneval", temperature=1)
+    assert paper is not None and paper != published_tau("Qwen/Qwen3-8B", "humaneval")
+    (line,) = published_comparison(provenance, [16])
+    assert f"paper tau for humaneval at temperature 1 (z-lab drafter): {paper:.2f}" in line
+    assert "draft policy argmax" in line and "offline estimate" in line and "max_new_tokens" not in line
+    same = {**provenance, "sampling": {"draft_policy": "sample"}, "estimate": False}
+    assert published_comparison(same, [16])[0].endswith("same settings")
+    assert published_comparison({**provenance, "target": {"name": "tiny"}}, [16]) == []

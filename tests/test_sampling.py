@@ -166,8 +166,14 @@ def test_run_at_temperature_one_with_samples_and_both_policies(trained, tmp_path
     again = runner.invoke(app, args)  # finished: rerunning resumes with nothing to do, same numbers
     assert again.exit_code == 0, again.output
     assert json.loads((out / "run.json").read_text())["drafters"][0]["metrics"] == run["drafters"][0]["metrics"]
-    compared = runner.invoke(app, ["diff", f"{out}:qwen3-good@sample", f"{out}:qwen3-good@argmax"])
+    compared = runner.invoke(app, ["diff", f"{out}:qwen3-good@sample", f"{out}:qwen3-good@argmax", "--json"])
     assert compared.exit_code == 0, compared.output
+    result = json.loads(compared.stdout)  # paired by prompt over every sample, not one sample per prompt
+    from dflash_eval.metrics import AcceptanceCounts, tau_macro
+
+    taus = [tau_macro(AcceptanceCounts.from_dict(d["counts"])) for d in run["drafters"]]
+    assert result["delta_tau_macro"]["estimate"] == pytest.approx(taus[1] - taus[0])
+    assert result["delta_tau_macro"]["n"] == 3
 
 
 @pytest.mark.parametrize("extra, message", [

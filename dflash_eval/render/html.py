@@ -142,7 +142,7 @@ _SVG_DROP = (re.compile(r"<\?xml.*?\?>", re.S), re.compile(r"<!DOCTYPE.*?>", re.
 _SVG_IDS = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
 _SVG_SIZE = re.compile(r'<svg\s+([^>]*?)width="([\d.]+)pt"\s+height="([\d.]+)pt"')
 _CHART_IDS = {"tau": "t", "slots": "s", "hist": "h", "prompts": "p", "repetition": "r", "delta": "d",
-              "dslots": "e", "dhist": "f", "curve": "c", "heat": "m", "trep": "q"}  # each chart once per page: its letter keeps its ids unique there
+              "dslots": "e", "dhist": "f", "curve": "c", "heat": "m", "trep": "q", "alpha": "g"}  # each chart once per page: its letter keeps its ids unique there
 
 
 def _clean_svg(svg: str, name: str, prefix: str) -> str:
@@ -609,13 +609,39 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
 
 
 def render_run_html(run: dict, rows: list[dict], *, title: str | None = None) -> str:
-    if run.get("provenance", {}).get("estimate"):
-        from ..errors import InputError
-
-        raise InputError(None, "the HTML report does not show offline estimates (temperature > 0) yet: the "
-                               "terminal report, run.json and per_position.csv do")
     """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page."""
+    if run.get("provenance", {}).get("estimate"):
+        return render_estimate_html(run, title=title)
     return _page("run.html.j2", **_run_context(run, rows, title))
+
+
+def _estimate_chart(drafters: list[dict]) -> str:
+    """alpha_i and expected reach per slot, drafters overlaid (the estimate's per-slot view)."""
+    with _rc():
+        fig, axes = _figure(9.5, 3.3, ncols=2)
+        for ax, key, title in ((axes[0], "alpha", "alpha_i = sum min(p, q) (teacher forced)"),
+                               (axes[1], "expected_reach", "expected reach = E[prod alpha_j, j <= i]")):
+            for d in drafters:
+                values = d["metrics"][key]
+                ax.plot(range(1, len(values) + 1), _nan(values), "o-", color=d["color"], markersize=3,
+                        label=_label(d["name"]))
+            ax.set_xlabel("slot i")
+            ax.set_ylim(0, 1)
+            ax.set_title(title)
+        axes[1].legend(loc="upper right")
+        return _svg(fig, "alpha")
+
+
+def render_estimate_html(run: dict, *, title: str | None = None) -> str:
+    """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
+    from ..references import published_comparison
+
+    drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
+    prov = run["provenance"]
+    paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
+    return _page("estimate.html.j2", title=title or "dflash-eval estimate at temperature > 0", run=run, prov=prov,
+                 drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,
+                 sampling=prov.get("sampling") or {}, warnings=prov.get("warnings") or [])
 
 
 def render_diff_html(result: dict) -> str:

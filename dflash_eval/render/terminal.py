@@ -256,6 +256,10 @@ def render_estimate_report(console: Console, run: dict) -> None:
     console.print(table)
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
+    from ..references import published_comparison
+
+    for line in published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in run["drafters"]]):
+        console.print(safe(line))
 
 
 def render_repetition(console: Console, run: dict) -> None:
