@@ -428,6 +428,11 @@ def track(
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
+    temperature: float = typer.Option(0.0, "--temperature", help="> 0: each checkpoint's offline estimate at this temperature (as `run`)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling at temperature > 0."),
+    top_k: int = typer.Option(0, "--top-k", help="Top-k at temperature > 0 (0: off)."),
+    draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample or argmax."),
+    samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: sampled continuations per prompt."),
 ) -> None:
     """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
     from .api import RunOptions
@@ -440,7 +445,8 @@ def track(
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,
                              anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
-                             generation_batch=generation_batch, overwrite=overwrite,
+                             generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
+                             top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,
                              argv=["dflash-eval", *sys.argv[1:]], **shared)
     options = TrackOptions(sources=list(save_dir), run=run_options, watch=watch, interval=interval, settle=settle,
                            max_batch=batch)

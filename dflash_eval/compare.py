@@ -74,6 +74,19 @@ def _paired_arrays(a: AcceptanceCounts, b: AcceptanceCounts) -> tuple[list[str],
     return ids, np.array(rows, dtype=np.int64)
 
 
+def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0) -> Delta:
+    """`delta_tau` over per-prompt (steps, committed) pairs given as dicts: integer counts, or the expected
+    steps and committed tokens of an offline estimate (estimates.EstimateSums.per_prompt), paired alike."""
+    only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+    if only_a or only_b:
+        raise ValueError(f"prompt sets differ: {len(only_a)} only in A, {len(only_b)} only in B")
+    ids = sorted(pid for pid in a if a[pid][0] > 0 and b[pid][0] > 0)
+    if not ids:
+        raise ValueError("no prompt has steps in both A and B; nothing to compare")
+    table = np.array([(*a[pid], *b[pid]) for pid in ids], dtype=float)
+    return _delta_from_table(table, kind=kind, seed=seed)
+
+
 def _statistic(kind: str, s_a, t_a, s_b, t_b) -> np.ndarray:
     """tau(B) - tau(A) along the last axis (each argument [..., prompts])."""
     if kind == "macro":
@@ -90,6 +103,11 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
     """
     check_resampling(kind, level, n_resamples)
     _, table = _paired_arrays(a, b)
+    return _delta_from_table(table, kind=kind, n_resamples=n_resamples, seed=seed, level=level)
+
+
+def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
+                      level: float = 0.95) -> Delta:
     s_a, t_a, s_b, t_b = table.T
     n = len(table)
     # Exactly zero when every prompt's tau agrees (integer cross-multiplication, no rounding).

@@ -47,9 +47,6 @@ def load_side(value: str, partial: bool = False) -> Side:
     head, sep, tail = value.rpartition(":")
     run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
     run = read_run(run_dir, partial=partial)
-    if run.get("provenance", {}).get("estimate"):
-        raise InputError(run_dir, "holds an offline estimate (temperature > 0), which diff does not pair yet; "
-                                  "compare sampled runs made with --mode live (paired by prompt over the same seeds)")
     names = [d["name"] for d in run["drafters"]]
     if name is None:
         if len(names) != 1:
@@ -62,9 +59,10 @@ def load_side(value: str, partial: bool = False) -> Side:
     for r in read_samples(run_dir / "samples.jsonl"):
         if r["drafter"] != name:
             continue
-        counts = M.AcceptanceCounts.from_dict(r["counts"])
         pid = r["prompt_id"]
-        pooled[pid] = M.pool_samples(pooled[pid], counts) if pid in pooled else counts
+        if r.get("counts") is not None:
+            counts = M.AcceptanceCounts.from_dict(r["counts"])
+            pooled[pid] = M.pool_samples(pooled[pid], counts) if pid in pooled else counts
         if r.get("sample", 0) == 0:
             rows[pid] = r  # the examples shown are of sample 0; the numbers pool every sample
     return Side(value, name, run_dir, run, next(d for d in run["drafters"] if d["name"] == name), rows, pooled)
@@ -130,6 +128,31 @@ def _display_names(a: Side, b: Side) -> tuple[str, str]:
     return f"{a.run_dir.name}:{a.name}", f"{b.run_dir.name}:{b.name}"
 
 
+def _estimate_diff(a: Side, b: Side, a_value: str, b_value: str, problems: list[str], seed: int) -> dict[str, Any]:
+    """Two offline estimates (temperature > 0) paired by prompt: each prompt's expected committed / expected
+    steps, its K samples pooled; the same bootstrap and permutation test as counted runs."""
+    if not (a.drafter["metrics"].get("estimate") and b.drafter["metrics"].get("estimate")):
+        raise InputError(None, f"{a_value} and {b_value}: one side is an offline estimate (temperature > 0), the "
+                               "other counted; compare like with like")
+    pa = {k: tuple(v) for k, v in a.drafter["estimate"]["per_prompt"].items()}
+    pb = {k: tuple(v) for k, v in b.drafter["estimate"]["per_prompt"].items()}
+    macro = C.delta_tau_per_prompt(pa, pb, kind="macro", seed=seed)
+    micro = C.delta_tau_per_prompt(pa, pb, kind="micro", seed=seed)
+    ma, mb = a.drafter["metrics"], b.drafter["metrics"]
+    width = max(len(ma["alpha"]), len(mb["alpha"]))
+    alpha = [None if i >= len(ma["alpha"]) or i >= len(mb["alpha"]) or ma["alpha"][i] is None or mb["alpha"][i] is None
+             else mb["alpha"][i] - ma["alpha"][i] for i in range(width)]
+    return {
+        "estimate": True, "warnings": [], "forced": bool(problems), "unfair": problems, "prompts": macro.n,
+        "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": ma["tau_macro"],
+              "tau_micro": ma["tau_micro"]},
+        "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": mb["tau_macro"],
+              "tau_micro": mb["tau_micro"]},
+        "delta_tau_macro": macro.to_dict(), "delta_tau_micro": micro.to_dict(), "delta_alpha": alpha,
+        "verdict": "ESTIMATE: " + C.verdict(macro, *_display_names(a, b)),
+    }
+
+
 def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float = 0.001, top: int = 3,
          seed: int = 0, partial: bool = False) -> dict[str, Any]:
     a, b = load_side(a_value, partial), load_side(b_value, partial)
@@ -137,6 +160,8 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
     if problems and not force:
         raise InputError(None, f"unfair comparison of {a_value} and {b_value}: " + "; ".join(problems)
                          + " (use --force to compare anyway)")
+    if a.drafter["metrics"].get("estimate") or b.drafter["metrics"].get("estimate"):
+        return _estimate_diff(a, b, a_value, b_value, problems, seed)
     common = sorted(set(a.rows) & set(b.rows))
     ca, cb = a.counts_for(common), b.counts_for(common)
     macro = C.delta_tau(ca, cb, kind="macro", seed=seed)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compare import Delta, delta_tau, verdict
-from .metrics import AcceptanceCounts
+from .compare import Delta, delta_tau_per_prompt, verdict
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -49,8 +48,10 @@ def tau_of(row: dict[str, Any]) -> float | None:
     return (row.get("metrics") or {}).get("tau_macro")
 
 
-def counts_of(row: dict[str, Any]) -> AcceptanceCounts:
-    return AcceptanceCounts.from_dict(row["counts"])
+def per_prompt_of(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """prompt id -> (steps, committed): counted, or expected for an offline estimate (temperature > 0)."""
+    source = row["counts"] if row.get("counts") is not None else row["estimate"]
+    return {pid: (s, t) for pid, (s, t) in source["per_prompt"].items()}
 
 
 def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,14 +101,15 @@ def curve(rows: list[dict[str, Any]], *, present: dict[str, bool] | None = None,
     result = Curve(points, reference, reference_tau, best, latest)
     if latest is not None and best is not None and latest is not best and latest.tau is not None:
         try:
-            result.latest_vs_best = delta_tau(counts_of(best.row), counts_of(latest.row), seed=seed)
+            result.latest_vs_best = delta_tau_per_prompt(per_prompt_of(best.row), per_prompt_of(latest.row), seed=seed)
             result.latest_vs_best_verdict = verdict(result.latest_vs_best, label(best.row), label(latest.row))
             result.regression = "is worse than" in result.latest_vs_best_verdict
         except ValueError as exc:  # different prompt sets cannot come from one track; said, not hidden
             result.notes.append(f"latest vs best not compared: {exc}")
     if latest is not None and reference is not None and latest.tau is not None and reference_tau is not None:
         try:
-            result.latest_vs_reference = delta_tau(counts_of(reference), counts_of(latest.row), seed=seed)
+            result.latest_vs_reference = delta_tau_per_prompt(per_prompt_of(reference), per_prompt_of(latest.row),
+                                                             seed=seed)
             result.latest_vs_reference_verdict = verdict(result.latest_vs_reference, label(reference),
                                                          label(latest.row))
         except ValueError as exc:

@@ -104,13 +104,14 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str,
               step_source: str, identity) -> dict[str, Any]:
     """One checkpoint's row, from the drafter object of its run folder's run.json (the same numbers)."""
     repetition = drafter.get("repetition") or {}
+    estimate = {"estimate": drafter["estimate"]} if drafter.get("estimate") else {}
     return {
         "role": role, "name": entry.name, "path": str(entry.path), "step": step, "step_source": step_source,
         "fingerprint": fingerprint, "identity": [list(f) for f in identity], "run": f"{RUNS}/{label}",
         "format": entry.spec.format, "block_size": entry.spec.block_size, "metrics": drafter["metrics"],
         "repetition_share": repetition.get("flagged_share"),
         "tau_macro_without_flagged_prompts": repetition.get("tau_macro_without_flagged_prompts"),
-        "counts": drafter["counts"], "evaluated_at": now(),
+        "counts": drafter["counts"], **estimate, "evaluated_at": now(),
     }
 
 

@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from . import checkpoint_scan
-from .continuations import continuations_for
+from .continuations import continuations_for, sampled_continuations_for
 from .document import assemble
 from .errors import InputError
 from .inputs import Inputs, prepare_inputs, with_one_drafter
 from .options import Reporter, RunOptions, pause_after_prompt
-from .rows import finish_rows, piece_decoder, trajectory_rows
+from .rows import estimate_row, finish_rows, piece_decoder, trajectory_rows
 from .rundir import RunFolder
-from .scoring import kernels_context, load_drafters
+from .scoring import estimate_on_trajectory, kernels_context, load_drafters
 from .trackdir import CSV, TrackFolder, run_label, track_csv, track_row
 from .trajectories import capture_trajectory
 
@@ -82,6 +82,9 @@ def check_track_options(options: TrackOptions) -> None:
     run = options.run
     if run.target is None:
         raise InputError(None, "track needs --target (the verifier every checkpoint is evaluated against)")
+    if run.draft_policy == "both":
+        raise InputError(None, "track follows one draft policy (--draft-policy sample or argmax); run both "
+                               "side by side with `dflash-eval run --draft-policy both` on a checkpoint")
     if run.mode != "trajectory":
         raise InputError(None, "track replays every checkpoint on one trajectory per prompt; --mode live is not offered")
     if run.responses is not None:
@@ -229,25 +232,43 @@ class Tracker:
         with kernels_context(target, run):
             for item in items:
                 item.drafters = load_drafters(item.view.entries, target)
-                item.rows = item.folder.keep_complete(item.rows, set(item.drafters))
+                item.rows = item.folder.keep_complete(item.rows, {(n, k) for n in item.drafters
+                                                                  for k in range(run.samples)})
                 item.complete = {r["prompt_id"] for r in item.rows}
             needed = [p for p in self.base.prompts if any(p.id not in it.complete for it in items)]
             ids = self.base.prompt_ids()
-            missing = [p for p in needed if p.id not in self.continuations]
-            found, generated = continuations_for(target, missing, ids, run, self.base.thinking, None, self.reporter)
+            sampled = run.temperature > 0  # the offline estimate: K sampled texts per prompt, one pass each
+            missing = [p for p in needed if (p.id, 0) not in self.continuations]
+            if sampled:
+                found, generated = sampled_continuations_for(target, missing, ids, run, self.base.thinking,
+                                                             self.reporter)
+            else:
+                greedy, generated = continuations_for(target, missing, ids, run, self.base.thinking, None,
+                                                      self.reporter)
+                found = {(pid, 0): cont for pid, cont in greedy.items()}
             self.continuations.update(found)
             decode = piece_decoder(target.tokenizer)
             names = ", ".join(it.label for it in items)
             self.reporter.note(f"batch {self.batches}: {len(items)} drafter(s) ({names}), {len(needed)} prompts, "
-                               "one target pass each")
+                               f"one target pass each{f' per sample ({run.samples})' if sampled else ''}")
             self.reporter.phase("prompts", len(needed))
             for prompt in needed:
                 members = [it for it in items if prompt.id not in it.complete]
                 layers = sorted({t for it in members for d in it.drafters.values() for t in d.spec.taps})
-                trajectory = capture_trajectory(target, prompt, ids[prompt.id], self.continuations[prompt.id], layers,
-                                                sequence_chunk=run.tap_chunk)
+                per_member: dict[int, list] = {id(it): [] for it in members}
+                for k in range(run.samples):
+                    trajectory = capture_trajectory(target, prompt, ids[prompt.id], self.continuations[(prompt.id, k)],
+                                                    layers, sequence_chunk=run.tap_chunk, keep_hidden=sampled,
+                                                    sample=k if sampled else None)
+                    for item in members:
+                        if sampled:
+                            per_member[id(item)] += [estimate_row(prompt, n, d.spec.block_size,
+                                                                  estimate_on_trajectory(d, trajectory, target, run),
+                                                                  trajectory) for n, d in item.drafters.items()]
+                        else:
+                            per_member[id(item)] += trajectory_rows(prompt, item.drafters, trajectory, run)
                 for item in members:
-                    rows = finish_rows(trajectory_rows(prompt, item.drafters, trajectory, run), decode)
+                    rows = finish_rows(per_member[id(item)], decode)
                     item.folder.append(rows)
                     item.rows.extend(rows)
                     item.complete.add(prompt.id)

@@ -84,5 +84,37 @@ def test_estimate_run_is_labelled_everywhere(trained, tmp_path):
     assert shown.exit_code == 0 and "ESTIMATE" in shown.stdout, shown.output
     page = (out / "report.html").read_text()
     assert "ESTIMATE at temperature 0.8" in page and "definition: estimate" in page and "<svg" in page
-    refused = CliRunner().invoke(app, ["diff", str(out), str(out)])
-    assert refused.exit_code == 2 and "holds an offline estimate" in refused.stderr
+    same = CliRunner().invoke(app, ["diff", str(out), str(out), "--json"])
+    assert same.exit_code == 0, same.output
+    result = json.loads(same.stdout)
+    assert result["estimate"] and result["delta_tau_macro"]["estimate"] == 0.0
+    assert result["verdict"].startswith("ESTIMATE: ") and result["prompts"] == 5
+
+
+def test_diff_pairs_two_estimates_by_prompt(trained, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+    from dflash_eval.compare import delta_tau_per_prompt
+
+    out = tmp_path / "run"
+    args = ["run", "-d", str(trained["qwen3"]["good"]), "-d", f"{trained['qwen3']['anchor_bug']}:bug", "--target",
+            str(trained["qwen3"]["target"]), "--limit", "6", "--max-new-tokens", "24", "--temperature", "0.3",
+            "--samples", "2", "--out", str(out), "--cache-dir", str(tmp_path / "c"), "--no-html"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    shown = CliRunner().invoke(app, ["diff", f"{out}:qwen3-good", f"{out}:bug"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "ESTIMATES: A =" in shown.stdout and "alpha per slot, B - A" in shown.stdout
+    run = json.loads((out / "run.json").read_text())
+    good, bug = ({k: tuple(v) for k, v in d["estimate"]["per_prompt"].items()} for d in run["drafters"])
+    expected = delta_tau_per_prompt(good, bug)
+    result = json.loads(CliRunner().invoke(app, ["diff", f"{out}:qwen3-good", f"{out}:bug", "--json"]).stdout)
+    assert result["delta_tau_macro"] == expected.to_dict()
+    counted = tmp_path / "counted"
+    assert CliRunner().invoke(app, ["run", "-d", str(trained["qwen3"]["good"]), "--target",
+                                    str(trained["qwen3"]["target"]), "--limit", "6", "--max-new-tokens", "24",
+                                    "--out", str(counted), "--cache-dir", str(tmp_path / "c"), "--no-html"]).exit_code == 0
+    mixed = CliRunner().invoke(app, ["diff", f"{out}:qwen3-good", str(counted), "--force"])
+    assert mixed.exit_code == 2 and "compare like with like" in mixed.stderr

@@ -446,3 +446,24 @@ def test_curve_best_so_far_gap_and_a_significant_regression():
     assert steady.best.row["step"] == 200 and steady.latest.row["step"] == 400
     assert steady.latest_vs_best.estimate == 0.0 and steady.latest_vs_best.p_value == 1.0
     assert not steady.regression and "indistinguishable" in steady.latest_vs_best_verdict
+
+
+def test_track_at_temperature_above_zero_is_an_estimate_equal_to_run(training_run, test_bed, tmp_path):
+    """At T > 0 each checkpoint's row is its offline estimate, equal to `run` on it alone, and labelled."""
+    from dflash_eval.api import RunOptions, evaluate
+
+    target, cache, out = test_bed["qwen3"], tmp_path / "cache", tmp_path / "track"
+    result = runner.invoke(app, ["track", str(training_run), *_track_args(target, out, cache, "--limit", "5",
+                                                                          "--temperature", "0.7", "--samples", "2")],
+                           env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "ESTIMATE" in result.stdout
+    rows = read_rows(out)
+    assert [r["step"] for r in rows] == [40, 80, 120, 160] and all(r["metrics"]["estimate"] for r in rows)
+    batches = [e for e in read_log(out) if e["event"] == "batch"]
+    assert [(b["prompts"], b["target_passes"]) for b in batches] == [(5, 10)]  # one pass per prompt per sample
+    alone = evaluate(RunOptions(drafters=[rows[-1]["path"]], target=str(target), out=tmp_path / "alone", limit=5,
+                                max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache, temperature=0.7,
+                                samples=2))
+    assert rows[-1]["metrics"] == alone["drafters"][0]["metrics"]
+    assert "ESTIMATE" in (out / "track.html").read_text()

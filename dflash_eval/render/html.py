@@ -646,6 +646,11 @@ def render_estimate_html(run: dict, *, title: str | None = None) -> str:
 
 def render_diff_html(result: dict) -> str:
     """`diffing.diff()`'s result as one self-contained HTML page: verdict, deltas, per slot, prompts."""
+    if result.get("estimate"):
+        from ..errors import InputError
+
+        raise InputError(None, "diff --html does not draw a comparison of offline estimates yet; the terminal "
+                               "and --json outputs show it")
     a, b = result["a"], result["b"]
     examples = {}
     for key in ("regressed", "improved"):

@@ -26,7 +26,7 @@ class ScalarLog:
                                                if m.get("tau_macro") is not None and reference_tau is not None else None)}
         if m.get("tau_macro_ci"):
             scalars["dflash/tau_macro_ci_low"], scalars["dflash/tau_macro_ci_high"] = m["tau_macro_ci"]
-        for slot, value in enumerate(m.get("reach") or [], 1):
+        for slot, value in enumerate(m.get("reach") or m.get("expected_reach") or [], 1):
             scalars[f"dflash/reach/slot_{slot:02d}"] = value
         for tag, value in scalars.items():
             if value is not None:

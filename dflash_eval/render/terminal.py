@@ -293,11 +293,32 @@ def _signed(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:+.{digits}f}"
 
 
+def render_estimate_diff(console: Console, result: dict) -> None:
+    """Two offline estimates paired by prompt: the verdict and the deltas, labelled as estimates."""
+    a, b = result["a"], result["b"]
+    if result["forced"]:
+        console.print("[bold white on red] UNFAIR COMPARISON (--force): " + safe("; ".join(result["unfair"])) + " [/]")
+    console.print(f"[bold]{safe(result['verdict'])}[/]")
+    table = Table(title=f"ESTIMATES: A = {safe(a['label'])}   B = {safe(b['label'])}   ({result['prompts']} paired "
+                        "prompts, samples pooled)", header_style="bold")
+    for column in ("", "A", "B", "B - A [95% CI]", "p (permutation)"):
+        table.add_column(column, justify="right" if column else "left")
+    for kind in ("macro", "micro"):
+        d = result[f"delta_tau_{kind}"]
+        table.add_row(f"tau estimate {kind}", _fmt(a[f"tau_{kind}"], 3), _fmt(b[f"tau_{kind}"], 3),
+                      f"{_signed(d['estimate'])} [{_signed(d['low'])}, {_signed(d['high'])}]", f"{d['p_value']:.3g}")
+    console.print(table)
+    console.print("alpha per slot, B - A: " + " ".join(_signed(x, 2) or "-" for x in result["delta_alpha"]))
+
+
 def render_diff(console: Console, result: dict) -> None:
     """Verdict first, then the deltas with intervals, per slot, histogram, and where it changed."""
     from ..samples import BlockView
 
     a, b = result["a"], result["b"]
+    if result.get("estimate"):
+        render_estimate_diff(console, result)
+        return
     if result["forced"]:
         console.print("[bold white on red] UNFAIR COMPARISON (--force): " + safe("; ".join(result["unfair"])) + " [/]")
     for warning in result.get("warnings", []):

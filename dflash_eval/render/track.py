@@ -64,6 +64,9 @@ def render_track(console: Console, rows: list[dict[str, Any]], present: dict[str
                       f"{_num(point.tau)} {_ci(m)}", _num(point.best_so_far), _signed(point.gap),
                       _share(point.row.get("repetition_share")), " ".join(marks))
     console.print(table)
+    if any(p.row["metrics"].get("estimate") for p in c.points):
+        console.print("ESTIMATE: every tau above is the offline estimate at temperature > 0 (estimates.py), "
+                      "teacher-forced on sampled continuations")
     if c.latest_vs_best_verdict:
         style = "bold red" if c.regression else ""
         prefix = "REGRESSION: " if c.regression else "latest vs best: "
@@ -75,6 +78,11 @@ def render_track(console: Console, rows: list[dict[str, Any]], present: dict[str
     for path, status, detail in pending or []:
         console.print(safe(f"not evaluated yet: {path}: {status} ({detail})"))
     return c
+
+
+def _reach(metrics: dict) -> list:
+    """Counted reach, or an offline estimate's expected reach (temperature > 0)."""
+    return metrics.get("reach") or metrics.get("expected_reach") or []
 
 
 def _share(value: float | None) -> str:
@@ -120,20 +128,22 @@ def _curve_chart(c: Curve) -> str | None:
 def _heatmap(c: Curve) -> str | None:
     from .html import _figure, _rc, _svg
 
-    points = [p for p in c.points if p.row["metrics"].get("reach")]
+    points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
         return None
-    width = max(len(p.row["metrics"]["reach"]) for p in points)
-    table = [[(v if v is not None else math.nan) for v in p.row["metrics"]["reach"]] + [math.nan] * (
-        width - len(p.row["metrics"]["reach"])) for p in points]
+    estimate = any(p.row["metrics"].get("estimate") for p in points)
+    width = max(len(_reach(p.row["metrics"])) for p in points)
+    table = [[(v if v is not None else math.nan) for v in _reach(p.row["metrics"])] + [math.nan] * (
+        width - len(_reach(p.row["metrics"]))) for p in points]
     with _rc():
         fig, (ax,) = _figure(min(11, 2.5 + 0.55 * width), min(9, 1.4 + 0.32 * len(points)))
         image = ax.imshow(table, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.grid(False)
         ax.set_xticks(range(width), [str(i + 1) for i in range(width)])
         ax.set_yticks(range(len(points)), [label(p.row) for p in points])
-        ax.set_xlabel("slot i (reach r_i: share of steps accepting at least i drafts)")
-        ax.set_title("reach per slot and step")
+        ax.set_xlabel("slot i (expected reach, teacher forced: ESTIMATE at temperature > 0)" if estimate
+                      else "slot i (reach r_i: share of steps accepting at least i drafts)")
+        ax.set_title("expected reach per slot and step (estimate)" if estimate else "reach per slot and step")
         if width * len(points) <= 400:
             for y, values in enumerate(table):
                 for x, v in enumerate(values):
@@ -187,4 +197,5 @@ def render_track_html(rows: list[dict[str, Any]], present: dict[str, bool] | Non
     charts = {"curve": _curve_chart(c), "heat": _heatmap(c), "repetition": _repetition_chart(c)}
     return _page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,
                  vs_reference=vs_reference, charts=charts, context=context,
-                 reference=c.reference, notes=c.notes)
+                 reference=c.reference, notes=c.notes,
+                 estimate=any(p.row["metrics"].get("estimate") for p in c.points))
