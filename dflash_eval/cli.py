@@ -317,6 +317,11 @@ def doctor(
     cache_dir: opt.CacheDir = None,
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    temperature: float = typer.Option(0.0, "--temperature", help="> 0: every variant's offline estimate at this temperature."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling at temperature > 0."),
+    top_k: int = typer.Option(0, "--top-k", help="Top-k at temperature > 0 (0: off)."),
+    draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample or argmax."),
+    samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: sampled continuations per prompt."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -340,7 +345,10 @@ def doctor(
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
                                  seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
                                  dtype=dtype, cache_dir=cache_dir, semantics=semantics)
-    options = RunOptions(drafters=[drafter], out=out or Path("."), **shared)
+    if draft_policy == "both":
+        raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
+    options = RunOptions(drafters=[drafter], out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+                         draft_policy=draft_policy, samples=samples, **shared)
     try:
         result = run_doctor(options, reporter)
     finally:

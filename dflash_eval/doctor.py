@@ -126,17 +126,32 @@ def check_mask_row(embed: torch.Tensor, mask_id: int) -> dict[str, Any]:
 @dataclass
 class VariantResult:
     variant: Variant
-    counts: M.AcceptanceCounts
-    drafts: list[list[list[int]]]  # per prompt, per anchor: drafted ids (to tell "unchanged" from "equal tau")
+    counts: M.AcceptanceCounts | None  # greedy; None for an offline estimate (temperature > 0)
+    drafts: list  # per trajectory, per anchor: drafted ids, or the alphas of an estimate ("unchanged" vs "equal tau")
+    estimate: object = None  # estimates.EstimateSums at temperature > 0
+
+    def per_prompt(self) -> dict:
+        return dict(self.counts.per_prompt) if self.counts is not None else dict(self.estimate.per_prompt)
+
+    def tau(self) -> float | None:
+        if self.counts is not None:
+            return M.tau_macro(self.counts) if self.counts.steps else None
+        from .estimates import summary
+
+        return summary(self.estimate)["tau_macro"]
 
 
 def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
-                      max_new_tokens: int, anchor_batch: int | None) -> list[VariantResult]:
-    """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each)."""
+                      max_new_tokens: int, anchor_batch: int | None, sampling=None, lm_head=None) -> list[VariantResult]:
+    """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
+    temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead."""
+    from .estimates import EstimateSums
+
     results = []
     configured = drafter.spec
     for variant in variants:
         counts = M.AcceptanceCounts(block_size=configured.block_size)
+        sums = EstimateSums(configured.block_size)
         drafts = []
         drafter.spec = variant.spec or configured
         try:
@@ -148,6 +163,17 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                 if variant.zero_tap is not None:
                     feats[variant.zero_tap] = torch.zeros_like(feats[variant.zero_tap])
                 taps = torch.cat(feats, dim=-1)
+                if sampling is not None:
+                    from .estimation import anchor_alphas
+
+                    alphas = anchor_alphas(drafter, taps, traj.tokens, traj.hidden, lm_head, traj.prompt_len,
+                                           max_new_tokens, sampling, anchor_batch=anchor_batch,
+                                           anchor_in_context=variant.anchor_in_context,
+                                           block_offset=variant.block_offset)
+                    drafts.append(alphas)
+                    sums = sums.pooled(EstimateSums.from_anchors(traj.id, configured.block_size, alphas,
+                                                                 int(traj.tokens.shape[0]), traj.prompt_len))
+                    continue
                 result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant)
                 drafts.append(result.drafts)
                 walk = [n - 1 for n in result.walk_accept_lengths]
@@ -155,7 +181,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
         finally:
             drafter.spec = configured
-        results.append(VariantResult(variant, counts, drafts))
+        results.append(VariantResult(variant, counts, drafts) if sampling is None
+                       else VariantResult(variant, None, drafts, sums))
     return results
 
 
@@ -171,9 +198,9 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
     base = results[0]
     rows = []
     for result in results:
-        entry = {"variant": result.variant.name, "tau_macro": M.tau_macro(result.counts) if result.counts.steps else None}
+        entry = {"variant": result.variant.name, "tau_macro": result.tau()}
         if result is not base:
-            delta = C.delta_tau(base.counts, result.counts, seed=seed)
+            delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=seed)
             same = sum(a == b for pa, pb in zip(base.drafts, result.drafts) for a, b in zip(pa, pb))
             total = sum(len(p) for p in base.drafts)
             entry.update(delta=delta.to_dict(), identical_drafts=same / total if total else None)
@@ -238,6 +265,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     from .inputs import prepare_inputs
     from .options import Reporter
     from .target import capture_taps, kernel_report, load_target, target_info, torch_fallback_kernels
+    from .sampling import sampling_of
     from .trajectories import capture_trajectory
 
     reporter = reporter or Reporter()
@@ -250,15 +278,24 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     layers = sorted({t for v in variants for t in (v.taps or spec.taps)})
     ids = inputs.prompt_ids()
     thinking = inputs.thinking
-    continuations, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter)
+    sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
+    if sampled:
+        from .continuations import sampled_continuations_for
+
+        texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter)
+    else:
+        greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter)
+        texts = {(pid, 0): cont for pid, cont in greedy.items()}
 
     trajectories = []
-    reporter.phase("target pass", len(prompts))
+    reporter.phase("target pass", len(texts))
     with kernels_context(target, options):
         for prompt in prompts:
-            trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], continuations[prompt.id], layers,
-                                                   sequence_chunk=options.tap_chunk))
-            reporter.advance("target pass", prompt.id)
+            for k in range(options.samples if sampled else 1):
+                trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[(prompt.id, k)], layers,
+                                                       sequence_chunk=options.tap_chunk, keep_hidden=sampled,
+                                                       sample=k if sampled else None))
+                reporter.advance("target pass", prompt.id)
     for traj in trajectories:  # before any drafter runs
         check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
 
@@ -271,9 +308,16 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     results = []
     for variant in variants:
         results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
-                                         options.max_new_tokens, options.anchor_batch))
+                                         options.max_new_tokens, options.anchor_batch,
+                                         sampling_of(options) if sampled else None, target.lm_head))
         reporter.advance("variants", variant.name)
     summary = summarize(results, seed=options.seed)
+    if sampled:
+        from .estimates import DEFINITION
+
+        summary["verdict"] = "ESTIMATE: " + summary["verdict"]
+        summary["estimate"] = {"definition": DEFINITION, "sampling": {**sampling_of(options).to_dict(),
+                                                                       "samples": options.samples, "seed": options.seed}}
     return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
             "tap_passes": target.tap_passes, "mask_row": mask_row, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}

@@ -24,7 +24,8 @@ ROWS_PER_PASS = 256
 @torch.inference_mode()
 def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor,
                   lm_head, prompt_len: int, max_new_tokens: int, sampling: Sampling, *,
-                  shorter_final_block: bool = True, anchor_batch: int | None = None) -> list[list[float]]:
+                  shorter_final_block: bool = True, anchor_batch: int | None = None,
+                  anchor_in_context: bool = False, block_offset: int = 0) -> list[list[float]]:
     """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
@@ -40,7 +41,8 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
     for start in range(0, len(anchors), anchor_batch):
         chunk = anchors[start:start + anchor_batch]
         lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
-        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, context_kv=context_kv)
+        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, context_kv=context_kv,
+                              anchor_in_context=anchor_in_context, block_offset=block_offset)
         rows, positions, owners = [], [], []
         offset = 0
         for index, (a, length) in enumerate(zip(chunk, lengths)):

@@ -88,3 +88,20 @@ def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_repo
     assert run_json["doctor"]["verdict"] == report["verdict"]
     html = (out / "report.html").read_text()
     assert "Doctor: " in html and "anchor in context (p &lt;= a)" in html
+
+
+def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_path):
+    """At T > 0 each variant is an offline estimate on K sampled texts per prompt (one target pass per text);
+    near T = 0 the estimate is the greedy number, so the doctor names the same bug with the same taus."""
+    greedy, _ = doctor(trained["qwen3"]["anchor_bug"], trained["qwen3"]["target"], tmp_path / "g", "--limit", "6")
+    cold, stdout = doctor(trained["qwen3"]["anchor_bug"], trained["qwen3"]["target"], tmp_path / "t", "--limit", "6",
+                          "--temperature", "1e-6", "--samples", "2")
+    assert cold["estimate"]["sampling"]["samples"] == 2 and cold["tap_passes"] == 12
+    assert cold["finding"] == greedy["finding"] == "anchor in context (p <= a)"
+    assert cold["verdict"].startswith("ESTIMATE: behaves as if trained with the anchor's own hidden state")
+    for ours, theirs in zip(cold["variants"], greedy["variants"]):
+        assert ours["variant"] == theirs["variant"]
+        assert ours["tau_macro"] == pytest.approx(theirs["tau_macro"], abs=1e-9)
+    warm, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "w", "--limit", "6",
+                     "--temperature", "0.7", "--samples", "2")
+    assert warm["verdict"].startswith("ESTIMATE: ") and all(v["tau_macro"] >= 1.0 for v in warm["variants"])
