@@ -230,6 +230,50 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
     return {"variants": rows, "verdict": verdict, "finding": finding}
 
 
+LENS_LAYERS = 6  # the last layers whose logit lens the drafts are compared with
+
+
+def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: dict[int, list], num_layers: int,
+                     *, seed: int = 0, min_margin: float = 0.05) -> dict[str, Any]:
+    """Agreement of the configured drafter's drafts with the logit lens of each of the last target layers.
+
+    drafts[t][j]: trajectory t's anchor j (= prompt_len + j) drafted ids for slots 1..; lens[k][t]: [T] the
+    layer-k lens token after every position. Slot i of anchor a agrees with layer k when its draft equals
+    the lens token at a + i - 1. Per prompt (slots, agreeing) pairs are compared between the best layer and
+    the final one with compare.delta_tau_per_prompt (the mean over prompts of the per-prompt agreement
+    rate, paired bootstrap and permutation test). A drafter trained on the final layer's labels agrees with
+    it most; one trained on an inner layer's logits peaks there."""
+    final = num_layers - 1
+    per_layer: dict[int, dict[str, tuple[int, int]]] = {}
+    for k, per_traj in lens.items():
+        table: dict[str, tuple[int, int]] = {}
+        for traj, blocks, tokens in zip(trajectories, drafts, per_traj):
+            n = agree = 0
+            for j, block in enumerate(blocks):
+                a = traj.prompt_len + j
+                for i, draft in enumerate(block, 1):
+                    if a + i - 1 < len(tokens) and a + i < len(traj.tokens):
+                        n += 1
+                        agree += int(draft == int(tokens[a + i - 1]))
+            s0, a0 = table.get(traj.id, (0, 0))
+            table[traj.id] = (s0 + n, a0 + agree)
+        per_layer[k] = table
+    rates = {k: (sum(a for _, a in t.values()) / max(1, sum(n for n, _ in t.values()))) for k, t in per_layer.items()}
+    best = max(rates, key=lambda k: (rates[k], k))
+    out: dict[str, Any] = {"agreement": {str(k): rates[k] for k in sorted(rates)}, "best_layer": best,
+                           "final_layer": final, "finding": None}
+    if best != final and final in per_layer:
+        delta = C.delta_tau_per_prompt(per_layer[final], per_layer[best], seed=seed)
+        out["best_vs_final"] = delta.to_dict()
+        if delta.low > 0 and delta.p_value < 0.05 and delta.estimate >= min_margin:
+            out["finding"] = (f"behaves as if trained to predict layer {best}'s logits instead of the final layer's: "
+                              f"its drafts agree with layer {best}'s logit lens {100 * rates[best]:.1f}% of the time, "
+                              f"with the target's real next tokens (layer {final}) {100 * rates[final]:.1f}% "
+                              f"(delta {delta.estimate:+.3f} [{delta.low:.3f}, {delta.high:.3f}], p = {delta.p_value:.3g}); "
+                              "check which hidden states the training labels come from")
+    return out
+
+
 def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
@@ -275,7 +319,8 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
-    layers = sorted({t for v in variants for t in (v.taps or spec.taps)})
+    lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
+    layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers))
     ids = inputs.prompt_ids()
     thinking = inputs.thinking
     sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
@@ -312,6 +357,17 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                                          sampling_of(options) if sampled else None, target.lm_head))
         reporter.advance("variants", variant.name)
     summary = summarize(results, seed=options.seed)
+    lens_check = None
+    if not sampled:  # the lens compares drafts with the target's argmax: a greedy diagnosis
+        from .target import lens_tokens
+
+        lens = {k: [lens_tokens(target, traj.layers[k]) for traj in trajectories] for k in lens_layers}
+        lens_check = logit_lens_check(results[0].drafts, trajectories, lens, info.num_layers, seed=options.seed)
+        if lens_check["finding"]:
+            summary["verdict"] = (lens_check["finding"] if summary["finding"] is None
+                                  else f"{summary['verdict']}; also {lens_check['finding']}")
+            summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
+    summary["logit_lens"] = lens_check
     if sampled:
         from .estimates import DEFINITION
 

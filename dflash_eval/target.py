@@ -377,6 +377,15 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
     return tap_states, out.logits[0], out.past_key_values
 
 
+@torch.inference_mode()
+def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """The logit lens of a layer's outputs: argmax of lm_head(final_norm(h)) per position ([T] ids on CPU).
+    For the last layer this is the target's own greedy token."""
+    norm = target.model.model.norm
+    return torch.cat([target.lm_head(norm(states[i:i + chunk].to(target.device))).argmax(-1).cpu()
+                      for i in range(0, states.shape[0], chunk)])
+
+
 def stop_token_ids(target: "Target") -> list[int]:
     """End-of-turn / EOS ids: the generation config's list plus the tokenizer's eos."""
     ids: set[int] = set()

@@ -27,6 +27,8 @@ def bugged(trained, tmp_path_factory):
     return {
         "drop": train_drafter(target, sequences, fixture_config(block_size=4, drop_tap=1), root / "drop"),
         "shift": train_drafter(target, sequences, fixture_config(block_size=4, shift_taps=1), root / "shift"),
+        # labels from the logit lens of layer 3 of 6 (the "layer 61 of 64" bug)
+        "lens": train_drafter(target, sequences, fixture_config(block_size=4, label_layer=3), root / "lens"),
     }
 
 
@@ -44,6 +46,17 @@ def test_correct_drafter_gets_no_mismatch(trained, tmp_path):
     assert report["tap_passes"] == 12  # one per prompt, however many variants (10 here)
     assert len(report["variants"]) >= 8
     assert "verdict: no mismatch found" in stdout
+
+
+def test_labels_from_an_inner_layer_are_named_with_that_layer(trained, bugged, tmp_path):
+    report, stdout = doctor(bugged["lens"], trained["qwen3"]["target"], tmp_path)
+    lens = report["logit_lens"]
+    assert lens["best_layer"] == 3 and lens["final_layer"] == 5
+    assert lens["agreement"]["3"] > lens["agreement"]["5"] + 0.1, lens["agreement"]
+    assert "behaves as if trained to predict layer 3's logits instead of the final layer's" in report["verdict"]
+    assert report["tap_passes"] == 12 and "logit lens" in stdout
+    good, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "good")
+    assert good["logit_lens"]["best_layer"] == 5 and good["logit_lens"]["finding"] is None
 
 
 def test_anchor_in_context_bug_is_named(trained, tmp_path):

@@ -392,4 +392,8 @@ def render_doctor(console: Console, result: dict) -> None:
                       f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
     else:
         console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
+    lens = result.get("logit_lens")
+    if lens:
+        console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
+            f"layer {safe(k)} {100 * v:.1f}%" for k, v in lens["agreement"].items()))
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")

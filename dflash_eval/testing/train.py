@@ -70,6 +70,9 @@ class TrainConfig:
     anchor_in_context: bool = False  # train with p <= a (the anchor's own hidden state visible as context)
     drop_tap: int | None = None  # index into taps zeroed during training (fc still n_taps wide)
     shift_taps: int = 0  # train on layers t + shift while the checkpoint records t
+    # labels from the logit lens of target layer k (lm_head(final_norm(h_k))) instead of the target's real
+    # next tokens: the team's "logits taken from layer 61 instead of the final output" bug
+    label_layer: int | None = None
 
 
 def fixture_config(**changes) -> TrainConfig:
@@ -116,6 +119,22 @@ class _Packed:
     start: torch.Tensor  # [C] index of the first row of each row's sequence
     end: torch.Tensor  # [C] one past the last row of each row's sequence
     anchors: torch.Tensor  # [M] candidate anchors (continuation positions with >= 1 slot inside)
+    labels: torch.Tensor | None = None  # [C] the token each row is trained to predict, when not `tokens`
+
+
+@torch.inference_mode()
+def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], layer: int) -> torch.Tensor:
+    """[C] per packed row: the token the logit lens of `layer` predicts there (argmax of
+    lm_head(final_norm(h_layer)) at the previous position; a sequence's first row keeps its own token)."""
+    if not 0 <= layer < target.info.num_layers:
+        raise ValueError(f"label_layer {layer} is outside the target's {target.info.num_layers} layers")
+    out = []
+    for ids, _ in sequences:
+        ids = ids.view(-1).cpu()
+        hidden = capture_taps(target, ids, [layer]).taps.to(target.device)
+        lens = target.lm_head(target.model.model.norm(hidden)).argmax(-1).cpu()
+        out.append(torch.cat([ids[:1], lens[:-1]]))
+    return torch.cat(out).clone()
 
 
 def _pack(target: Target, sequences: list[tuple[torch.Tensor, int]], capture: list[int]) -> _Packed:
@@ -214,6 +233,8 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         raise ValueError(f"drop_tap {config.drop_tap} is not an index into taps {recorded}")
     width = spec.target_hidden_size
     data = _pack(target, sequences, capture)
+    if config.label_layer is not None:
+        data.labels = _lens_labels(target, sequences, config.label_layer)
     if data.anchors.numel() == 0:
         raise ValueError("train_drafter: no sequence has a continuation to draft")
     if config.drop_tap is not None:
@@ -255,7 +276,7 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         # labels: the sequence token at anchor + k, for slots inside the anchor's own sequence
         label_pos = anchors[:, None] + torch.arange(block)[None, :]
         inside = label_pos < data.end[anchors][:, None]
-        labels = data.tokens[label_pos.clamp(max=data.tokens.numel() - 1)]
+        labels = (data.tokens if data.labels is None else data.labels)[label_pos.clamp(max=data.tokens.numel() - 1)]
         slot_weight = weights[None, :] * inside
         ce = F.cross_entropy(logits.view(len(anchor_list), block, -1).flatten(0, 1), labels.flatten(),
                              reduction="none").view(len(anchor_list), block)
