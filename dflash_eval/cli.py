@@ -306,6 +306,7 @@ def diff(
 @reports_input_errors
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
     target: opt.Target = None,
     prompts: opt.Prompts = None,
     limit: opt.Limit = None,
@@ -347,7 +348,7 @@ def doctor(
                                  dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
-    options = RunOptions(drafters=[drafter], out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+    options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, **shared)
     try:
         result = run_doctor(options, reporter)

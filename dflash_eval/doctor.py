@@ -48,6 +48,32 @@ class Variant:
     anchor_in_context: bool = False
     block_offset: int = 0  # block positions shifted relative to the context
     final_norm: bool = False  # taps passed through the target's final norm
+    check: str = ""  # what to look at in the training code when this variant closes a gap
+
+
+CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
+    "anchor": "the training attention mask: context rows must be strictly before the anchor (p < a), never the "
+              "anchor's own position (where the block mask is built, e.g. a flex-attention mask_mod)",
+    "taps shifted": "which hidden states the trainer captures: z-lab target_layer_ids t is the output of decoder "
+                    "layer t (HF hidden_states[t + 1]); speculators aux_hidden_state_layer_ids count t + 1",
+    "tap": "how many target layers the projection is fed in training (the fc input width against the taps "
+           "actually concatenated)",
+    "all layers": "the in-block causality of the training mask against the checkpoint's is_causal / "
+                  "sliding_window_non_causal keys",
+    "sliding windows off": "whether training applied the sliding window the config declares (layer_types, "
+                           "use_sliding_window, sliding_window)",
+    "rules": "which format's mask rules the trainer followed; export in the format whose rules match, or "
+             "evaluate with --semantics",
+    "block positions": "the block's position ids in training: the anchor at its own position, slots after it",
+    "taps through final norm": "whether the captured target states are taken before the target's final norm",
+}
+
+
+def check_for(name: str) -> str:
+    for prefix, text in CHECKS.items():
+        if name.startswith(prefix) or (prefix == "rules" and " rules (" in name):
+            return text
+    return "the training setup this variant stands for"
 
 
 def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
@@ -315,12 +341,14 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     reporter = reporter or Reporter()
     inputs = prepare_inputs(options, one_drafter=True)
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
+    reference = inputs.entries[1] if options.reference else None
     info = target_info(target_path)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
     lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
-    layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers))
+    layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers)
+                    | set(reference.spec.taps if reference else ()))
     ids = inputs.prompt_ids()
     thinking = inputs.thinking
     sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
@@ -368,6 +396,18 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                                   else f"{summary['verdict']}; also {lens_check['finding']}")
             summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
     summary["logit_lens"] = lens_check
+    if reference is not None:  # the gap to the reference, and how much of it each variant closes
+        from .gap import explain_gap
+
+        ref_drafter = load_drafters([reference], target)[reference.name]
+        (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
+                                          info.hidden_size, options.max_new_tokens, options.anchor_batch,
+                                          sampling_of(options) if sampled else None, target.lm_head)
+        candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
+                      for r in results[1:] if r.variant.zero_tap is None]
+        summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
+                                        base_name=entry.name, reference_name=reference.name, seed=options.seed),
+                          "reference_tau_macro": ref_result.tau(), "reference_path": str(reference.path)}
     if sampled:
         from .estimates import DEFINITION
 

@@ -298,7 +298,7 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
 
     check_options(options)
     entries, target_path, warnings = resolve_drafters(options)
-    if one_drafter and len(entries) != 1:
+    if one_drafter and len(entries) != 1 + bool(options.reference):
         raise InputError(None, "doctor examines one drafter at a time")
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written

@@ -118,3 +118,44 @@ def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_p
     warm, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "w", "--limit", "6",
                      "--temperature", "0.7", "--samples", "2")
     assert warm["verdict"].startswith("ESTIMATE: ") and all(v["tau_macro"] >= 1.0 for v in warm["variants"])
+
+
+def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
+    """The bundled demo: doctor --reference on the in-house drafter; the anchor-in-context variant closes most
+    of the gap to the reference (one target pass per prompt for the drafter, its variants and the reference)."""
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[1] / "dflash_eval" / "demo" / "models"
+    result = runner.invoke(app, ["doctor", "-d", str(models / "demo-inhouse"), "--reference",
+                                 str(models / "demo-reference"), "--no-thinking", "--max-new-tokens", "64",
+                                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "doc")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "doc" / "doctor.json").read_text())
+    gap = report["gap"]
+    assert report["tap_passes"] == 12
+    assert gap["gap"]["low"] > 1.0 and gap["explained_by"] == "anchor in context (p <= a)"
+    best = next(v for v in gap["variants"] if v["variant"] == gap["explained_by"])
+    assert best["share"] > 0.8 and best["share_ci"][0] > 0.5
+    assert "Most likely it was trained with the anchor's own hidden state" in gap["paragraph"]
+    assert "Check the training attention mask" in gap["paragraph"] and "share of the gap" in result.stdout
+
+
+def test_gap_shares_by_hand():
+    from dflash_eval.gap import explain_gap
+
+    ids = [f"p{i}" for i in range(6)]
+    base = {p: (10, 20) for p in ids}  # tau 2
+    reference = {p: (10, 40) for p in ids}  # tau 4: a gap of 2
+    half = {p: (10, 30) for p in ids}  # tau 3: closes half of it
+    none = {p: (10, 20) for p in ids}
+    result = explain_gap(base, reference, [("half", half, "trained oddly", "the odd part"),
+                                           ("none", none, "fine", "nothing")], base_name="mine", reference_name="ref")
+    assert result["gap"]["estimate"] == 2.0
+    rows = {r["variant"]: r for r in result["variants"]}
+    assert rows["half"]["share"] == 0.5 and rows["half"]["share_ci"] == [0.5, 0.5] and rows["half"]["significant"]
+    assert rows["none"]["share"] == 0.0 and not rows["none"]["significant"]
+    assert result["explained_by"] == "half" and "closes part of the gap, 50%" in result["paragraph"]
+    assert "look at training itself as well" in result["paragraph"]
+    nothing = explain_gap(base, base, [], base_name="mine", reference_name="ref")
+    assert "no gap to explain" in nothing["paragraph"]

@@ -397,3 +397,20 @@ def render_doctor(console: Console, result: dict) -> None:
         console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
             f"layer {safe(k)} {100 * v:.1f}%" for k, v in lens["agreement"].items()))
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
+    gap = result.get("gap")
+    if gap:
+        g = gap["gap"]
+        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {_fmt(gap['reference_tau_macro'], 2)}): "
+                            f"{g['estimate']:+.2f} [{g['low']:.2f}, {g['high']:.2f}], p = {g['p_value']:.3g}",
+                      header_style="bold")
+        for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):
+            table.add_column(column, justify="left" if column == "variant" else "right")
+        for row in sorted(gap["variants"], key=lambda r: -(r["share"] or 0)):
+            c, ci = row["closed"], row["share_ci"]
+            share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
+                f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
+            style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
+            cells = [safe(row["variant"]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
+            table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
+        console.print(table)
+        console.print(safe(gap["paragraph"]))
