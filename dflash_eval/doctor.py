@@ -49,6 +49,8 @@ class Variant:
     block_offset: int = 0  # block positions shifted relative to the context
     final_norm: bool = False  # taps passed through the target's final norm
     check: str = ""  # what to look at in the training code when this variant closes a gap
+    rope: dict | None = None  # RoPE parameters to use instead of the drafter's
+    target_tables: bool = False  # the target's embedding and lm_head instead of the checkpoint's copies
 
 
 CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
@@ -66,6 +68,10 @@ CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
              "evaluate with --semantics",
     "block positions": "the block's position ids in training: the anchor at its own position, slots after it",
     "taps through final norm": "whether the captured target states are taken before the target's final norm",
+    "RoPE": "the RoPE settings the drafter was trained with against its config.json (rope_theta, rope_scaling / "
+            "rope_parameters); an engine that applies scaling the training did not see collapses acceptance",
+    "target's embedding": "the embedding and lm_head copies the checkpoint carries: export them from the very "
+                          "target weights the drafter was trained against",
 }
 
 
@@ -74,6 +80,64 @@ def check_for(name: str) -> str:
         if name.startswith(prefix) or (prefix == "rules" and " rules (" in name):
             return text
     return "the training setup this variant stands for"
+
+
+def rope_variants(spec: DrafterSpec, target_rope: dict | None) -> list[Variant]:
+    """The target's RoPE instead of the drafter's, and the drafter's without the scaling it records (each
+    only when it differs from what the drafter uses)."""
+    out = []
+    own = dict(spec.rope)
+    if target_rope and dict(target_rope) != own:
+        out.append(Variant(f"RoPE: the target's ({_rope_text(target_rope)})",
+                           f"trained with the target's RoPE ({_rope_text(target_rope)}), not the "
+                           f"{_rope_text(own)} its config records", rope=dict(target_rope)))
+    if own.get("rope_type", "default") != "default":
+        plain = {"rope_type": "default", "rope_theta": own.get("rope_theta", 10000.0)}
+        out.append(Variant(f"RoPE: no scaling ({_rope_text(plain)})",
+                           f"trained without the {own.get('rope_type')} RoPE scaling its config records", rope=plain))
+    return out
+
+
+def _rope_text(rope: dict) -> str:
+    extra = {k: v for k, v in rope.items() if k not in ("rope_type", "rope_theta")}
+    return f"{rope.get('rope_type', 'default')}, theta {rope.get('rope_theta')}" + (f", {extra}" if extra else "")
+
+
+def table_variant(spec: DrafterSpec) -> list[Variant]:
+    """speculators checkpoints carry copies of the target's embedding and lm_head: the variant uses the
+    target's own (full vocabulary, no d2t) instead."""
+    if spec.embedding_source != "checkpoint" and spec.lm_head_source != "checkpoint":
+        return []
+    return [Variant("target's embedding and lm_head", "trained against other embedding / lm_head tables than the "
+                    "copies the checkpoint carries", target_tables=True,
+                    spec=replace(spec, embedding_source="target", lm_head_source="target", has_d2t=False,
+                                 draft_vocab_size=spec.vocab_size))]
+
+
+def compare_tables(drafter, target) -> dict[str, Any]:
+    """The checkpoint's embedding / lm_head copies against the target's tables (rows mapped through d2t)."""
+    out: dict[str, Any] = {}
+    spec = drafter.spec
+    for name, source, own, theirs in (("embedding", spec.embedding_source, "embed_tokens", target.embed_tokens),
+                                      ("lm_head", spec.lm_head_source, "lm_head", target.lm_head)):
+        if source != "checkpoint":
+            out[name] = {"compared": False, "detail": "the target's own table is used"}
+            continue
+        mine = getattr(drafter, own).weight.detach().float()
+        full = theirs.weight.detach().float().to(mine.device)
+        if name == "lm_head" and spec.has_d2t:
+            full = full[drafter.to_target_ids(torch.arange(mine.shape[0], device=mine.device))]
+        if mine.shape != full.shape:
+            out[name] = {"compared": True, "equal": False, "detail": f"shape {tuple(mine.shape)} vs the target's "
+                                                                     f"{tuple(full.shape)}"}
+            continue
+        diff = (mine - full).abs()
+        rows = int((diff.amax(-1) > 0).sum())
+        out[name] = {"compared": True, "equal": rows == 0, "rows_differing": rows, "rows": int(mine.shape[0]),
+                     "max_abs": float(diff.max()),
+                     "detail": "identical to the target's" if rows == 0 else
+                               f"{rows} of {mine.shape[0]} rows differ from the target's (max abs {float(diff.max()):.3g})"}
+    return out
 
 
 def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
@@ -180,6 +244,11 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
         sums = EstimateSums(configured.block_size)
         drafts = []
         drafter.spec = variant.spec or configured
+        saved_rotary, saved_tables = drafter.rotary, {}
+        if variant.rope is not None:
+            drafter.rotary = drafter.rotary_for(variant.rope)
+        if variant.target_tables:
+            saved_tables = {n: drafter._modules.pop(n) for n in ("embed_tokens", "lm_head") if n in drafter._modules}
         try:
             for traj in trajectories:
                 layers = variant.taps or configured.taps
@@ -207,6 +276,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
         finally:
             drafter.spec = configured
+            drafter.rotary = saved_rotary
+            drafter._modules.update(saved_tables)
         results.append(VariantResult(variant, counts, drafts) if sampling is None
                        else VariantResult(variant, None, drafts, sums))
     return results
@@ -346,6 +417,8 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
+    target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
+    variants += rope_variants(spec, target_rope) + table_variant(spec)
     lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
     layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers)
                     | set(reference.spec.taps if reference else ()))
@@ -376,6 +449,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     drafter = load_drafters([entry], target)[entry.name]
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
+    tables = compare_tables(drafter, target)
     final_norm = target.model.model.norm
     reporter.phase("variants", len(variants))
     results = []
@@ -415,7 +489,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
         summary["estimate"] = {"definition": DEFINITION, "sampling": {**sampling_of(options).to_dict(),
                                                                        "samples": options.samples, "seed": options.seed}}
     return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
-            "tap_passes": target.tap_passes, "mask_row": mask_row, "kernels": kernels, "warnings": warnings,
+            "tap_passes": target.tap_passes, "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
 
 

@@ -213,6 +213,16 @@ class DFlashDrafter(nn.Module):
         """[C, n_taps * H_target] concatenated taps -> [C, H] context features."""
         return self.hidden_norm(self.fc(taps))
 
+    def rotary_for(self, rope: dict) -> nn.Module:
+        """A rotary embedding with other RoPE parameters (the doctor's RoPE variants), on this drafter's device."""
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+        config = Qwen3Config(hidden_size=self.spec.hidden_size, num_attention_heads=self.spec.num_attention_heads,
+                             head_dim=self.spec.head_dim, rope_parameters=dict(rope),
+                             max_position_embeddings=self.spec.max_position_embeddings)
+        return Qwen3RotaryEmbedding(config).to(self.fc.weight.device)
+
     def _rope(self, like: torch.Tensor, positions: torch.Tensor):
         cos, sin = self.rotary(like, positions.view(1, -1))
         return cos[0], sin[0]

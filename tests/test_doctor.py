@@ -159,3 +159,48 @@ def test_gap_shares_by_hand():
     assert "look at training itself as well" in result["paragraph"]
     nothing = explain_gap(base, base, [], base_name="mine", reference_name="ref")
     assert "no gap to explain" in nothing["paragraph"]
+
+
+def _edited_copy(source, out, config_edit=None, tensor_edit=None):
+    shutil.copytree(source, out)
+    if config_edit:
+        config = json.loads((out / "config.json").read_text())
+        config_edit(config)
+        (out / "config.json").write_text(json.dumps(config))
+    if tensor_edit:
+        tensors = load_file(out / "model.safetensors")
+        tensor_edit(tensors)
+        save_file(tensors, out / "model.safetensors")
+    return out
+
+
+def test_rope_scaling_the_training_never_saw_is_named(trained, tmp_path):
+    """The config records linear RoPE scaling x4 the drafter was not trained with (the ~3%-acceptance engine
+    report): the no-scaling / target's-RoPE variant recovers the tau, and the verdict says so."""
+    def scaled(config):
+        config["transformer_layer_config"]["rope_parameters"] = {"rope_type": "linear", "rope_theta": 1000000.0,
+                                                                 "factor": 4.0}
+
+    bad = _edited_copy(trained["qwen3"]["good"], tmp_path / "scaled", config_edit=scaled)
+    report, _ = doctor(bad, trained["qwen3"]["target"], tmp_path)
+    names = [v["variant"] for v in report["variants"]]
+    assert "RoPE: no scaling (default, theta 1000000.0)" in names
+    assert report["finding"].startswith("RoPE: ") and "RoPE" in report["verdict"] and "factor" in report["verdict"]
+    good, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "good")
+    assert not any(v["variant"].startswith("RoPE") for v in good["variants"])  # nothing differs: no variant
+
+
+def test_lm_head_copy_that_is_not_the_target_s_is_caught(trained, tmp_path):
+    import torch
+
+    def perturb(tensors):
+        generator = torch.Generator().manual_seed(0)
+        head = tensors["lm_head.weight"]
+        tensors["lm_head.weight"] = head + torch.randn(head.shape, generator=generator) * head.std() * 3
+
+    bad = _edited_copy(trained["qwen3"]["good"], tmp_path / "head", tensor_edit=perturb)
+    report, stdout = doctor(bad, trained["qwen3"]["target"], tmp_path)
+    assert report["tables"]["embedding"]["equal"] and not report["tables"]["lm_head"]["equal"]
+    assert "lm_head copy vs the target's: DIFFERS" in stdout
+    assert report["finding"] == "target's embedding and lm_head"
+    assert "other embedding / lm_head tables" in report["verdict"]

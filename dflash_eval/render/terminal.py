@@ -392,6 +392,10 @@ def render_doctor(console: Console, result: dict) -> None:
                       f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
     else:
         console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
+    for name, table_check in (result.get("tables") or {}).items():
+        if table_check.get("compared"):
+            mark = "[green]ok[/]" if table_check.get("equal") else "[bold red]DIFFERS[/]"
+            console.print(f"checkpoint's {name} copy vs the target's: {mark} ({safe(table_check['detail'])})")
     lens = result.get("logit_lens")
     if lens:
         console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
