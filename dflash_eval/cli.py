@@ -323,6 +323,7 @@ def doctor(
     top_k: int = typer.Option(0, "--top-k", help="Top-k at temperature > 0 (0: off)."),
     draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample or argmax."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: sampled continuations per prompt."),
+    context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -349,7 +350,7 @@ def doctor(
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
-                         draft_policy=draft_policy, samples=samples, **shared)
+                         draft_policy=draft_policy, samples=samples, context_variants=context_variants, **shared)
     try:
         result = run_doctor(options, reporter)
     finally:

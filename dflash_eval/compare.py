@@ -74,11 +74,16 @@ def _paired_arrays(a: AcceptanceCounts, b: AcceptanceCounts) -> tuple[list[str],
     return ids, np.array(rows, dtype=np.int64)
 
 
-def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0) -> Delta:
+def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0,
+                         common_only: bool = False) -> Delta:
     """`delta_tau` over per-prompt (steps, committed) pairs given as dicts: integer counts, or the expected
-    steps and committed tokens of an offline estimate (estimates.EstimateSums.per_prompt), paired alike."""
+    steps and committed tokens of an offline estimate (estimates.EstimateSums.per_prompt), paired alike.
+    `common_only`: pair the prompts both have (doctor's context variants make new continuations, and a
+    prompt whose continuation ends at once has no step there); otherwise different prompt sets are refused."""
     only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
-    if only_a or only_b:
+    if (only_a or only_b) and common_only:
+        a, b = ({k: v for k, v in d.items() if k in a.keys() & b.keys()} for d in (a, b))
+    elif only_a or only_b:
         raise ValueError(f"prompt sets differ: {len(only_a)} only in A, {len(only_b)} only in B")
     ids = sorted(pid for pid in a if a[pid][0] > 0 and b[pid][0] > 0)
     if not ids:

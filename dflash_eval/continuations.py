@@ -131,7 +131,7 @@ def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: in
 
 
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
-                      reporter) -> tuple[dict[str, list[int]], int]:
+                      reporter, *, template: str = "chat") -> tuple[dict[str, list[int]], int]:
     """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
     continuations, from the on-disk cache or generated (and cached); and how many were generated."""
     if responses is not None:
@@ -140,7 +140,9 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
             raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
         return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
     cache = ContinuationCache(options.cache_dir)
-    keys = {p.id: cache.key(target, p.text, thinking, options.max_new_tokens) for p in prompts}
+    # template "raw" (doctor's raw-prompt variant: the text without the chat template) is cached apart
+    keys = {p.id: cache.key(target, p.text if template == "chat" else f"\x1e{template}\x1e{p.text}", thinking,
+                            options.max_new_tokens) for p in prompts}
     found = {p.id: cache.get(keys[p.id]) for p in prompts}
     todo = [p for p in prompts if found[p.id] is None]
     batch = options.generation_batch or generation_batch_size(target, [len(ids[p.id]) for p in todo],

@@ -371,6 +371,39 @@ def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: di
     return out
 
 
+def _context_variants(target, drafter, prompts, inputs, options, layers, base, final_norm, hidden, reporter) -> list:
+    """The configured drafter on continuations made with thinking flipped, and from the raw prompt text
+    without the chat template: new continuations (cached) and one more target pass per prompt each. A win
+    says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
+    the paper")."""
+    from .continuations import continuations_for
+    from .prompts import prompt_ids
+    from .trajectories import capture_trajectory
+
+    thinking = inputs.thinking
+    flipped = "on" if not thinking else "off"
+    groups = [
+        ("thinking " + flipped, f"trained with thinking {flipped}", f"with thinking {flipped}",
+         "the chat template's enable_thinking flag when the training data was generated (and the target "
+         "family's default: on for Qwen3.5/3.6, off for Qwen3)", not thinking, "chat",
+         {p.id: prompt_ids(inputs.tokenizer, p, not thinking) for p in prompts}),
+        ("raw prompt (no chat template)", "trained on raw prompt text without the chat template",
+         "from the raw prompt text", "whether the training data went through the target's chat template",
+         thinking, "raw", {p.id: inputs.tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in prompts}),
+    ]
+    out = []
+    for name, bug, how, check, group_thinking, template, ids in groups:
+        texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template)
+        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk)
+                        for p in prompts]
+        (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
+                                      options.max_new_tokens, options.anchor_batch)
+        delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
+        out.append({"variant": name, "bug": bug, "how": how, "check": check, "tau_macro": result.tau(),
+                    "delta": delta.to_dict(), "target_passes": len(prompts), "per_prompt": result.per_prompt()})
+    return out
+
+
 def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
@@ -413,6 +446,11 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     inputs = prepare_inputs(options, one_drafter=True)
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
     reference = inputs.entries[1] if options.reference else None
+    n_contexts = 2 if options.context_variants and options.temperature <= 0 else 0
+    reporter.note(f"doctor: {len(prompts)} target passes for every variant of the drafter (one per prompt"
+                  + (", per sample" if options.temperature > 0 else "") + ")"
+                  + (f", plus {len(prompts)} for each of {n_contexts} context variants (thinking flipped, raw prompt: "
+                     f"new continuations): {len(prompts) * (1 + n_contexts)} in all" if n_contexts else ""))
     info = target_info(target_path)
     target = load_target(str(target_path), device=options.device, dtype=options.dtype)
     spec = entry.spec
@@ -470,6 +508,24 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                                   else f"{summary['verdict']}; also {lens_check['finding']}")
             summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
     summary["logit_lens"] = lens_check
+    contexts = []
+    if not sampled and options.context_variants:  # the same drafter on continuations made another way
+        contexts = _context_variants(target, drafter, prompts, inputs, options, layers, results[0], final_norm,
+                                     info.hidden_size, reporter)
+        summary["context_variants"] = [{k: v for k, v in c.items() if k != "per_prompt"} for c in contexts]
+        wins = [c for c in contexts if c["delta"]["low"] > 0 and c["delta"]["p_value"] < 0.05
+                and c["delta"]["estimate"] >= 0.1]
+        if wins:
+            best = max(wins, key=lambda c: c["delta"]["estimate"])
+            d = best["delta"]
+            text = (f"{best['bug']}: tau {results[0].tau():.2f} -> {best['tau_macro']:.2f} when evaluated on "
+                    f"continuations made {best['how']} (delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], "
+                    f"p = {d['p_value']:.3g})")
+            gains = [r["delta"]["estimate"] for r in summary["variants"][1:] if r.get("delta")]
+            if summary["finding"] is None or d["estimate"] > max(gains, default=0):
+                summary["verdict"], summary["finding"] = text, best["variant"]
+            else:
+                summary["verdict"] = f"{summary['verdict']}; also {text}"
     if reference is not None:  # the gap to the reference, and how much of it each variant closes
         from .gap import explain_gap
 
@@ -479,6 +535,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                                           sampling_of(options) if sampled else None, target.lm_head)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
+        candidates += [(c["variant"], c["per_prompt"], c["bug"], c["check"]) for c in contexts]
         summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
                                         base_name=entry.name, reference_name=reference.name, seed=options.seed),
                           "reference_tau_macro": ref_result.tau(), "reference_path": str(reference.path)}
@@ -489,7 +546,9 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
         summary["estimate"] = {"definition": DEFINITION, "sampling": {**sampling_of(options).to_dict(),
                                                                        "samples": options.samples, "seed": options.seed}}
     return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
-            "tap_passes": target.tap_passes, "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
+            "tap_passes": target.tap_passes,
+            "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts}},
+            "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
 
 

@@ -30,13 +30,14 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
     """variants: (name, per_prompt, what a gain suggests, what to check in training). Per-prompt dicts map
     prompt id -> (steps, committed) (counted or expected)."""
     gap = delta_tau_per_prompt(base, reference, seed=seed)
-    ids = sorted(p for p in base if base[p][0] > 0 and reference.get(p, (0, 0))[0] > 0)
+    ids = sorted(p for p in base if base[p][0] > 0 and reference.get(p, (0, 0))[0] > 0
+                 and all(v[1].get(p, (0, 0))[0] > 0 for v in variants))  # prompts every side has steps on
     t_base, t_ref = _taus(base, ids), _taus(reference, ids)
     draws = np.random.default_rng(seed).integers(0, len(ids), size=(n_resamples, len(ids)))
     gap_draws = (t_ref[draws] - t_base[draws]).mean(axis=1)
     rows = []
     for name, per_prompt, bug, check in variants:
-        closed = delta_tau_per_prompt(base, per_prompt, seed=seed)
+        closed = delta_tau_per_prompt(base, per_prompt, seed=seed, common_only=True)
         t_v = _taus(per_prompt, ids)
         share = float((t_v - t_base).mean() / (t_ref - t_base).mean()) if (t_ref - t_base).mean() else None
         with np.errstate(divide="ignore", invalid="ignore"):

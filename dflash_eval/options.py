@@ -50,6 +50,7 @@ class RunOptions:
     top_k: int = 0
     draft_policy: str = "sample"
     samples: int = 1
+    context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
 
 
 def pause_after_prompt() -> None:

@@ -102,7 +102,8 @@ def test_one_target_pass_per_prompt_through_the_shared_stages(command, drafter_d
         assert work["tap_passes"] == 3 and work["prompts_evaluated"] == 3
     else:
         doctor = json.loads((tmp_path / "d" / "doctor.json").read_text())
-        assert doctor["tap_passes"] == 3 and len(doctor["variants"]) >= 8
+        assert doctor["passes"]["variants"] == 3 and len(doctor["variants"]) >= 8
+        assert doctor["tap_passes"] == 3 * 3  # plus one pass per prompt for each of the 2 context variants
 
 
 def test_help_and_error_paths_import_no_torch_or_transformers():

@@ -27,6 +27,9 @@ def bugged(trained, tmp_path_factory):
     return {
         "drop": train_drafter(target, sequences, fixture_config(block_size=4, drop_tap=1), root / "drop"),
         "shift": train_drafter(target, sequences, fixture_config(block_size=4, shift_taps=1), root / "shift"),
+        # trained on continuations made with thinking on (a Qwen3 target's default is off)
+        "thinking": train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 40, enable_thinking=True),
+                                  fixture_config(block_size=4), root / "thinking"),
         # labels from the logit lens of layer 3 of 6 (the "layer 61 of 64" bug)
         "lens": train_drafter(target, sequences, fixture_config(block_size=4, label_layer=3), root / "lens"),
     }
@@ -43,7 +46,9 @@ def doctor(drafter, target, tmp_path, *extra):
 def test_correct_drafter_gets_no_mismatch(trained, tmp_path):
     report, stdout = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path)
     assert report["verdict"].startswith("no mismatch found")
-    assert report["tap_passes"] == 12  # one per prompt, however many variants (10 here)
+    # one per prompt, however many variants (10 here), plus one per prompt for each of 2 context variants
+    assert report["passes"] == {"variants": 12, "thinking on": 12, "raw prompt (no chat template)": 12}
+    assert report["tap_passes"] == 36
     assert len(report["variants"]) >= 8
     assert "verdict: no mismatch found" in stdout
 
@@ -54,7 +59,7 @@ def test_labels_from_an_inner_layer_are_named_with_that_layer(trained, bugged, t
     assert lens["best_layer"] == 3 and lens["final_layer"] == 5
     assert lens["agreement"]["3"] > lens["agreement"]["5"] + 0.1, lens["agreement"]
     assert "behaves as if trained to predict layer 3's logits instead of the final layer's" in report["verdict"]
-    assert report["tap_passes"] == 12 and "logit lens" in stdout
+    assert report["passes"]["variants"] == 12 and "logit lens" in stdout
     good, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "good")
     assert good["logit_lens"]["best_layer"] == 5 and good["logit_lens"]["finding"] is None
 
@@ -133,7 +138,7 @@ def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "doc" / "doctor.json").read_text())
     gap = report["gap"]
-    assert report["tap_passes"] == 12
+    assert report["passes"]["variants"] == 12
     assert gap["gap"]["low"] > 1.0 and gap["explained_by"] == "anchor in context (p <= a)"
     best = next(v for v in gap["variants"] if v["variant"] == gap["explained_by"])
     assert best["share"] > 0.8 and best["share_ci"][0] > 0.5
@@ -204,3 +209,13 @@ def test_lm_head_copy_that_is_not_the_target_s_is_caught(trained, tmp_path):
     assert "lm_head copy vs the target's: DIFFERS" in stdout
     assert report["finding"] == "target's embedding and lm_head"
     assert "other embedding / lm_head tables" in report["verdict"]
+
+
+def test_a_drafter_trained_with_thinking_on_is_named_when_evaluated_with_it_off(trained, bugged, tmp_path):
+    report, stdout = doctor(bugged["thinking"], trained["qwen3"]["target"], tmp_path)
+    assert report["thinking"] is False and report["finding"] == "thinking on"
+    assert report["verdict"].startswith("trained with thinking on: tau ")
+    assert "when evaluated on continuations made with thinking on" in report["verdict"]
+    assert "12 more target passes" in stdout
+    good, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "good")
+    assert all(c["delta"]["estimate"] < 0.1 for c in good["context_variants"])

@@ -369,8 +369,8 @@ def render_diff(console: Console, result: dict) -> None:
 
 
 def render_doctor(console: Console, result: dict) -> None:
-    table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each; "
-                        "delta = variant - as configured, paired over prompts)", header_style="bold")
+    table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
+                        "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
     for column in ("variant", "tau macro", "delta [95% CI]", "p", "drafts unchanged"):
         table.add_column(column, justify="left" if column == "variant" else "right")
     for row in result["variants"]:
@@ -392,6 +392,11 @@ def render_doctor(console: Console, result: dict) -> None:
                       f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
     else:
         console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
+    for context in result.get("context_variants") or []:
+        d = context["delta"]
+        console.print(f"context variant {safe(context['variant'])} (new continuations, {context['target_passes']} more "
+                      f"target passes): tau {_fmt(context['tau_macro'], 2)}, delta {d['estimate']:+.2f} "
+                      f"[{d['low']:.2f}, {d['high']:.2f}], p = {d['p_value']:.3g}")
     for name, table_check in (result.get("tables") or {}).items():
         if table_check.get("compared"):
             mark = "[green]ok[/]" if table_check.get("equal") else "[bold red]DIFFERS[/]"
