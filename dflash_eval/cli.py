@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -182,6 +183,7 @@ def run(
     top_k: int = typer.Option(0, "--top-k", help="Top-k at temperature > 0 (0: off), applied to target and drafter."),
     draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (the drafter's greedy tokens, accepted with probability p)."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/N: evaluate shard I of N of the prompts (balanced by length) into --out; `dflash-eval merge` joins the N shard folders."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
@@ -196,15 +198,25 @@ def run(
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
                          generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
-                         draft_policy=draft_policy, samples=samples,
+                         draft_policy=draft_policy, samples=samples, shard=shard,
                          overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
+    from .distributed import launched_ranks
+
+    rank, world = launched_ranks()
+    if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
+        console = Console(file=open(os.devnull, "w"), highlight=False)
+        reporter = RichReporter(console)
     try:
-        result = evaluate(options, reporter)
+        from .distributed import evaluate_launched
+
+        result = evaluate_launched(options, reporter)
     except KeyboardInterrupt:
         reporter.close()
         raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
     finally:
         reporter.close()
+    if world > 1 and rank > 0:
+        return  # rank 0 merged the shards into --out and writes the report
     from .results import read_samples
 
     rows = read_samples(out / "samples.jsonl")
@@ -506,6 +518,32 @@ def track(
     written = f"results: {out}/track.jsonl, track.csv, runs/"
     if html and tracker.rows:
         written += ", track.html"
+    console.print(_safe(written))
+
+
+@app.command()
+@reports_input_errors
+def merge(
+    shards: list[Path] = typer.Argument(..., help="The N shard folders of one run (`run --shard I/N`)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The merged run folder (what one process would have written)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote."),
+    html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html."),
+) -> None:
+    """Join shard runs into one run folder: counts add exactly; shards of other runs, missing or overlapping ones are refused."""
+    from .merging import merge as merge_shards
+    from .render.terminal import render_report
+    from .results import read_samples
+
+    console = stdout_console()
+    result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]])
+    rows = read_samples(out / "samples.jsonl")
+    render_report(console, result, rows)
+    written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"
+    if html:
+        from .render.html import render_run_html, write_html
+
+        write_html(out / "report.html", render_run_html(result, rows))
+        written += ", report.html"
     console.print(_safe(written))
 
 

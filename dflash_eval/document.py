@@ -69,26 +69,20 @@ def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[st
             "repetition": None, "by_prompt_set": {}}
 
 
-def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
-              block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
-    import torch
-    import transformers
-
-    from . import __version__
-    from .sampling import sampling_of
-
-    order = {p.id: i for i, p in enumerate(prompts)}
-    rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
-    sets: dict[str, int] = {}
-    for p in prompts:
-        sets[p.set] = sets.get(p.set, 0) + 1
-    consistency = [r["self_consistency"] for r in rows if "self_consistency" in r]
+def self_consistency_of(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """(agreeing, total) continuation tokens over the prompts (counted once per prompt, not per drafter)."""
     seen: set[str] = set()
     agree = total = 0
-    for row, pair in zip([r for r in rows if "self_consistency" in r], consistency):
-        if row["prompt_id"] not in seen:
+    for row in rows:
+        if "self_consistency" in row and row["prompt_id"] not in seen:
             seen.add(row["prompt_id"])
-            agree, total = agree + pair[0], total + pair[1]
+            agree, total = agree + row["self_consistency"][0], total + row["self_consistency"][1]
+    return agree, total
+
+
+def drafter_documents(options, entries, rows, fingerprints, block_sizes) -> list[dict[str, Any]]:
+    """Each drafter's run.json object from its rows (sorted in prompt order): counts merged exactly,
+    metrics divided here. `merge` rebuilds shard runs through the same function."""
     drafter_objects = []
     for entry in entries:
         mine = [r for r in rows if r["drafter"] == entry.name]
@@ -118,6 +112,24 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             obj["live"] = {"steps": merged.steps, "seconds": sum(sum(r.get("step_seconds", [])) for r in mine),
                            "prefill_seconds": sum(r.get("prefill_seconds", 0.0) for r in mine)}
         drafter_objects.append(obj)
+    return drafter_objects
+
+
+def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
+              block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from . import __version__
+    from .sampling import sampling_of
+
+    order = {p.id: i for i, p in enumerate(prompts)}
+    rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
+    sets: dict[str, int] = {}
+    for p in prompts:
+        sets[p.set] = sets.get(p.set, 0) + 1
+    agree, total = self_consistency_of(rows)
+    drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes)
     text = target.model.config.get_text_config()
     return {
         "schema_version": R.SCHEMA_VERSION,

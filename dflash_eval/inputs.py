@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoints import checked_spec, checkpoint_fingerprint, read_spec, resolve_local_or_cached
-from .prompts import Prompt, prompt_ids
+from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .errors import InputError
 from .options import RunOptions
 from .spec import DrafterSpec
@@ -225,6 +225,7 @@ class Inputs:
     warnings: list[str] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
     _ids: dict[str, list[int]] | None = field(default=None, repr=False)
+    all_prompts: list[Prompt] | None = None  # with --shard: every prompt of the run, of which `prompts` is a shard
 
     def prompt_ids(self) -> dict[str, list[int]]:
         """Every prompt through the target's chat template: tokenized once, the ids the length check saw."""
@@ -245,6 +246,10 @@ class Inputs:
             "semantics": {e.name: e.spec.semantics for e in self.entries},
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
                if options.temperature > 0 else {}),
+            # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
+            **({"shard": {"index": parse_shard(options.shard)[0], "count": parse_shard(options.shard)[1],
+                          "seed": options.seed, "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
+               if options.shard else {}),
         }
 
 
@@ -262,6 +267,8 @@ def check_options(options: RunOptions) -> None:
     from .sampling import sampling_of
 
     sampling_of(options).check()
+    if options.shard is not None:
+        parse_shard(options.shard)
     if options.samples < 1:
         raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
@@ -313,6 +320,11 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
     inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings)
     check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
+    if options.shard:
+        index, count = parse_shard(options.shard)
+        cost = {k: len(v) + options.max_new_tokens for k, v in inputs.prompt_ids().items()}
+        inputs.all_prompts = prompts
+        inputs.prompts = shard_prompts(prompts, cost, index, count)
     if options.responses:
         inputs.responses = read_responses(options.responses, tokenizer, info.vocab_size)
         missing = [p.id for p in prompts if p.id not in inputs.responses]

@@ -50,6 +50,7 @@ class RunOptions:
     top_k: int = 0
     draft_policy: str = "sample"
     samples: int = 1
+    shard: str | None = None  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
     context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
 
 

@@ -327,3 +327,29 @@ def describe_sets() -> list[tuple[str, int, str]]:
 def render_for_target(prompts: list[Prompt], tokenizer, enable_thinking: bool) -> list[str]:
     """The exact text each prompt sends to the target, after its chat template (for `prompts show`)."""
     return [chat_text(tokenizer, prompt, enable_thinking) for prompt in prompts]
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """"I/N" -> (I, N) with 0 <= I < N; anything else is refused by name."""
+    from .errors import InputError
+
+    head, sep, tail = str(value).partition("/")
+    try:
+        index, count = int(head), int(tail)
+    except ValueError:
+        index = count = -1
+    if not sep or count < 1 or not 0 <= index < count:
+        raise InputError(None, f"--shard {value!r}: expected I/N with 0 <= I < N (e.g. 0/4)")
+    return index, count
+
+
+def shard_prompts(prompts: list[Prompt], cost: dict[str, int], index: int, count: int) -> list[Prompt]:
+    """Shard `index` of `count`, balanced by cost (prompt length + new tokens): longest first, each to the
+    shard with the least cost so far (ties to the lower shard); deterministic, and in the prompts' order."""
+    loads = [0] * count
+    owner: dict[str, int] = {}
+    for position, prompt in sorted(enumerate(prompts), key=lambda item: (-cost[item[1].id], item[0])):
+        target = min(range(count), key=lambda k: (loads[k], k))
+        owner[prompt.id] = target
+        loads[target] += cost[prompt.id]
+    return [p for p in prompts if owner[p.id] == index]

@@ -1,0 +1,89 @@
+"""Past one process: `--shard I/N` + `merge` and torchrun data parallel (gloo on CPU) give the run folder one
+process writes: the same run.json metrics and the same samples rows; shards of other runs are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_eval.cli import app
+
+runner = CliRunner()
+
+
+def _common(trained, tmp_path) -> list[str]:
+    return ["-d", str(trained["qwen3"]["good"]), "-d", f"{trained['qwen3']['anchor_bug']}:bug", "--target",
+            str(trained["qwen3"]["target"]), "--max-new-tokens", "24", "--cache-dir", str(tmp_path / "cache"),
+            "--no-html", "--device", "cpu"]
+
+
+def _same_results(one: Path, other: Path) -> None:
+    a, b = (json.loads((d / "run.json").read_text()) for d in (one, other))
+    assert [d["metrics"] for d in a["drafters"]] == [d["metrics"] for d in b["drafters"]]
+    assert [d["counts"] for d in a["drafters"]] == [d["counts"] for d in b["drafters"]]
+    assert [d["repetition"] for d in a["drafters"]] == [d["repetition"] for d in b["drafters"]]
+    assert a["provenance"]["self_consistency"] == b["provenance"]["self_consistency"]
+    assert a["provenance"]["prompts"] == b["provenance"]["prompts"]
+    assert (one / "samples.jsonl").read_text() == (other / "samples.jsonl").read_text()
+    assert (one / "per_position.csv").read_text() == (other / "per_position.csv").read_text()
+
+
+@pytest.fixture(scope="module")
+def single(trained, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("single")
+    result = runner.invoke(app, ["run", *_common(trained, tmp), "--out", str(tmp / "one")])
+    assert result.exit_code == 0, result.output
+    return tmp
+
+
+def test_shards_merge_into_the_single_run(trained, single, tmp_path):
+    common = _common(trained, single)
+    for i in range(3):
+        done = runner.invoke(app, ["run", *common, "--shard", f"{i}/3", "--out", str(tmp_path / f"s{i}")])
+        assert done.exit_code == 0, done.output
+    rows = [len((tmp_path / f"s{i}" / "samples.jsonl").read_text().splitlines()) for i in range(3)]
+    assert sum(rows) == 12 * 2 and all(r >= 6 for r in rows)  # 12 prompts x 2 drafters, balanced
+    merged = runner.invoke(app, ["merge", *(str(tmp_path / f"s{i}") for i in (2, 0, 1)), "--out", str(tmp_path / "m"),
+                                 "--no-html"])
+    assert merged.exit_code == 0, merged.output
+    _same_results(single / "one", tmp_path / "m")
+    # refusals, by name, with nothing written
+    missing = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "--out", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "shards missing: 2/3" in missing.stderr
+    twice = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s0"), str(tmp_path / "s1"), "--out",
+                                str(tmp_path / "x")])
+    assert twice.exit_code == 2 and "shard 0/3 is given twice" in twice.stderr
+    other = runner.invoke(app, ["run", *common, "--shard", "2/3", "--max-new-tokens", "16", "--out", str(tmp_path / "o")])
+    assert other.exit_code == 0, other.output
+    refused = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), str(tmp_path / "o"), "--out",
+                                  str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "max_new_tokens: 24 -> 16" in refused.stderr and "Traceback" not in refused.output
+    assert not (tmp_path / "x").exists()
+    plain = runner.invoke(app, ["merge", str(single / "one"), "--out", str(tmp_path / "x")])
+    assert plain.exit_code == 2 and "is not a shard" in plain.stderr
+
+
+@pytest.mark.parametrize("value", ["3/3", "1", "a/b", "-1/2"])
+def test_bad_shard_values_are_refused(trained, tmp_path, value):
+    result = runner.invoke(app, ["run", *_common(trained, tmp_path), "--shard", value, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "expected I/N with 0 <= I < N" in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_torchrun_two_gloo_ranks_equal_one_process(trained, single, tmp_path):
+    out = tmp_path / "dp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
+               "-m", "dflash_eval", "run", *_common(trained, single), "--out", str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _same_results(single / "one", out)
+    assert (Path(f"{out}.shards") / "rank-0" / "run.json").exists() and (Path(f"{out}.shards") / "rank-1" / "run.json").exists()
+    merged_from = json.loads((out / "run.json").read_text())["provenance"]["merged_from"]
+    assert [Path(p).name for p in merged_from] == ["rank-0", "rank-1"]
