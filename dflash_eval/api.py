@@ -16,7 +16,7 @@ from typing import Any
 from .continuations import continuations_for, sampled_continuations_for
 from .document import assemble
 from .inputs import Inputs, prepare_inputs
-from .options import Reporter, RunOptions, pause_after_prompt
+from .options import Reporter, RunOptions, pause_after_prompt, placement
 from .rows import estimate_row, finish_rows, live_row, piece_decoder, trajectory_rows
 from .rundir import RunFolder
 from .scoring import estimate_on_trajectory, kernels_context, load_drafters, score_live
@@ -35,7 +35,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     folder = RunFolder(options.out, inputs.settings(options))
     done_rows = folder.open(options.overwrite)
     target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
-                         allow_accelerated_on_cpu=options.kernels == "torch")
+                         allow_accelerated_on_cpu=options.kernels == "torch", **placement(options))
     with kernels_context(target, options):
         return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows)
 

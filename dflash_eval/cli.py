@@ -184,6 +184,8 @@ def run(
     draft_policy: str = typer.Option("sample", "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (the drafter's greedy tokens, accepted with probability p)."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k)."),
     shard: Optional[str] = typer.Option(None, "--shard", help="I/N: evaluate shard I of N of the prompts (balanced by length) into --out; `dflash-eval merge` joins the N shard folders."),
+    device_map: Optional[str] = typer.Option(None, "--device-map", help="auto, balanced or sequential: split a target too large for one device over several (accelerate); drafters run where the input embedding is."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device budget, e.g. 0=70GiB,1=70GiB,cpu=200GiB."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from .api import RunOptions, evaluate
@@ -198,7 +200,8 @@ def run(
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
                          generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
-                         draft_policy=draft_policy, samples=samples, shard=shard,
+                         draft_policy=draft_policy, samples=samples, shard=shard, device_map=device_map,
+                         max_memory=max_memory,
                          overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     from .distributed import launched_ranks
 

@@ -269,6 +269,14 @@ def check_options(options: RunOptions) -> None:
     sampling_of(options).check()
     if options.shard is not None:
         parse_shard(options.shard)
+    if options.device_map is not None and options.device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise InputError(None, f"unknown --device-map {options.device_map!r} (auto, balanced, balanced_low_0 or sequential)")
+    if options.max_memory and not options.device_map:
+        raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
+    if options.max_memory:
+        from .options import parse_max_memory
+
+        parse_max_memory(options.max_memory)
     if options.samples < 1:
         raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:

@@ -50,8 +50,32 @@ class RunOptions:
     top_k: int = 0
     draft_policy: str = "sample"
     samples: int = 1
+    device_map: str | None = None  # "auto", "balanced", "sequential": one target split over devices (accelerate)
+    max_memory: str | None = None  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
     shard: str | None = None  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
     context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
+
+
+def parse_max_memory(value: str | None) -> dict | None:
+    """"0=70GiB,1=70GiB,cpu=200GiB" -> accelerate's max_memory ({0: "70GiB", 1: "70GiB", "cpu": "200GiB"})."""
+    if not value:
+        return None
+    out: dict = {}
+    for part in value.split(","):
+        key, sep, amount = part.strip().partition("=")
+        if not sep or not amount:
+            from .errors import InputError
+
+            raise InputError(None, f"--max-memory {value!r}: expected DEVICE=AMOUNT,... (e.g. 0=70GiB,cpu=200GiB)")
+        out[int(key) if key.isdigit() else key] = amount
+    return out
+
+
+def placement(options: RunOptions) -> dict:
+    """load_target's device_map / max_memory keywords for a run's options (empty: one device)."""
+    if not options.device_map:
+        return {}
+    return {"device_map": options.device_map, "max_memory": parse_max_memory(options.max_memory)}
 
 
 def pause_after_prompt() -> None:

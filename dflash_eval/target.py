@@ -250,9 +250,14 @@ def kernel_summary(report: list[LayerKernel]) -> dict[str, str]:
 
 
 def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
-                allow_accelerated_on_cpu: bool = False) -> Target:
+                allow_accelerated_on_cpu: bool = False, device_map: str | dict | None = None,
+                max_memory: dict | None = None, offload_folder: str | None = None) -> Target:
     """Load a target (local folder or HF cache name, offline). `allow_accelerated_on_cpu` is for callers
-    that route the kernels to the torch fallback themselves (`torch_fallback_kernels`)."""
+    that route the kernels to the torch fallback themselves (`torch_fallback_kernels`).
+
+    `device_map` ("auto", "balanced", "sequential" or a dict) splits one target over several devices
+    through accelerate (transformers' `device_map`, with `max_memory`); the taps are then gathered from
+    each layer's device onto the device of the input embedding, where the drafters also run."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_local_or_cached(name_or_path)
@@ -260,8 +265,15 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(path)
+    extra: dict = {}
+    if device_map is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("accelerate") is None:
+            raise InputError(None, "--device-map needs the accelerate package (pip install accelerate)")
+        extra = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
     report = kernel_report(model)
@@ -273,7 +285,13 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                                "for a CPU run (torch fallback)")
     if dev.type == "cpu":
         _quiet_cpu_fallback_advice()
-    model.to(dev).eval().requires_grad_(False)
+    if device_map is None:
+        model.to(dev)
+    else:  # dispatched: inputs, taps and drafters live where the input embedding is
+        placed = (getattr(model, "hf_device_map", None) or {})
+        first = next((v for k, v in placed.items() if "embed_tokens" in k), "cpu")
+        dev = torch.device(f"cuda:{first}" if isinstance(first, int) else ("cpu" if first == "disk" else first))
+    model.eval().requires_grad_(False)
     return Target(model=model, tokenizer=tokenizer, name=str(name_or_path), path=path, device=dev,
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
@@ -318,8 +336,10 @@ def hooked_layers(target: Target, taps: list[int]):
         if not 0 <= t < len(target.layers):
             raise InputError(target.path, f"tap {t} is outside the target's {len(target.layers)} layers")
     captured: dict[int, torch.Tensor] = {}
+    # .to(target.device): on a target split over devices each layer's output lives on its own device
     handles = [target.layers[t].register_forward_hook(
-        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0])) for t in sorted(set(taps))]
+        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0].to(target.device)))
+        for t in sorted(set(taps))]
     try:
         yield lambda: torch.cat([captured[t] for t in taps], dim=-1)
     finally:
@@ -352,7 +372,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
                 kwargs[_cache_keyword(base)] = cache
             out = base(input_ids=ids[:, start:start + step], **kwargs)
             cache = out.past_key_values if kwargs["use_cache"] else None
-            hidden_parts.append(out.last_hidden_state[0])
+            hidden_parts.append(out.last_hidden_state[0].to(target.device))
             tap_parts.append(read_taps())
     hidden = torch.cat(hidden_parts)
     tap_states = torch.cat(tap_parts)

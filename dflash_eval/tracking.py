@@ -37,7 +37,7 @@ from .continuations import continuations_for, sampled_continuations_for
 from .document import assemble
 from .errors import InputError
 from .inputs import Inputs, prepare_inputs, with_one_drafter
-from .options import Reporter, RunOptions, pause_after_prompt
+from .options import Reporter, RunOptions, pause_after_prompt, placement
 from .rows import estimate_row, finish_rows, piece_decoder, trajectory_rows
 from .rundir import RunFolder
 from .scoring import estimate_on_trajectory, kernels_context, load_drafters
@@ -202,7 +202,7 @@ class Tracker:
             run = self.options.run
             self.reporter.note(f"loading target {self.base.target_path}")
             self.target = load_target(str(self.base.target_path), device=run.device, dtype=run.dtype,
-                                      allow_accelerated_on_cpu=run.kernels == "torch")
+                                      allow_accelerated_on_cpu=run.kernels == "torch", **placement(run))
         return self.target
 
     def _item(self, role: str, view: Inputs, found: checkpoint_scan.Found | None) -> _Item:

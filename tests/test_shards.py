@@ -87,3 +87,41 @@ def test_torchrun_two_gloo_ranks_equal_one_process(trained, single, tmp_path):
     assert (Path(f"{out}.shards") / "rank-0" / "run.json").exists() and (Path(f"{out}.shards") / "rank-1" / "run.json").exists()
     merged_from = json.loads((out / "run.json").read_text())["provenance"]["merged_from"]
     assert [Path(p).name for p in merged_from] == ["rank-0", "rank-1"]
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "qwen3_5_text"])
+def test_a_target_dispatched_over_devices_captures_the_same_taps(test_bed, tmp_path, kind):
+    """accelerate's dispatch with layers on CPU and offloaded to disk (the same hooks that place layers on
+    several GPUs): the taps of every layer and the greedy tokens equal the undispatched model's, bit for bit."""
+    import torch
+
+    from dflash_eval.target import capture_taps, load_target
+
+    plain = load_target(str(test_bed[kind]), device="cpu", dtype="float32")
+    names = [n for n, _ in plain.model.named_children()]
+    base = plain.model.model
+    layers = len(plain.layers)
+    prefix = "model.language_model" if hasattr(base, "language_model") else "model"
+    device_map = {f"{prefix}.embed_tokens": "cpu", f"{prefix}.norm": "cpu", "lm_head": "cpu"}
+    inner = base.language_model if hasattr(base, "language_model") else base
+    if hasattr(inner, "rotary_emb"):
+        device_map[f"{prefix}.rotary_emb"] = "cpu"
+    for i in range(layers):
+        device_map[f"{prefix}.layers.{i}"] = "cpu" if i < layers // 2 else "disk"
+    assert "lm_head" in names
+    split = load_target(str(test_bed[kind]), device="cpu", dtype="float32", device_map=device_map,
+                        offload_folder=str(tmp_path / "offload"))
+    assert set(split.model.hf_device_map.values()) == {"cpu", "disk"}
+    ids = torch.tensor(plain.tokenizer("def fizzbuzz(n): return [i for i in range(n)]")["input_ids"])
+    taps = list(range(layers))
+    a, b = capture_taps(plain, ids, taps), capture_taps(split, ids, taps)
+    assert torch.equal(a.taps, b.taps) and torch.equal(a.greedy, b.greedy)
+
+
+def test_run_with_a_device_map_equals_the_plain_run(trained, single, tmp_path):
+    out = tmp_path / "mapped"
+    result = runner.invoke(app, ["run", *_common(trained, single), "--device-map", "auto", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    _same_results(single / "one", out)
+    refused = runner.invoke(app, ["run", *_common(trained, single), "--max-memory", "cpu=1GiB", "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "give --device-map too" in refused.stderr
