@@ -31,6 +31,27 @@ Dtype = Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on 
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).")]
 Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP)]
+FinalBlock = Annotated[str, typer.Option(
+    "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM).")]
+AnchorBatch = Annotated[Optional[int], typer.Option(
+    "--anchor-batch", min=1, help="Anchors per drafter forward (default: 64 on CPU; on GPU sized to ~2 GB).")]
+TapChunk = Annotated[int, typer.Option(
+    "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill.")]
+GenerationBatch = Annotated[Optional[int], typer.Option(
+    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU, from free memory on GPU, at most 64).")]
+Kernels = Annotated[str, typer.Option(
+    "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
+# temperature > 0 (sampling.py): the same five options on run, doctor and track
+Temperature = Annotated[float, typer.Option(
+    "--temperature", help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live (run), "
+                          "z-lab's loop with rejection sampling.")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Top-k at temperature > 0 (0: off), target and drafter.")]
+DraftPolicy = Annotated[str, typer.Option(
+    "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (its "
+                           "greedy tokens, accepted with probability p); run also takes both.")]
+Samples = Annotated[int, typer.Option(
+    "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k).")]
 
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,

@@ -101,10 +101,9 @@ class EstimateSums:
         """Sum; a prompt in both (its samples) gets its S and C added."""
         if other.block_size != self.block_size:
             raise ValueError(f"cannot add block sizes {self.block_size} and {other.block_size}")
-        per_prompt = dict(self.per_prompt)
-        for pid, (s, c) in other.per_prompt.items():
-            s0, c0 = per_prompt.get(pid, (0.0, 0.0))
-            per_prompt[pid] = (s0 + s, c0 + c)
+        from .metrics import add_pairs
+
+        per_prompt = add_pairs(self.per_prompt, other.per_prompt)
         return EstimateSums(self.block_size, per_prompt, self.anchors + other.anchors,
                             [x + y for x, y in zip(self.alpha_sum, other.alpha_sum)],
                             [x + y for x, y in zip(self.reach_sum, other.reach_sum)],

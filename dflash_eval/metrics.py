@@ -170,6 +170,15 @@ def merge(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
         marginal_total=add(a.marginal_total, b.marginal_total))
 
 
+def add_pairs(a: Mapping, b: Mapping) -> dict:
+    """Per-prompt pairs added where both have the prompt, kept where one has it (pooling samples)."""
+    out = dict(a)
+    for key, (x, y) in b.items():
+        x0, y0 = out.get(key, (0, 0))
+        out[key] = (x0 + x, y0 + y)
+    return out
+
+
 def pool_samples(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
     """Two samples of the same prompt(s) as one: every count adds, and a prompt present in both gets its
     steps and committed tokens added (its tau is then sum committed / sum steps over its samples).
@@ -179,10 +188,7 @@ def pool_samples(a: AcceptanceCounts, b: AcceptanceCounts) -> AcceptanceCounts:
     (a cluster bootstrap over prompts), and `merge` keeps refusing the same prompt twice across prompts."""
     if a.block_size != b.block_size:
         raise ValueError(f"cannot pool block sizes {a.block_size} and {b.block_size}")
-    per_prompt = dict(a.per_prompt)
-    for pid, (s, t) in b.per_prompt.items():
-        s0, t0 = per_prompt.get(pid, (0, 0))
-        per_prompt[pid] = (s0 + s, t0 + t)
+    per_prompt = add_pairs(a.per_prompt, b.per_prompt)
     rest = merge(AcceptanceCounts(a.block_size, {}, a.steps, a.accepted_draft_tokens, a.drafted_tokens,
                                   a.accept_length_histogram, a.reach_counts, a.reach_denominators,
                                   a.marginal_correct, a.marginal_total),

@@ -276,10 +276,9 @@ class RepetitionCounts:
     def pooled(self, other: RepetitionCounts) -> RepetitionCounts:
         """Two samples of the same prompt(s) as one (temperature > 0, as metrics.pool_samples): counts add,
         and a prompt in both gets its (flagged blocks, blocks) added."""
-        per_prompt = dict(self.per_prompt)
-        for pid, (f, b) in other.per_prompt.items():
-            f0, b0 = per_prompt.get(pid, (0, 0))
-            per_prompt[pid] = (f0 + f, b0 + b)
+        from .metrics import add_pairs
+
+        per_prompt = add_pairs(self.per_prompt, other.per_prompt)
         total = replace(self, per_prompt={}) + replace(other, per_prompt={})
         return replace(total, per_prompt=per_prompt)
 

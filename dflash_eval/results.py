@@ -161,37 +161,27 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
 
 def per_position_csv(drafters: list[dict[str, Any]]) -> str:
     if any(d["metrics"].get("estimate") for d in drafters):
-        return _estimate_csv(drafters)
-    width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
-    header = ["drafter", "tau_macro", "tau_micro"]
-    for kind in ("acceptance_at_pos", "conditional_at_pos", "marginal_at_pos"):
-        header += [f"{kind}_{i}" for i in range(1, width + 1)]
+        # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
+        return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
+                         [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
+    return _slot_csv(drafters, ["tau_macro", "tau_micro"], [("reach", "acceptance_at_pos"),
+                                                            ("conditional", "conditional_at_pos"),
+                                                            ("marginal", "marginal_at_pos")])
+
+
+def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]]) -> str:
+    """drafter, tau macro, tau micro, then one column per slot for each (metrics key, column prefix)."""
+    width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)
+    header = ["drafter", *tau_columns]
+    for _, prefix in slots:
+        header += [f"{prefix}_{i}" for i in range(1, width + 1)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     for d in drafters:
         m = d["metrics"]
         row = [d["name"], m["tau_macro"], m["tau_micro"]]
-        for key in ("reach", "conditional", "marginal"):
-            values = list(m[key]) + [None] * (width - len(m[key]))
-            row += ["" if v is None else f"{v:.6f}" for v in values]
-        writer.writerow(row)
-    return out.getvalue()
-
-
-def _estimate_csv(drafters: list[dict[str, Any]]) -> str:
-    """Temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names."""
-    width = max((len(d["metrics"]["alpha"]) for d in drafters), default=0)
-    header = ["drafter", "tau_macro_estimate", "tau_micro_estimate"]
-    header += [f"expected_reach_at_pos_{i}" for i in range(1, width + 1)]
-    header += [f"alpha_at_pos_{i}" for i in range(1, width + 1)]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    for d in drafters:
-        m = d["metrics"]
-        row = [d["name"], m["tau_macro"], m["tau_micro"]]
-        for key in ("expected_reach", "alpha"):
+        for key, _ in slots:
             values = list(m[key]) + [None] * (width - len(m[key]))
             row += ["" if v is None else f"{v:.6f}" for v in values]
         writer.writerow(row)
