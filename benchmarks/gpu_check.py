@@ -6,6 +6,13 @@
 (b) Throughput of the tap pass on a random-weight hybrid target built directly on the GPU with a real
     model's shape (Qwen3.5-9B-like, then 27B-like if time and memory allow): tokens/s and the fraction of
     the GPU's bf16 dense peak (989 TFLOP/s for H100/H200 SXM).
+(c) The phases of a run on a 27B-like hybrid target and a 5-layer drafter (4 sliding + 1 full, B = 16),
+    random weights in bf16: generation tokens/s at the batch `generation_batch_size` chooses, the tap pass
+    and the drafter pass at 2048 tokens with their share of the bf16 peak, one live-loop step (draft +
+    verify of a 16-token block on a 2048-token cache), and the modelled speedup of dflash-eval over a live
+    loop for 1 and 5 drafters at 2048 tokens (tau 2 and 4), as one summary table.
+    `python benchmarks/gpu_check.py --smoke` runs (c) alone on the CPU with a tiny shape: the code path,
+    not the numbers (tests/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations
@@ -124,10 +131,126 @@ def part_b(budget_seconds: float) -> None:
         torch.cuda.empty_cache()
 
 
+def part_c(smoke: bool = False) -> list[tuple[str, str]]:
+    """The phases of issue 15 item 6; returns (and prints) the summary table's rows."""
+    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
+
+    from dflash_eval.checkpoints import TargetInfo
+    from dflash_eval.continuations import generation_batch_size
+    from dflash_eval.drafter import DFlashDrafter
+    from dflash_eval.engine import replay
+    from dflash_eval.target import Target, cached_step, capture_taps, decoder_layers
+    from dflash_eval.drafting import draft_logits
+    from dflash_eval.testing.checkpoint_writer import design_spec
+    from dflash_eval.testing.testbed import random_state_dict
+
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = torch.float32 if smoke else torch.bfloat16
+    if smoke:
+        shape = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=32, linear_num_value_heads=4, linear_num_key_heads=2)
+        vocab, T, prompt, gen_tokens, drafter_shape = 1024, 96, 32, 16, dict(num_attention_heads=4, num_key_value_heads=2,
+                                                                            head_dim=32, intermediate_size=256)
+    else:
+        shape = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
+                     num_key_value_heads=4, head_dim=256, linear_num_value_heads=48, linear_num_key_heads=16)
+        vocab, T, prompt, gen_tokens, drafter_shape = 248320, 2048, 128, 128, dict(num_attention_heads=32, num_key_value_heads=8,
+                                                                                  head_dim=128, intermediate_size=17408)
+    layers = shape["num_hidden_layers"]
+    config = Qwen3_5TextConfig(vocab_size=vocab, linear_key_head_dim=shape["head_dim"] // 2,
+                               linear_value_head_dim=shape["head_dim"] // 2,
+                               layer_types=["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)],
+                               max_position_embeddings=32768, tie_word_embeddings=False, **shape)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.eval().requires_grad_(False)
+    params = sum(p.numel() for p in model.parameters())
+    target = Target(model=model, tokenizer=None, name="27B-like", path=Path("."), device=device, dtype=dtype,
+                    info=TargetInfo("27B-like", layers, shape["hidden_size"], vocab), layers=decoder_layers(model))
+    spec = design_spec(target.info, mask_token_id=vocab - 1, block_size=16, num_layers=5, sliding_window=2048,
+                       sliding_layers=4, fmt="zlab", **drafter_shape)
+    drafter = DFlashDrafter(spec).to(device=device, dtype=dtype).eval().requires_grad_(False)
+    drafter.load_state_dict({k: v.to(dtype) for k, v in random_state_dict(spec).items()}, strict=True)
+    drafter.attach_target(target.embed_tokens, target.lm_head)
+    drafter_params = sum(p.numel() for n, p in drafter.named_parameters())
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    peak = H200_BF16_PEAK if not smoke else float("nan")
+    rows = []
+    with torch.inference_mode():
+        batch = generation_batch_size(target, [prompt] * 64, T) if not smoke else 2
+        ids = torch.randint(0, vocab - 2, (batch, prompt), device=device)
+        model.generate(input_ids=ids[:, :8], max_new_tokens=2, do_sample=False, pad_token_id=0)  # warm-up
+        sync()
+        t0 = time.perf_counter()
+        model.generate(input_ids=ids, max_new_tokens=gen_tokens, min_new_tokens=gen_tokens, do_sample=False,
+                       pad_token_id=0, eos_token_id=None)
+        sync()
+        gen_rate = batch * gen_tokens / (time.perf_counter() - t0)
+        rows.append(("generation", f"{gen_rate:,.0f} tokens/s at batch {batch} ({gen_tokens} new tokens each)"))
+
+        tokens = torch.randint(0, vocab - 2, (prompt + T,))
+        taps = list(spec.taps)
+        capture_taps(target, tokens, taps)  # warm-up
+        sync()
+        t0 = time.perf_counter()
+        capture = capture_taps(target, tokens, taps)
+        sync()
+        tap_s = time.perf_counter() - t0
+        rows.append(("tap pass", f"{tap_s * 1e3:.0f} ms at {prompt + T} tokens, "
+                                 f"{2 * params * (prompt + T) / tap_s / peak:.1%} of bf16 peak"))
+
+        replay(drafter, capture.taps, tokens, prompt, T, anchor_batch=64)  # warm-up
+        sync()
+        t0 = time.perf_counter()
+        replay(drafter, capture.taps, tokens, prompt, T)
+        sync()
+        drafter_s = time.perf_counter() - t0
+        flops = 2 * drafter_params * T * spec.block_size
+        rows.append(("drafter pass", f"{drafter_s * 1e3:.0f} ms over {T} anchors x B = 16, "
+                                     f"{flops / drafter_s / peak:.1%} of bf16 peak (matmuls only)"))
+
+        _, _, cache = cached_step(target, tokens[:prompt + T - 16], taps, None)
+        ctx = drafter.context(capture.taps[:prompt + T - 16].to(dtype))
+        step_times = []
+        for _ in range(3):
+            import copy
+
+            snapshot = copy.deepcopy(cache)
+            sync()
+            t0 = time.perf_counter()
+            draft_logits(drafter, ctx, tokens.to(device), [prompt + T - 17], [16])
+            cached_step(target, tokens[prompt + T - 17:prompt + T - 1], taps, snapshot)
+            sync()
+            step_times.append(time.perf_counter() - t0)
+        step_s = min(step_times)
+        rows.append(("live-loop step", f"{step_s * 1e3:.1f} ms (draft + verify of 16 tokens on a {prompt + T}-token cache)"))
+        per_prompt_generation = T / gen_rate  # a prompt's share of batched generation, paid once for all drafters
+        for tau in (2.0, 4.0):
+            live = T / tau * step_s
+            for n in (1, 5):
+                ours = per_prompt_generation + tap_s + n * drafter_s
+                rows.append((f"modelled speedup, tau {tau:g}, {n} drafter(s)",
+                             f"{n * live / ours:.1f}x (live loop {n * live:.2f} s vs dflash-eval {ours:.2f} s per prompt)"))
+    width = max(len(k) for k, _ in rows)
+    print(f"(c) phases on a {params / 1e9:.1f}B-parameter hybrid target, {drafter_params / 1e6:.0f}M-parameter drafter"
+          + (" [smoke: CPU, tiny shape; the numbers mean nothing]" if smoke else ""))
+    for key, value in rows:
+        print(f"    {key:<{width}}  {value}")
+    return rows
+
+
 if __name__ == "__main__":
+    if "--smoke" in sys.argv:
+        part_c(smoke=True)
+        sys.exit(0)
     if not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device")
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         part_a(Path(tmp))
     part_b(budget_seconds=float(os.environ.get("GPU_CHECK_B_SECONDS", "240")))
+    part_c()
