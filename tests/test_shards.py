@@ -125,3 +125,30 @@ def test_run_with_a_device_map_equals_the_plain_run(trained, single, tmp_path):
     _same_results(single / "one", out)
     refused = runner.invoke(app, ["run", *_common(trained, single), "--max-memory", "cpu=1GiB", "--out", str(tmp_path / "x")])
     assert refused.exit_code == 2 and "give --device-map too" in refused.stderr
+
+
+def test_a_shard_resumes_like_a_run_and_refuses_another_shard(trained, single, tmp_path):
+    import os
+    import signal
+    import time
+
+    common = _common(trained, single)
+    out = tmp_path / "s1"
+    env = {**os.environ, "DFLASH_EVAL_SLOW_PROMPTS": "0.5", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "dflash_eval", "run", *common, "--shard", "1/2", "--out", str(out)],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    samples = out / "samples.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (samples.exists() and len(samples.read_text().splitlines()) >= 4):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "run.json").exists()
+    resumed = runner.invoke(app, ["run", *common, "--shard", "1/2", "--out", str(out)])
+    assert resumed.exit_code == 0 and "resuming" in resumed.stdout, resumed.output
+    other = runner.invoke(app, ["run", *common, "--shard", "0/2", "--out", str(out)])
+    assert other.exit_code == 2 and "shard" in other.stderr and "already holds a run with different settings" in other.stderr
+    assert runner.invoke(app, ["run", *common, "--shard", "0/2", "--out", str(tmp_path / "s0")]).exit_code == 0
+    merged = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(out), "--out", str(tmp_path / "m"), "--no-html"])
+    assert merged.exit_code == 0, merged.output
+    _same_results(single / "one", tmp_path / "m")
