@@ -43,17 +43,26 @@ def _drafters(run: dict[str, Any]) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
         m, ci = d["metrics"], d["metrics"].get("tau_macro_ci") or [None, None]
+        counts = d.get("counts") or {}  # none for an offline estimate (temperature > 0): `estimate` says so
         records.append({"drafter": d["name"], "format": d["format"], "semantics": d["spec"].get("semantics"),
-                        "block_size": d["spec"]["block_size"], "tau_macro": m["tau_macro"], "tau_macro_low": ci[0],
-                        "tau_macro_high": ci[1], "tau_micro": m["tau_micro"], "steps": m["steps"],
-                        "accepted_draft_tokens": d["counts"]["accepted_draft_tokens"],
-                        "drafted_tokens": d["counts"]["drafted_tokens"]})
+                        "block_size": d["spec"]["block_size"], "estimate": bool(m.get("estimate")),
+                        "tau_macro": m["tau_macro"], "tau_macro_low": ci[0],
+                        "tau_macro_high": ci[1], "tau_micro": m["tau_micro"], "steps": m.get("steps"),
+                        "accepted_draft_tokens": counts.get("accepted_draft_tokens"),
+                        "drafted_tokens": counts.get("drafted_tokens")})
     return pd.DataFrame.from_records(records)
 
 
 def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
     records = []
     for r in rows:
+        if r.get("counts") is None:  # an offline estimate's row: expected steps and committed tokens
+            steps, committed = r["estimate"]["per_prompt"].get(r["prompt_id"], [0, 0])
+            records.append({"prompt_id": r["prompt_id"], "prompt_set": r["prompt_set"], "drafter": r["drafter"],
+                            "sample": r.get("sample"), "prompt_len": r["prompt_len"],
+                            "continuation_len": r["continuation_len"], "steps": steps, "committed": committed,
+                            "tau": committed / steps if steps else None, "estimate": True})
+            continue
         counts = r["counts"]
         steps, committed = counts["per_prompt"].get(r["prompt_id"], [0, 0])
         rep = r.get("repetition") or {}
@@ -69,6 +78,11 @@ def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
 def _slots(run: dict[str, Any]) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
+        if d.get("counts") is None:  # an offline estimate: alpha and expected reach per slot
+            m = d["metrics"]
+            records += [{"drafter": d["name"], "slot": i + 1, "alpha": a, "expected_reach": r, "estimate": True}
+                        for i, (a, r) in enumerate(zip(m["alpha"], m["expected_reach"]))]
+            continue
         counts = M.AcceptanceCounts.from_dict(d["counts"])
         fractions = M.slot_fractions(counts)
         for i in range(counts.block_size - 1):
@@ -86,6 +100,8 @@ def _slots(run: dict[str, Any]) -> pd.DataFrame:
 def _blocks(rows: list[dict[str, Any]]) -> pd.DataFrame:
     records = []
     for r in rows:
+        if "walk_anchors" not in r:  # an offline estimate has no walk
+            continue
         flags = r.get("walk_flags") or [[] for _ in r["walk_anchors"]]
         for step, (anchor, committed, drafted, draft, flag) in enumerate(zip(
                 r["walk_anchors"], r["walk_accept_lengths"], r["walk_drafted"], r["walk_drafts"], flags)):

@@ -118,3 +118,16 @@ def test_diff_pairs_two_estimates_by_prompt(trained, tmp_path):
                                     "--out", str(counted), "--cache-dir", str(tmp_path / "c"), "--no-html"]).exit_code == 0
     mixed = CliRunner().invoke(app, ["diff", f"{out}:qwen3-good", str(counted), "--force"])
     assert mixed.exit_code == 2 and "compare like with like" in mixed.stderr
+
+
+def test_read_run_on_an_estimate(trained, tmp_path):
+    import dflash_eval
+    from dflash_eval.api import RunOptions, evaluate
+
+    evaluate(RunOptions(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]), limit=3,
+                        max_new_tokens=16, device="cpu", cache_dir=tmp_path / "c", out=tmp_path / "run",
+                        temperature=0.5, samples=2))
+    frames = dflash_eval.read_run(tmp_path / "run")
+    assert bool(frames.drafters.estimate.iloc[0]) and len(frames.prompts) == 3 * 2
+    assert list(frames.slots.slot) == [1, 2, 3] and frames.slots.alpha.between(0, 1).all()
+    assert frames.blocks.empty
