@@ -21,7 +21,7 @@ from dflash_eval.cli import app
 PACKAGE = Path(__file__).resolve().parents[1] / "dflash_eval"
 CORE = {"errors", "metrics", "repetition", "compare", "spec", "semantics", "masks", "results", "paths", "samples",
         "references", "safe_text", "options", "track_summary", "estimates", "gap"}
-MODEL = {"checkpoints", "checkpoint_scan", "drafter", "drafting", "engine", "estimation", "live", "sampling", "target"}
+MODEL = {"checkpoints", "checkpoint_scan", "drafter", "drafting", "engine", "estimation", "live", "sampling", "target", "variants"}
 STAGES = ["prompts", "inputs", "rundir", "trackdir", "continuations", "trajectories", "scoring", "rows", "document"]
 COMPOSITIONS = {"api", "doctor", "diffing", "inspection", "frames", "tracking", "merging"}
 
