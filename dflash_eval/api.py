@@ -17,9 +17,9 @@ from .continuations import continuations_for, sampled_continuations_for
 from .document import assemble
 from .inputs import Inputs, prepare_inputs
 from .options import Reporter, RunOptions, pause_after_prompt, placement
-from .rows import estimate_row, finish_rows, live_row, piece_decoder, trajectory_rows
+from .rows import estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
 from .rundir import RunFolder
-from .scoring import estimate_on_trajectory, kernels_context, load_drafters, score_live
+from .scoring import kernels_context, load_drafters, score_live
 from .trajectories import capture_trajectory
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
@@ -80,9 +80,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             for k in samples:
                 trajectory = capture_trajectory(target, prompt, ids[prompt.id], continuations[(prompt.id, k)], layers,
                                                 sequence_chunk=options.tap_chunk, keep_hidden=True, sample=k)
-                for name, d in drafters.items():
-                    alphas = estimate_on_trajectory(d, trajectory, target, policy_options[name])
-                    rows.append(estimate_row(prompt, name, d.spec.block_size, alphas, trajectory))
+                rows += estimate_rows(prompt, drafters, trajectory, target, policy_options.__getitem__)
         elif options.mode == "trajectory":
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)

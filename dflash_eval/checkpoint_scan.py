@@ -25,6 +25,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .checkpoints import CONFIG_NAME, read_safetensors_header, weight_files
@@ -51,7 +52,12 @@ class Found:
     step: int | None
     step_source: str
     files: tuple[tuple[str, int, int], ...]  # (name, size, mtime_ns) of every regular file: the snapshot
-    problem: str | None  # None when complete; else why not (yet)
+
+    @cached_property
+    def problem(self) -> str | None:
+        """None when complete; else why not (yet). Read only when asked: a poll never re-reads the headers
+        of checkpoints it has already evaluated."""
+        return completeness_problem(self.path)
 
     @property
     def identity(self) -> tuple[tuple[str, int, int], ...]:
@@ -130,7 +136,7 @@ def describe(folder: Path, name: str | None = None) -> Found:
     step, source = _state_step(folder)
     if step is None:
         step, source = _name_step(folder.name)
-    return Found(folder, name or folder.name, step, source, _snapshot(folder), completeness_problem(folder))
+    return Found(folder, name or folder.name, step, source, _snapshot(folder))
 
 
 def _looks_like_checkpoint(folder: Path) -> bool:

@@ -85,6 +85,30 @@ def walk(result: DrafterOnPrompt, seq_len: int) -> None:
         a += committed
 
 
+def anchor_chunks(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, prompt_len: int,
+                  max_new_tokens: int, *, shorter_final_block: bool = True, anchor_batch: int | None = None,
+                  anchor_in_context: bool = False, block_offset: int = 0):
+    """Every anchor a = prompt_len .. T-2 drafted teacher-forced, a chunk at a time: yields (anchors,
+    block lengths, logits [sum of lengths, draft vocab] with slot 0 included). The replay (temperature 0)
+    and the estimate (temperature > 0) read the same blocks from here."""
+    B = drafter.spec.block_size
+    T = int(tokens.shape[0])
+    cap_end = prompt_len + max_new_tokens
+    tokens_dev = tokens.to(ctx.device)
+    # the context's keys and values, per layer, once per prompt: every chunk of anchors reuses them
+    context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
+    anchors = list(range(prompt_len, T - 1))  # the last token has nothing left to draft
+    if anchor_batch is None:
+        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads,
+                                         device_type=ctx.device.type)
+    for start in range(0, len(anchors), anchor_batch):
+        chunk = anchors[start:start + anchor_batch]
+        lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
+        yield chunk, lengths, draft_logits(drafter, ctx, tokens_dev, chunk, lengths,
+                                           anchor_in_context=anchor_in_context, block_offset=block_offset,
+                                           context_kv=context_kv)
+
+
 @torch.inference_mode()
 def replay(
     drafter: DFlashDrafter,
@@ -105,22 +129,12 @@ def replay(
     ctx: precomputed drafter.context(taps) (the doctor reuses it across variants)."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
-    cap_end = prompt_len + max_new_tokens
     ctx = drafter.context(taps) if ctx is None else ctx
-    tokens_dev = tokens.to(ctx.device)
-    # the context's keys and values, per layer, once per prompt: every chunk of anchors reuses them
-    context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
     result = DrafterOnPrompt(prompt_len=prompt_len)
     token_list = tokens.tolist()
-    anchors = list(range(prompt_len, T - 1))  # the last token has nothing left to draft
-    if anchor_batch is None:
-        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads,
-                                         device_type=ctx.device.type)
-    for start in range(0, len(anchors), anchor_batch):
-        chunk = anchors[start:start + anchor_batch]
-        lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
-        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context,
-                              block_offset=block_offset, context_kv=context_kv)
+    for chunk, lengths, logits in anchor_chunks(drafter, ctx, tokens, prompt_len, max_new_tokens,
+                                                shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
+                                                anchor_in_context=anchor_in_context, block_offset=block_offset):
         drafted = drafter.to_target_ids(logits.argmax(-1)).tolist()
         offset = 0
         for a, length in zip(chunk, lengths):

@@ -14,9 +14,8 @@ from __future__ import annotations
 import torch
 
 from .drafter import DFlashDrafter
-from .drafting import draft_logits
-from .engine import auto_anchor_batch, block_length
-from .sampling import Sampling, sampling_probs
+from .engine import anchor_chunks
+from .sampling import Sampling, sampling_probs, to_target_vocab
 
 ROWS_PER_PASS = 256
 
@@ -27,22 +26,11 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
                   shorter_final_block: bool = True, anchor_batch: int | None = None,
                   anchor_in_context: bool = False, block_offset: int = 0) -> list[list[float]]:
     """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
-    B = drafter.spec.block_size
     T = int(tokens.shape[0])
-    cap_end = prompt_len + max_new_tokens
-    ctx = drafter.context(taps)
-    tokens_dev = tokens.to(ctx.device)
-    context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))
-    anchors = list(range(prompt_len, T - 1))
-    if anchor_batch is None:
-        anchor_batch = auto_anchor_batch(T, B, drafter.spec.draft_vocab_size, drafter.spec.num_attention_heads,
-                                         device_type=ctx.device.type)
     out: list[list[float]] = []
-    for start in range(0, len(anchors), anchor_batch):
-        chunk = anchors[start:start + anchor_batch]
-        lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
-        logits = draft_logits(drafter, ctx, tokens_dev, chunk, lengths, context_kv=context_kv,
-                              anchor_in_context=anchor_in_context, block_offset=block_offset)
+    for chunk, lengths, logits in anchor_chunks(drafter, drafter.context(taps), tokens, prompt_len, max_new_tokens,
+                                                shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
+                                                anchor_in_context=anchor_in_context, block_offset=block_offset):
         rows, positions, owners = [], [], []
         offset = 0
         for index, (a, length) in enumerate(zip(chunk, lengths)):
@@ -62,10 +50,7 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
                 drafted = drafter.to_target_ids(slot_logits.argmax(-1)).to(p.device)
                 alpha = p.gather(-1, drafted[:, None])[:, 0]
             else:
-                q = sampling_probs(slot_logits, sampling).to(p.device)
-                if q.shape[-1] != p.shape[-1]:  # a reduced draft vocabulary: its mass on its target ids
-                    ids = drafter.to_target_ids(torch.arange(q.shape[-1], device=slot_logits.device)).to(p.device)
-                    q = torch.zeros_like(p).index_copy_(1, ids, q)
+                q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), p.shape[-1]).to(p.device)
                 alpha = torch.minimum(p, q).sum(-1)
             values[part:part + len(pick)] = alpha.float().cpu()
         per_anchor: list[list[float]] = [[] for _ in chunk]

@@ -247,8 +247,8 @@ class Inputs:
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
                if options.temperature > 0 else {}),
             # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
-            **({"shard": {"index": parse_shard(options.shard)[0], "count": parse_shard(options.shard)[1],
-                          "seed": options.seed, "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
+            **({"shard": {**dict(zip(("index", "count"), parse_shard(options.shard))), "seed": options.seed,
+                          "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
                if options.shard else {}),
         }
 

@@ -27,7 +27,7 @@ import torch
 from .drafter import DFlashDrafter
 from .drafting import draft_logits
 from .engine import block_length
-from .sampling import Sampling, draw, rejection_step, sampling_probs
+from .sampling import Sampling, draw, rejection_step, sampling_probs, to_target_vocab
 from .target import Target, cached_step, stop_token_ids
 
 
@@ -50,16 +50,6 @@ class LiveResult:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _draft_distribution(drafter: DFlashDrafter, slot_logits: torch.Tensor, vocab: int,
-                        sampling: Sampling) -> torch.Tensor:
-    """q over the target vocabulary ([g, V]): a reduced draft vocabulary's mass moved to its target ids."""
-    q = sampling_probs(slot_logits, sampling)
-    if q.shape[-1] == vocab:
-        return q
-    ids = drafter.to_target_ids(torch.arange(q.shape[-1], device=q.device))
-    return torch.zeros(q.shape[0], vocab, dtype=q.dtype, device=q.device).index_copy_(1, ids, q)
 
 
 @torch.inference_mode()
@@ -102,7 +92,7 @@ def live_generate(
         if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
             drafted = drafter.to_target_ids(slot_logits.argmax(-1))
         else:
-            q = _draft_distribution(drafter, slot_logits, vocab, sampling)
+            q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), vocab)
             drafted = draw(q, generator)
         drafts = drafted.tolist()
         snapshot = copy.deepcopy(cache)

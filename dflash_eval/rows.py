@@ -56,6 +56,15 @@ def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list
                            trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
 
 
+def estimate_rows(prompt: Prompt, drafters: dict, trajectory, target, options_of) -> list[dict[str, Any]]:
+    """Temperature > 0, offline: every drafter's estimate on one sampled trajectory, one row each (run's and
+    track's inner loop, as `trajectory_rows` at temperature 0). options_of(name): that drafter's options."""
+    from .scoring import estimate_on_trajectory
+
+    return [estimate_row(prompt, name, d.spec.block_size, estimate_on_trajectory(d, trajectory, target, options_of(name)),
+                         trajectory) for name, d in drafters.items()]
+
+
 def estimate_row(prompt: Prompt, name: str, B: int, alphas: list[list[float]], trajectory) -> dict[str, Any]:
     """A sampled continuation's row at temperature > 0 (offline estimate): the per-anchor acceptance
     probabilities, the expected accepted drafts per anchor and the additive sums (estimates.py)."""

@@ -82,6 +82,14 @@ def sampling_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return probs
 
 
+def to_target_vocab(drafter, q: torch.Tensor, vocab: int) -> torch.Tensor:
+    """q over the target vocabulary ([g, V]): a reduced draft vocabulary's mass moved to its target ids (d2t)."""
+    if q.shape[-1] == vocab:
+        return q
+    ids = drafter.to_target_ids(torch.arange(q.shape[-1], device=q.device))
+    return torch.zeros(q.shape[0], vocab, dtype=q.dtype, device=q.device).index_copy_(1, ids, q)
+
+
 def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row of [..., V] probabilities (one multinomial call, as z-lab's `_sample_probs`)."""
     shape = probs.shape[:-1]

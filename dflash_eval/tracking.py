@@ -38,9 +38,9 @@ from .document import assemble
 from .errors import InputError
 from .inputs import Inputs, prepare_inputs, with_one_drafter
 from .options import Reporter, RunOptions, pause_after_prompt, placement
-from .rows import estimate_row, finish_rows, piece_decoder, trajectory_rows
+from .rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
 from .rundir import RunFolder
-from .scoring import estimate_on_trajectory, kernels_context, load_drafters
+from .scoring import kernels_context, load_drafters
 from .trackdir import CSV, TrackFolder, run_label, track_csv, track_row
 from .trajectories import capture_trajectory
 
@@ -262,9 +262,8 @@ class Tracker:
                                                     sample=k if sampled else None)
                     for item in members:
                         if sampled:
-                            per_member[id(item)] += [estimate_row(prompt, n, d.spec.block_size,
-                                                                  estimate_on_trajectory(d, trajectory, target, run),
-                                                                  trajectory) for n, d in item.drafters.items()]
+                            per_member[id(item)] += estimate_rows(prompt, item.drafters, trajectory, target,
+                                                                  lambda name: run)
                         else:
                             per_member[id(item)] += trajectory_rows(prompt, item.drafters, trajectory, run)
                 for item in members:
