@@ -32,9 +32,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()
 
-    from dflash_eval.checkpoints import TargetInfo
-    from dflash_eval.drafter import DFlashDrafter
-    from dflash_eval.drafting import dense_draft_logits, draft_logits
+    from dflash_eval.formats.validation import TargetInfo
+    from dflash_eval.model.drafter import DFlashDrafter
+    from dflash_eval.model.drafting import dense_draft_logits, draft_logits
     from dflash_eval.testing.checkpoint_writer import design_spec
 
     torch.manual_seed(0)

@@ -34,9 +34,9 @@ def main() -> None:
                         help="the bundled demo pair instead (a trained target: peaked distributions, real acceptance)")
     args = parser.parse_args()
 
-    from dflash_eval.api import RunOptions, evaluate
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import load_target
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import load_target
     from dflash_eval.testing.tiny import build_test_bed
     from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 

@@ -33,9 +33,10 @@ H200_BF16_PEAK = 989e12
 
 
 def part_a(root: Path) -> None:
-    from dflash_eval.api import RunOptions, evaluate
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import capture_taps, kernel_report, load_target, torch_fallback_kernels
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import capture_taps, load_target
+    from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
     from dflash_eval.testing.tiny import build_test_bed
     from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
@@ -86,8 +87,9 @@ def part_a(root: Path) -> None:
 def part_b(budget_seconds: float) -> None:
     from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
 
-    from dflash_eval.target import Target, capture_taps, decoder_layers, kernel_report
-    from dflash_eval.checkpoints import TargetInfo
+    from dflash_eval.model.target import Target, capture_taps
+    from dflash_eval.model.kernels import decoder_layers, kernel_report
+    from dflash_eval.formats.validation import TargetInfo
 
     shapes = {
         "9B-like": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
@@ -135,12 +137,13 @@ def part_c(smoke: bool = False) -> list[tuple[str, str]]:
     """The phases of issue 15 item 6; returns (and prints) the summary table's rows."""
     from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
 
-    from dflash_eval.checkpoints import TargetInfo
-    from dflash_eval.continuations import generation_batch_size
-    from dflash_eval.drafter import DFlashDrafter
-    from dflash_eval.engine import replay
-    from dflash_eval.target import Target, cached_step, capture_taps, decoder_layers
-    from dflash_eval.drafting import draft_logits
+    from dflash_eval.formats.validation import TargetInfo
+    from dflash_eval.pipeline.continuations import generation_batch_size
+    from dflash_eval.model.drafter import DFlashDrafter
+    from dflash_eval.model.engine import replay
+    from dflash_eval.model.target import Target, cached_step, capture_taps
+    from dflash_eval.model.kernels import decoder_layers
+    from dflash_eval.model.drafting import draft_logits
     from dflash_eval.testing.checkpoint_writer import design_spec
     from dflash_eval.testing.testbed import random_state_dict
 

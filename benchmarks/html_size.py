@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dflash_eval import metrics as M  # noqa: E402
 from dflash_eval import results as R  # noqa: E402
-from dflash_eval.document import repetition_summary as _repetition_summary  # noqa: E402
-from dflash_eval.rows import add_repetition as _add_repetition  # noqa: E402
+from dflash_eval.pipeline.document import repetition_summary as _repetition_summary  # noqa: E402
+from dflash_eval.pipeline.rows import add_repetition as _add_repetition  # noqa: E402
 from dflash_eval.render.html import render_run_html, write_html  # noqa: E402
 
 STORED = Path(__file__).resolve().parent.parent / "tests" / "data" / "report_run"

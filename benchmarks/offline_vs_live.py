@@ -33,13 +33,14 @@ def main() -> None:
     parser.add_argument("--drafters", type=int, default=3, help="drafters per target (different seeds)")
     args = parser.parse_args()
 
-    from dflash_eval.checkpoints import checked_spec, weight_files
-    from dflash_eval.continuations import Prompt, generate_greedy, prompt_ids
-    from dflash_eval.drafter import load_drafter
-    from dflash_eval.engine import replay
-    from dflash_eval.live import live_generate
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import capture_taps, load_target
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.model.engine import replay
+    from dflash_eval.model.live import live_generate
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import capture_taps, load_target
     from dflash_eval.testing.tiny import build_test_bed
     from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 

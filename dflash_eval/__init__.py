@@ -1,17 +1,43 @@
-"""dflash-eval: offline evaluation of DFlash speculative-decoding drafters (see README.md, ARCHITECTURE.md).
+"""dflash-eval: offline evaluation of DFlash speculative-decoding drafters (README.md; ARCHITECTURE.md says
+where everything lives).
 
-`dflash_eval.read_run(DIR)` reads a run folder as pandas DataFrames and `dflash_eval.read_track(DIR)` a
-track folder's curve (frames.py); `dflash_eval.api.evaluate` runs an evaluation from Python and
-`dflash_eval.tracking.track` a tracker. Imported lazily, so `import dflash_eval` (and `dflash-eval --help`) stays
-light.
+The library's compositions, re-exported here for notebooks and scripts:
+
+    import dflash_eval
+    run = dflash_eval.evaluate(dflash_eval.RunOptions(drafters=["ckpt"], out=Path("runs/a"), target="..."))
+    frames = dflash_eval.read_run("runs/a")          # pandas DataFrames
+    curve = dflash_eval.read_track("track")          # a training run's curve
+
+Imported lazily (PEP 562), so `import dflash_eval` and `dflash-eval --help` load neither torch nor
+transformers; `dir(dflash_eval)` lists every name for completion.
 """
 
-__version__ = "0.1.0"
+from .core.version import __version__
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "RunOptions": "core.options", "Reporter": "core.options", "InputError": "core.errors",
+    "evaluate": "commands.evaluate",
+    "run_doctor": "commands.doctor",
+    "track": "commands.track", "TrackOptions": "commands.track", "Tracker": "commands.track",
+    "merge": "commands.merge",
+    "diff": "commands.diff",
+    "inspect_drafter": "commands.inspect",
+    "read_run": "commands.frames", "read_track": "commands.frames", "RunFrames": "commands.frames",
+}
+
+__all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    if name in ("read_run", "RunFrames", "read_track"):
-        from . import frames
+    if name in _EXPORTS:
+        import importlib
 
-        return getattr(frames, name)
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'dflash_eval' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,6 +1,6 @@
 """Regenerate the bundled coding prompt sets from the benchmark data in ../shared/data.
 
-    python prompts/build.py                  # writes prompts/*.jsonl and dflash_eval/data/prompts/*.jsonl
+    python prompts/build.py                  # writes dflash_eval/data/prompts/*.jsonl (the one shipped copy)
     python prompts/build.py --check          # exit 1 if any of those files differs from a fresh build
     python prompts/build.py --data DIR       # read the sources from DIR instead of ../shared/data
 
@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data"
-OUTPUT_DIRS = (HERE, REPO / "dflash_eval" / "data" / "prompts")
+OUTPUT_DIRS = (REPO / "dflash_eval" / "data" / "prompts",)  # one copy, inside the package
 
 HUMANEVAL_TEMPLATE = ("Write a solution to the following problem and make sure that it passes the tests:\n"
                       "```python\n{prompt}\n```")

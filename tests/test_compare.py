@@ -2,7 +2,7 @@
 
 import pytest
 
-from dflash_eval.compare import (
+from dflash_eval.core.compare import (
     Delta,
     delta_tau,
     histogram_shift,
@@ -13,7 +13,7 @@ from dflash_eval.compare import (
     top_changes,
     verdict,
 )
-from dflash_eval.metrics import AcceptanceCounts
+from dflash_eval.core.metrics import AcceptanceCounts
 
 B = 4
 

@@ -2,14 +2,14 @@
 
 References run here (see tests/reference_code.py; installed by `scripts/bootstrap.sh test`):
 - z-lab `dflash==0.1.0`: its drafter class and its live speculative loop `dflash_generate` (temperature 0),
-  on z-lab-format checkpoints. Compared with `dflash_eval.api.evaluate` (trajectory replay): the same
+  on z-lab-format checkpoints. Compared with `dflash_eval.commands.evaluate.evaluate` (trajectory replay): the same
   continuation, the same `acceptance_lengths` on every prompt (z-lab's per-step committed-token record),
   the same tau (z-lab's: mean over prompts of the prompt's mean acceptance length). Also its drafter
   forward + `compute_logits` logit by logit against `draft_logits`, and, where its loop cannot run (a
   sliding layer whose window `use_sliding_window` nulled), its loop accounting over its forward's drafts.
 - speculators `==0.9.0`: its `DFlashDraftModel._backbone_forward` (its training forward, anchor-block
   mask included) on speculators-format checkpoints, compared logit by logit with
-  `dflash_eval.drafting.draft_logits` at every anchor; and its `DFlashConverter` (z-lab -> speculators).
+  `dflash_eval.model.drafting.draft_logits` at every anchor; and its `DFlashConverter` (z-lab -> speculators).
 
 Fixture: one drafter for the dense qwen3 tiny target (z-lab's loop needs a target whose HF cache can be
 cropped; Gated-DeltaNet state cannot), trained once with full attention, then variants made by copying
@@ -48,7 +48,8 @@ def refs():
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> dict[str, Path]:
-    from dflash_eval.testing.tiny import build_target, train_tokenizer
+    from dflash_eval.testing.tiny import build_target
+    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("conformance-bed")
     tokenizer = train_tokenizer(root / "tokenizer")
@@ -57,7 +58,7 @@ def bed(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def target(bed):
-    from dflash_eval.target import load_target
+    from dflash_eval.model.target import load_target
 
     return load_target(str(bed["qwen3"]), device="cpu", dtype="float32")
 
@@ -65,8 +66,8 @@ def target(bed):
 @pytest.fixture(scope="module")
 def prompts(target, tmp_path_factory):
     """The 12 demo prompts: ids through our chat template (thinking off, the qwen3 default) + a JSONL file."""
-    from dflash_eval.continuations import Prompt, prompt_ids
-    from dflash_eval.prompts import DEMO_PROMPTS
+    from dflash_eval.pipeline.continuations import Prompt, prompt_ids
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 
     items = [Prompt(f"p{i}", text) for i, text in enumerate(DEMO_PROMPTS)]
     path = tmp_path_factory.mktemp("conformance-prompts") / "conformance.jsonl"
@@ -77,7 +78,7 @@ def prompts(target, tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(target, tmp_path_factory) -> Path:
     """A trained z-lab-format drafter, full attention in both layers (bidirectional in block)."""
-    from dflash_eval.prompts import DEMO_PROMPTS
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     out = tmp_path_factory.mktemp("conformance-trained") / "zlab-full"
@@ -197,8 +198,8 @@ def speculators_variants(converted, tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def run_dflash_eval(bed, prompts, tmp_path_factory):
     """dflash-eval's `evaluate` on one drafter: {prompt_id: samples row} and run.json."""
-    from dflash_eval.api import RunOptions, evaluate
-    from dflash_eval.results import RUN_JSON, SAMPLES, read_samples
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.core.results import RUN_JSON, SAMPLES, read_samples
 
     cache = tmp_path_factory.mktemp("conformance-cache")  # continuations generated once, reused
     counter = iter(range(10_000))
@@ -222,7 +223,7 @@ def run_dflash_eval(bed, prompts, tmp_path_factory):
 @pytest.fixture(scope="module")
 def zlab_reference(target, prompts):
     """z-lab's own loop over every prompt, memoized per checkpoint: {prompt_id: (new ids, acceptance)}."""
-    from dflash_eval.continuations import stop_token_ids
+    from dflash_eval.pipeline.continuations import stop_token_ids
 
     stops = stop_token_ids(target)
     memo: dict[Path, dict[str, tuple[list[int], list[int]]]] = {}
@@ -349,7 +350,7 @@ def test_zlab_loop_cannot_run_a_sliding_layer_without_window(refs, zlab_variants
 
 @pytest.mark.parametrize("variant", list(ZLAB_VARIANTS))
 def test_zlab_forward_equals_draft_logits(refs, variant, zlab_variants, target, sequences):
-    """z-lab's own drafter forward (+ compute_logits) vs dflash_eval.drafting.draft_logits, every anchor."""
+    """z-lab's own drafter forward (+ compute_logits) vs dflash_eval.model.drafting.draft_logits, every anchor."""
     drafter_dir = zlab_variants[variant]
     model = ref.zlab_drafter(drafter_dir)
     for seq in sequences:
@@ -424,10 +425,10 @@ def test_converted_sliding_with_zlab_semantics_equals_zlab_loop(refs, converted,
     """A sliding layer: speculators' rules (window from the anchor) and z-lab's (window from the query)
     differ, and a speculators-format checkpoint follows speculators' by default. With the explicit
     override `semantics="zlab"` dflash-eval must reproduce z-lab's loop on the z-lab original."""
-    from dflash_eval.api import RunOptions
+    from dflash_eval.commands.evaluate import RunOptions
 
     if "semantics" not in RunOptions.__dataclass_fields__:
-        pytest.fail("dflash_eval.api.RunOptions has no `semantics` field (the --semantics zlab override)")
+        pytest.fail("dflash_eval.commands.evaluate.RunOptions has no `semantics` field (the --semantics zlab override)")
     expected = zlab_reference(zlab_variants["b-sliding-w8"])
     rows, run_json = run_dflash_eval(converted["b-sliding-w8"], semantics=["zlab"])  # --semantics zlab
     assert run_json["drafters"][0]["format"] == "speculators"
@@ -468,7 +469,7 @@ def test_converter_output_is_what_dflash_eval_reads(refs, converted, zlab_varian
     """speculators' converter: same body weights, taps renumbered t -> t + 1, same block and mask id."""
     from safetensors.torch import load_file
 
-    from dflash_eval.checkpoints import checked_spec
+    from dflash_eval.formats.checkpoints import checked_spec
 
     for name, out in converted.items():
         zspec, _ = checked_spec(zlab_variants[name])
@@ -483,14 +484,15 @@ def test_converter_output_is_what_dflash_eval_reads(refs, converted, zlab_varian
 
 
 # ---------------------------------------------------------------------------------------------------
-# speculators: _backbone_forward vs dflash_eval.drafting.draft_logits, every anchor
+# speculators: _backbone_forward vs dflash_eval.model.drafting.draft_logits, every anchor
 
 
 def _dflash_eval_logits(drafter_dir: Path, target, seq: list[int], anchors: list[int]):
-    from dflash_eval.checkpoints import checked_spec, weight_files
-    from dflash_eval.drafter import load_drafter
-    from dflash_eval.drafting import draft_logits
-    from dflash_eval.target import capture_taps
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.model.drafting import draft_logits
+    from dflash_eval.model.target import capture_taps
 
     spec, _ = checked_spec(drafter_dir, target.info)
     drafter = load_drafter(spec, weight_files(drafter_dir))
@@ -523,7 +525,7 @@ def _assert_logits_match(name, drafter_dir, model, target, sequences):
 @pytest.mark.parametrize("variant", list(SPECULATORS_VARIANTS))
 def test_speculators_backbone_equals_draft_logits(refs, variant, speculators_variants, target, sequences):
     """speculators' `_backbone_forward` (anchor-block mask, layers, its verifier-loaded embedding and head)
-    vs dflash_eval.drafting.draft_logits at every position as an anchor; taps read by each side its own way."""
+    vs dflash_eval.model.drafting.draft_logits at every position as an anchor; taps read by each side its own way."""
     drafter_dir = speculators_variants[variant]
     model = ref.speculators_drafter(drafter_dir)
     _assert_logits_match(variant, drafter_dir, model, target, sequences)
@@ -586,7 +588,7 @@ def test_inspect_names_the_rule_of_each_layer_before_and_after_speculators_conve
 @pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, 0), (0.6, 1.0, 0), (1.0, 0.8, 0), (0.7, 1.0, 20),
                                                         (1.3, 0.9, 50)])
 def test_sampling_probs_equal_zlab(refs, temperature, top_p, top_k):
-    from dflash_eval.sampling import Sampling, sampling_probs
+    from dflash_eval.model.sampling import Sampling, sampling_probs
 
     logits = torch.randn(3, 5, 300, generator=torch.Generator().manual_seed(3)) * 4
     ours = sampling_probs(logits, Sampling(temperature, top_p, top_k))
@@ -597,7 +599,7 @@ def test_sampling_probs_equal_zlab(refs, temperature, top_p, top_k):
 def test_rejection_rule_equals_zlab_draw_for_draw(refs):
     """Same probabilities, same random stream (a generator seeded as z-lab's global one): z-lab's
     `_rejection_sample` and ours accept the same drafts and emit the same next token, every time."""
-    from dflash_eval.sampling import rejection_step
+    from dflash_eval.model.sampling import rejection_step
 
     source = torch.Generator().manual_seed(11)
     for trial in range(200):
@@ -616,11 +618,12 @@ def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, pr
     pooled per prompt, z-lab's mean acceptance length) agrees within the Monte-Carlo interval (99%)."""
     import numpy as np
 
-    from dflash_eval.drafter import load_drafter
-    from dflash_eval.checkpoints import checked_spec, weight_files
-    from dflash_eval.live import live_generate
-    from dflash_eval.sampling import Sampling, generator_for
-    from dflash_eval.target import stop_token_ids
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.model.live import live_generate
+    from dflash_eval.model.sampling import Sampling, generator_for
+    from dflash_eval.model.target import stop_token_ids
 
     samples, new_tokens = 16, 24
     spec, _ = checked_spec(trained, target.info)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dflash_eval import demo
-from dflash_eval.checkpoints import checked_spec
-from dflash_eval.target import load_target, target_info
+from dflash_eval.formats.checkpoints import checked_spec
+from dflash_eval.model.target import load_target, target_info
 
 MAX_TOTAL_BYTES = 20 * 1024 * 1024
 
@@ -68,7 +68,7 @@ def test_drafters_validate_against_target():
     assert reference.taps == inhouse.taps
     # the in-house drafter records its verifier relative to its own folder, so it resolves after install
     assert inhouse.verifier == "../target"
-    from dflash_eval.references import resolve_recorded_verifier
+    from dflash_eval.formats.references import resolve_recorded_verifier
 
     resolved = resolve_recorded_verifier(demo.inhouse_path(), inhouse.verifier)
     assert resolved.resolve() == demo.target_path().resolve()
@@ -88,7 +88,7 @@ def test_build_json_records_the_story(build_info):
 
 def test_quick_evaluate_reference_beats_inhouse(tmp_path: Path):
     """4 demo prompts x 32 new tokens (a few seconds): the correct drafter accepts more than the buggy one."""
-    from dflash_eval.api import RunOptions, evaluate
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     run = evaluate(RunOptions(drafters=[str(p) for p in demo.drafter_paths()], target=str(demo.target_path()),
                               prompts="demo", limit=4, max_new_tokens=32, thinking=False, out=tmp_path / "run",

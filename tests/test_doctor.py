@@ -17,8 +17,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def bugged(trained, tmp_path_factory):
     """Two more fixture drafters with injected bugs: tap 1 dropped, taps shifted by one layer."""
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import load_target
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import load_target
     from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("bugged")
@@ -147,7 +147,7 @@ def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
 
 
 def test_gap_shares_by_hand():
-    from dflash_eval.gap import explain_gap
+    from dflash_eval.core.gap import explain_gap
 
     ids = [f"p{i}" for i in range(6)]
     base = {p: (10, 20) for p in ids}  # tau 2

@@ -8,10 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dflash_eval.checkpoints import checked_spec, weight_files
-from dflash_eval.drafter import load_drafter
-from dflash_eval.drafting import draft_logits
-from dflash_eval.target import capture_taps, load_target
+from dflash_eval.formats.checkpoints import checked_spec
+from dflash_eval.formats.files import weight_files
+from dflash_eval.model.drafter import load_drafter
+from dflash_eval.model.drafting import draft_logits
+from dflash_eval.model.target import capture_taps, load_target
 from reference_dflash import reference_block_logits
 
 
@@ -101,7 +102,7 @@ def test_reduced_vocabulary_maps_draft_ids_to_target_ids(drafter_dirs, qwen3, se
 
 
 def test_causality_override_is_reported(drafter_dirs):
-    from dflash_eval.checkpoints import read_spec
+    from dflash_eval.formats.checkpoints import read_spec
 
     spec, _, _ = read_spec(drafter_dirs["sliding"])
     assert spec.layers[0].causal_in_block is True and spec.layers[1].causal_in_block is False

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dflash_eval.estimates import EstimateSums, expected_walk, summary
+from dflash_eval.core.estimates import EstimateSums, expected_walk, summary
 
 
 @pytest.mark.parametrize("alphas, seq_len, prompt_len, expected", [
@@ -48,7 +48,7 @@ def test_sums_pool_samples_of_a_prompt_and_divide_last():
 
 @pytest.mark.parametrize("policy", ["sample", "argmax"])
 def test_as_temperature_goes_to_zero_the_estimate_is_the_greedy_tau(trained, tmp_path, policy):
-    from dflash_eval.api import RunOptions, evaluate
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     common = dict(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]), limit=6,
                   max_new_tokens=40, device="cpu", cache_dir=tmp_path / "cache")
@@ -97,7 +97,7 @@ def test_diff_pairs_two_estimates_by_prompt(trained, tmp_path):
     from typer.testing import CliRunner
 
     from dflash_eval.cli import app
-    from dflash_eval.compare import delta_tau_per_prompt
+    from dflash_eval.core.compare import delta_tau_per_prompt
 
     out = tmp_path / "run"
     args = ["run", "-d", str(trained["qwen3"]["good"]), "-d", f"{trained['qwen3']['anchor_bug']}:bug", "--target",
@@ -122,7 +122,7 @@ def test_diff_pairs_two_estimates_by_prompt(trained, tmp_path):
 
 def test_read_run_on_an_estimate(trained, tmp_path):
     import dflash_eval
-    from dflash_eval.api import RunOptions, evaluate
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     evaluate(RunOptions(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]), limit=3,
                         max_new_tokens=16, device="cpu", cache_dir=tmp_path / "c", out=tmp_path / "run",

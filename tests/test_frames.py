@@ -29,7 +29,7 @@ def test_frames_hold_counts_that_reproduce_the_runs_metrics():
 
 
 def test_read_run_refuses_what_is_not_a_run(tmp_path):
-    from dflash_eval.errors import InputError
+    from dflash_eval.core.errors import InputError
 
     with pytest.raises(InputError, match="no run.json"):
         dflash_eval.read_run(tmp_path)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from dflash_eval.metrics import (
+from dflash_eval.core.metrics import (
     AcceptanceCounts,
     bootstrap_tau_ci,
     by_prompt_set,

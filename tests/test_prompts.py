@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_eval.continuations import Prompt, prompt_ids
-from dflash_eval.errors import InputError
-from dflash_eval.prompts import (DEMO_PROMPTS, HEAD_CHARS, PROMPT_SETS, describe_sets, load_prompts,
+from dflash_eval.pipeline.continuations import Prompt, prompt_ids
+from dflash_eval.core.errors import InputError
+from dflash_eval.pipeline.prompts import (DEMO_PROMPTS, HEAD_CHARS, PROMPT_SETS, describe_sets, load_prompts,
                                  render_for_target)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ needs_source_data = pytest.mark.skipif(not (SOURCE_DATA / "humaneval.jsonl").exi
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from dflash_eval.testing.tiny import train_tokenizer
+    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
 
     return AutoTokenizer.from_pretrained(train_tokenizer(tmp_path_factory.mktemp("tokenizer")))
 

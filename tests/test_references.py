@@ -16,8 +16,8 @@ import huggingface_hub
 import pytest
 from huggingface_hub import constants
 
-from dflash_eval.errors import InputError
-from dflash_eval.references import (
+from dflash_eval.core.errors import InputError
+from dflash_eval.formats.references import (
     published_tau,
     published_tau_source,
     resolve_recorded_verifier,
@@ -170,7 +170,7 @@ def test_published_tau(tmp_path):
 
 
 def test_the_paper_s_temperature_one_number_with_the_settings_that_differ():
-    from dflash_eval.references import published_comparison, published_tau
+    from dflash_eval.formats.references import published_comparison, published_tau
 
     provenance = {"target": {"name": "Qwen/Qwen3-8B", "path": "/models/qwen3-8b"}, "temperature": 1,
                   "prompts": {"sets": {"humaneval": 164}}, "enable_thinking": False, "max_new_tokens": 2048,

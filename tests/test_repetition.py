@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from dflash_eval.repetition import (
+from dflash_eval.core.repetition import (
     DEFAULT_THRESHOLDS,
     DETECTORS,
     RepetitionCounts,

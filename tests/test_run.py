@@ -242,7 +242,7 @@ def test_the_same_name_twice_is_refused_before_anything_is_written(drafter_dirs,
 def test_thinking_says_when_it_is_the_family_default_and_warns_on_a_known_mismatch(trained, tmp_path):
     from pathlib import Path
 
-    from dflash_eval.inputs import DrafterEntry, thinking_warnings
+    from dflash_eval.pipeline.inputs import DrafterEntry, thinking_warnings
 
     args = ["-d", str(trained["qwen3_5_text"]["good"]), "--target", str(trained["qwen3_5_text"]["target"]),
             "--max-new-tokens", "8", "--limit", "2", "--cache-dir", str(tmp_path / "cache"), "--no-html"]

@@ -8,13 +8,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from dflash_eval.checkpoints import checked_spec, weight_files
-from dflash_eval.continuations import Prompt, prompt_ids
-from dflash_eval.drafter import load_drafter
-from dflash_eval.live import live_generate
-from dflash_eval.metrics import acceptance_probability, expected_accepted_length
-from dflash_eval.sampling import Sampling, generator_for, rejection_step, sampling_probs
-from dflash_eval.target import load_target
+from dflash_eval.formats.checkpoints import checked_spec
+from dflash_eval.formats.files import weight_files
+from dflash_eval.pipeline.continuations import Prompt, prompt_ids
+from dflash_eval.model.drafter import load_drafter
+from dflash_eval.model.live import live_generate
+from dflash_eval.core.metrics import acceptance_probability, expected_accepted_length
+from dflash_eval.model.sampling import Sampling, generator_for, rejection_step, sampling_probs
+from dflash_eval.model.target import load_target
 
 
 # ----------------------------------------------------------------------------------- the rule by hand
@@ -169,7 +170,7 @@ def test_run_at_temperature_one_with_samples_and_both_policies(trained, tmp_path
     compared = runner.invoke(app, ["diff", f"{out}:qwen3-good@sample", f"{out}:qwen3-good@argmax", "--json"])
     assert compared.exit_code == 0, compared.output
     result = json.loads(compared.stdout)  # paired by prompt over every sample, not one sample per prompt
-    from dflash_eval.metrics import AcceptanceCounts, tau_macro
+    from dflash_eval.core.metrics import AcceptanceCounts, tau_macro
 
     taus = [tau_macro(AcceptanceCounts.from_dict(d["counts"])) for d in run["drafters"]]
     assert result["delta_tau_macro"]["estimate"] == pytest.approx(taus[1] - taus[0])

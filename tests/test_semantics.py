@@ -13,12 +13,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dflash_eval.checkpoints import read_spec
+from dflash_eval.formats.checkpoints import read_spec
 from dflash_eval.cli import app
-from dflash_eval.errors import InputError
-from dflash_eval.masks import anchor_block_mask
-from dflash_eval.semantics import AttentionConfig, layers_under
-from dflash_eval.spec import LayerAttention
+from dflash_eval.core.errors import InputError
+from dflash_eval.model.masks import anchor_block_mask
+from dflash_eval.core.attention import AttentionConfig
+from dflash_eval.core.semantics import layers_under
+from dflash_eval.core.attention import LayerAttention
 from dflash_eval.testing.testbed import write_random_drafter
 from json_edits import DELETE, set_key  # noqa: F401
 
@@ -194,10 +195,11 @@ def test_docs_table_lists_every_tested_key():
 
 
 def test_embedding_scale_changes_the_drafts_and_multiplier_scales_logits(zlab_dir, test_bed, tmp_path):
-    from dflash_eval.checkpoints import checked_spec, weight_files
-    from dflash_eval.drafter import load_drafter
-    from dflash_eval.drafting import draft_logits
-    from dflash_eval.target import capture_taps, load_target
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.model.drafting import draft_logits
+    from dflash_eval.model.target import capture_taps, load_target
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
     tokens = torch.tensor(target.tokenizer("def add(a, b):\n    return a + b\n")["input_ids"])

@@ -95,7 +95,7 @@ def test_a_target_dispatched_over_devices_captures_the_same_taps(test_bed, tmp_p
     several GPUs): the taps of every layer and the greedy tokens equal the undispatched model's, bit for bit."""
     import torch
 
-    from dflash_eval.target import capture_taps, load_target
+    from dflash_eval.model.target import capture_taps, load_target
 
     plain = load_target(str(test_bed[kind]), device="cpu", dtype="float32")
     names = [n for n, _ in plain.model.named_children()]

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dflash_eval.errors import InputError
-from dflash_eval.target import capture_taps, kernel_report, load_target, target_info
+from dflash_eval.core.errors import InputError
+from dflash_eval.model.target import capture_taps, load_target, target_info
+from dflash_eval.model.kernels import kernel_report
 
 KINDS = ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"]
 
@@ -88,8 +89,9 @@ def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, t
         import sys
         import torch
         from transformers import AutoModelForCausalLM
-        from dflash_eval.errors import InputError
-        from dflash_eval.target import kernel_report, load_target, torch_fallback_kernels
+        from dflash_eval.core.errors import InputError
+        from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+        from dflash_eval.model.target import load_target
         # the override routes every operation back to the torch fallback, so a CPU forward works
         model = AutoModelForCausalLM.from_pretrained({str(test_bed["qwen3_5_text"])!r})
         assert kernel_report(model)[0].accelerated
@@ -132,7 +134,7 @@ def test_cpu_runs_do_not_advise_installing_flash_linear_attention():
     script = (
         "import torch\n"
         "from dflash_eval import demo\n"
-        "from dflash_eval.target import load_target\n"
+        "from dflash_eval.model.target import load_target\n"
         "target = load_target(str(demo.target_path()), device='cpu', dtype='float32')\n"
         "target.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]))\n"
         "print('forward ok')\n"

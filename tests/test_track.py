@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dflash_eval.checkpoint_scan import scan
+from dflash_eval.formats.checkpoint_scan import scan
 from dflash_eval.cli import app
-from dflash_eval.trackdir import read_log, read_rows
+from dflash_eval.pipeline.track_folder import read_log, read_rows
 
 runner = CliRunner()
 TOKENS = "40"  # the fixture drafters were trained on 40-token continuations of the demo prompts
@@ -26,8 +26,8 @@ TOKENS = "40"  # the fixture drafters were trained on 40-token continuations of 
 @pytest.fixture(scope="module")
 def training_run(test_bed, tmp_path_factory) -> Path:
     """A real training run's save folder: the fixture trainer saving checkpoint-40 .. checkpoint-160 (HF layout)."""
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import load_target
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import load_target
     from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     save = tmp_path_factory.mktemp("training") / "save"
@@ -43,8 +43,8 @@ def _track_args(target: Path, out: Path, cache: Path, *extra: str) -> list[str]:
 
 
 def _run_alone(checkpoint: Path, target: Path, out: Path, cache: Path) -> tuple[dict, list[dict]]:
-    from dflash_eval.api import RunOptions, evaluate
-    from dflash_eval.results import read_samples
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.core.results import read_samples
 
     result = evaluate(RunOptions(drafters=[str(checkpoint)], target=str(target), out=out, max_new_tokens=int(TOKENS),
                                  device="cpu", cache_dir=cache))
@@ -57,7 +57,7 @@ def _without_time(rows: list[dict]) -> list[dict]:
 
 def assert_rows_equal_run(track_dir: Path, target: Path, cache: Path, tmp_path: Path) -> None:
     """Every checkpoint row (and its run folder) equals `run` on that checkpoint alone, same prompts."""
-    from dflash_eval.results import read_samples
+    from dflash_eval.core.results import read_samples
 
     for number, row in enumerate(r for r in read_rows(track_dir) if r["role"] == "checkpoint"):
         alone, samples = _run_alone(Path(row["path"]), target, tmp_path / f"alone-{number}", cache)
@@ -167,7 +167,7 @@ def test_track_evaluates_each_checkpoint_once_on_one_pass_per_prompt_and_equals_
     assert shown.exit_code == 0, shown.output
     assert_rows_equal_run(out, target, cache, tmp_path)
     # the reference row is what `run --reference PATH` gives
-    from dflash_eval.api import RunOptions, evaluate
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     alone = evaluate(RunOptions(drafters=[], reference=str(reference), target=str(target), out=tmp_path / "ref",
                                 max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache))
@@ -371,8 +371,8 @@ def test_watch_follows_a_training_run_as_it_writes(test_bed, trained, tmp_path):
 ])
 def test_the_trainer_s_own_layouts_are_what_the_scan_reads(test_bed, tmp_path, layout, names, source):
     """The fixture trainer writes each trainer's layout (CheckpointSaves); the scan reads steps back from it."""
-    from dflash_eval.prompts import DEMO_PROMPTS
-    from dflash_eval.target import load_target
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.model.target import load_target
     from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
@@ -401,7 +401,7 @@ def test_read_track_is_a_dataframe_of_the_curve(training_run, test_bed, tmp_path
 
 def _row(step, walks: dict[str, list[int]], role: str = "checkpoint", block_size: int = 4) -> dict:
     """A track row whose counts come from per-prompt walks (n per step), as metrics would give them."""
-    from dflash_eval.metrics import AcceptanceCounts, tau_macro
+    from dflash_eval.core.metrics import AcceptanceCounts, tau_macro
 
     counts = AcceptanceCounts(block_size=block_size)
     for pid, walk in walks.items():
@@ -417,13 +417,13 @@ def _row(step, walks: dict[str, list[int]], role: str = "checkpoint", block_size
     ([9.0, -1.0], 0.0, 4.0, "█▁"),  # clipped to [low, high]
 ])
 def test_sparkline(values, low, high, expected):
-    from dflash_eval.track_summary import sparkline
+    from dflash_eval.core.track_summary import sparkline
 
     assert sparkline(values, low, high) == expected
 
 
 def test_curve_best_so_far_gap_and_a_significant_regression():
-    from dflash_eval.track_summary import curve
+    from dflash_eval.core.track_summary import curve
 
     prompts = [f"p{i}" for i in range(8)]
     good = {p: [3, 3] for p in prompts}  # tau 4 on every prompt
@@ -450,7 +450,7 @@ def test_curve_best_so_far_gap_and_a_significant_regression():
 
 def test_track_at_temperature_above_zero_is_an_estimate_equal_to_run(training_run, test_bed, tmp_path):
     """At T > 0 each checkpoint's row is its offline estimate, equal to `run` on it alone, and labelled."""
-    from dflash_eval.api import RunOptions, evaluate
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     target, cache, out = test_bed["qwen3"], tmp_path / "cache", tmp_path / "track"
     result = runner.invoke(app, ["track", str(training_run), *_track_args(target, out, cache, "--limit", "5",

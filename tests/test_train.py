@@ -19,10 +19,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dflash_eval.checkpoints import checked_spec, weight_files
-from dflash_eval.drafter import load_drafter
-from dflash_eval.drafting import draft_logits
-from dflash_eval.target import capture_taps, load_target
+from dflash_eval.formats.checkpoints import checked_spec
+from dflash_eval.formats.files import weight_files
+from dflash_eval.model.drafter import load_drafter
+from dflash_eval.model.drafting import draft_logits
+from dflash_eval.model.target import capture_taps, load_target
 from dflash_eval.testing.testbed import write_random_drafter
 from dflash_eval.testing.train import (DEMO_PROMPTS, TrainConfig, fixture_config, greedy_sequences, train_drafter,
                                training_logits)

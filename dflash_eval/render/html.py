@@ -34,26 +34,24 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import math
 import os
-import re
 import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .. import references
-from ..samples import BlockView, select_blocks, visible, walk_blocks
+from ..formats import references
+from ..core.samples import select_blocks, walk_blocks
 from .terminal import LEGEND, SAMPLE_LEGEND
+from .charts import PALETTE, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
+from .html_blocks import _block, _natural, _pair_block, _view_block
 
 WORST_BLOCKS = 20  # worst blocks shown per drafter
 PROMPT_BLOCKS = 3  # first blocks per drafter in each prompt's collapsed section
 PAGE_PROMPTS = 20  # prompts per page in the per-prompt samples
 PAGE_ROWS = 25  # rows per page in the per-prompt table
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
 
 EXTRA_LEGEND = (
     ("token acceptance rate", "accepted draft tokens / drafted tokens (bonus tokens excluded); vLLM's draft "
@@ -135,303 +133,8 @@ def write_html(path: Path, html: str) -> Path:
 
 # ------------------------------------------------------------------------------------------------- charts
 
-_SVG_DROP = (re.compile(r"<\?xml.*?\?>", re.S), re.compile(r"<!DOCTYPE.*?>", re.S),
-             re.compile(r"<metadata>.*?</metadata>", re.S), re.compile(r"<!--.*?-->", re.S),
-             re.compile(r"<style[^>]*>.*?</style>", re.S), re.compile(r'\s+xmlns(:\w+)?="[^"]*"'),
-             re.compile(r'\s+version="1\.1"'))
-_SVG_IDS = re.compile(r'(\bid="|href="#|url\(#)([^")]+)')
-_SVG_SIZE = re.compile(r'<svg\s+([^>]*?)width="([\d.]+)pt"\s+height="([\d.]+)pt"')
-_CHART_IDS = {"tau": "t", "slots": "s", "hist": "h", "prompts": "p", "repetition": "r", "delta": "d",
-              "dslots": "e", "dhist": "f", "curve": "c", "heat": "m", "trep": "q", "alpha": "g"}  # each chart once per page: its letter keeps its ids unique there
-
-
-def _clean_svg(svg: str, name: str, prefix: str) -> str:
-    """matplotlib's SVG made fit to inline: no prolog, DOCTYPE, metadata (it names matplotlib's web site),
-    comments or global <style>; ids prefixed per chart so that several charts in one page never collide;
-    unreferenced ids dropped; width/height turned into a responsive max-width."""
-    for pattern in _SVG_DROP:
-        svg = pattern.sub("", svg)
-    referenced = set(re.findall(r'(?:href="#|url\(#)([^")]+)', svg))
-
-    def rename(match: re.Match) -> str:
-        head, ident = match.groups()
-        if head == 'id="' and ident not in referenced and not ident.startswith("dfe-"):
-            return 'data-x="'  # placeholder removed below
-        return f"{head}{prefix}{ident}"
-
-    svg = _SVG_IDS.sub(rename, svg)
-    svg = re.sub(r'\s+data-x="[^"]*"', "", svg)
-    svg = _SVG_SIZE.sub(lambda m: (f'<svg class="chart" role="img" aria-label="{name}" {m.group(1)}'
-                                   f'style="max-width:{float(m.group(2)) * 4 / 3:.0f}px"'), svg, count=1)
-    svg = re.sub(r"\n\s*", "\n", svg).strip()
-    if re.search(r"<script|<foreignObject|\son\w+=|javascript:", svg, re.I):
-        raise ValueError("refusing to inline an SVG with script content")  # cannot come from matplotlib
-    return svg
-
-
-def _figure(width: float, height: float, ncols: int = 1):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    for ax in axes:
-        ax.grid(True, color="#e5e5e5", linewidth=0.6)
-        ax.set_axisbelow(True)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-    return fig, axes
-
-
-def _svg(fig, name: str) -> str:
-    import matplotlib
-
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval", "svg.image_inline": True}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    return _clean_svg(buf.getvalue(), f"{name} chart", f"{_CHART_IDS[name]}-")
-
-
-def _rc():
-    import matplotlib
-
-    return matplotlib.rc_context({"font.family": "DejaVu Sans", "font.size": 9, "text.parse_math": False,
-                                  "axes.titlesize": 10, "legend.fontsize": 8, "legend.frameon": False})
-
-
-def _label(text: str, limit: int = 40) -> str:
-    """A name as a chart label: short, and never read as matplotlib's hidden-label convention."""
-    text = text if len(text) <= limit else text[:limit - 1] + "…"
-    return " " + text if text.startswith("_") else text
-
-
-def _nan(values):
-    return [math.nan if v is None else v for v in values]
-
-
-def _tau_chart(bars: list[dict], groups: list[str], references_by_group: dict[str, float]) -> str:
-    """tau macro per drafter (bars, 95% CI as error bars), per prompt set; the paper's tau as a dashed line."""
-    with _rc():
-        n = max(len(bars), 1)
-        fig, (ax,) = _figure(max(4.5, 0.55 * n * len(groups) + 2.2), 3.2)
-        width = 0.8 / n
-        for k, bar in enumerate(bars):
-            xs = [g + (k - (n - 1) / 2) * width for g in range(len(groups))]
-            ys = [bar["tau"].get(group) for group in groups]
-            lows = [y - bar["ci"][group][0] if y is not None and bar["ci"].get(group) else 0
-                    for y, group in zip(ys, groups)]
-            highs = [bar["ci"][group][1] - y if y is not None and bar["ci"].get(group) else 0
-                     for y, group in zip(ys, groups)]
-            ax.bar(xs, _nan(ys), width * 0.92, color=bar["color"], label=_label(bar["name"]),
-                   yerr=[lows, highs], capsize=3, error_kw={"elinewidth": 0.9, "ecolor": "#333"})
-        for g, group in enumerate(groups):
-            tau = references_by_group.get(group)
-            if tau is None:
-                continue
-            line = ax.hlines(tau, g - 0.45, g + 0.45, colors="black", linestyles="--", linewidth=1.2,
-                             label="paper tau (DFlash)" if g == min(
-                                 i for i, grp in enumerate(groups) if grp in references_by_group) else None)
-            line.set_gid(f"dfe-paper-tau-{g}")
-            ax.annotate(f"paper {tau:.2f}", (g + 0.45, tau), textcoords="offset points", xytext=(2, 2),
-                        fontsize=7, ha="right", va="bottom")
-        ax.set_xticks(range(len(groups)), [_label(g, 24) for g in groups])
-        ax.set_ylabel("tau macro (accepted length incl. bonus)")
-        ax.set_ylim(bottom=0)
-        ax.set_title("tau macro by prompt set (95% CI)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _svg(fig, "tau")
-
-
-def _slot_chart(drafters: list[dict]) -> str:
-    """Reach, conditional and marginal per slot: one panel each, drafters overlaid."""
-    with _rc():
-        fig, axes = _figure(11.5, 3.3, ncols=3)
-        titles = (("reach", "reach r_i (share of steps reaching slot i)"),
-                  ("conditional", "conditional c_i = r_i / r_(i-1)"),
-                  ("marginal", "marginal m_i (all anchors, teacher forced)"))
-        for ax, (key, title) in zip(axes, titles):
-            shown = False
-            for d in drafters:
-                values = d["metrics"].get(key) or []
-                if not values:
-                    continue
-                shown = True
-                ax.plot(range(1, len(values) + 1), _nan(values), marker="o", markersize=3, linewidth=1.4,
-                        color=d["color"], label=_label(d["name"]))
-            if not shown:
-                ax.text(0.5, 0.5, "not recorded (live mode)", ha="center", va="center", transform=ax.transAxes)
-            ax.set_title(title)
-            ax.set_xlabel("slot i (i-th drafted token)")
-            ax.set_ylim(-0.02, 1.02)
-            ax.xaxis.get_major_locator().set_params(integer=True)
-        axes[0].legend(loc="upper right")
-        return _svg(fig, "slots")
-
-
-def _histogram_chart(drafters: list[dict]) -> str:
-    """Share of steps accepting exactly n drafted tokens, drafters side by side."""
-    with _rc():
-        size = max((len(d["metrics"]["histogram"]) for d in drafters), default=1)
-        fig, (ax,) = _figure(min(11.5, max(6.0, 0.2 * size * max(len(drafters), 1) + 2)), 3.0)
-        series = []
-        for d in drafters:
-            total = sum(d["metrics"]["histogram"]) or 1
-            series.append(([c / total for c in d["metrics"]["histogram"]], d["color"], d["name"]))
-        _share_bars(ax, series, size, "accepted length n (drafted tokens accepted per step; tokens committed = n + 1)",
-                    "acceptance-length histogram")
-        return _svg(fig, "hist")
-
-
-def _share_bars(ax, series: list[tuple[list[float], str, str]], size: int, xlabel: str, title: str) -> None:
-    """Grouped bars of shares of steps per accepted length, one colour per (shares, colour, name) series."""
-    width = 0.8 / max(len(series), 1)
-    for k, (shares, color, name) in enumerate(series):
-        offset = (k - (len(series) - 1) / 2) * width
-        ax.bar([i + offset for i in range(len(shares))], shares, width * 0.95, color=color, label=_label(name))
-    ax.set_xticks(range(size))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("share of steps")
-    ax.set_title(title)
-    ax.legend(loc="upper center")
-
-
-def _prompt_chart(drafters: list[dict], per_prompt: dict[str, dict[str, float]]) -> str:
-    """Each drafter's per-prompt tau, sorted ascending: outliers sit on the left, far below the rest."""
-    with _rc():
-        fig, (ax,) = _figure(11.5, 3.2)
-        for d in drafters:
-            values = sorted(v for v in per_prompt.get(d["name"], {}).values())
-            if not values:
-                continue
-            ax.plot(range(1, len(values) + 1), values, marker="o" if len(values) <= 60 else None,
-                    markersize=2.5, linewidth=1.2, color=d["color"], label=_label(d["name"]))
-            if d["metrics"].get("tau_macro") is not None:
-                ax.axhline(d["metrics"]["tau_macro"], color=d["color"], linestyle=":", linewidth=0.9)
-        ax.set_xlabel("prompts, sorted by their tau (rank)")
-        ax.set_ylabel("per-prompt tau")
-        ax.set_title("per-prompt tau, sorted (dotted: tau macro); the table below names each prompt")
-        ax.set_ylim(bottom=0)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="lower right")
-        return _svg(fig, "prompts")
-
-
-def _repetition_chart(drafters: list[dict]) -> str:
-    with _rc():
-        fig, (ax,) = _figure(6.5, 2.8)
-        for d in drafters:
-            shares = (d.get("repetition") or {}).get("flagged_share_by_slot") or []
-            if shares:
-                ax.plot(range(1, len(shares) + 1), shares, marker="o", markersize=3, color=d["color"],
-                        label=_label(d["name"]))
-        ax.set_xlabel("slot i")
-        ax.set_ylabel("share of blocks")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title("flagged (repetitive) blocks whose pattern covers slot i")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="upper right")
-        return _svg(fig, "repetition")
-
-
-def _delta_chart(result: dict) -> str:
-    """B - A with its 95% interval for tau macro and micro, against zero."""
-    with _rc():
-        fig, (ax,) = _figure(6.5, 1.9)
-        for y, kind in enumerate(("macro", "micro")):
-            d = result[f"delta_tau_{kind}"]
-            color = "#2ca02c" if d["low"] > 0 else "#d62728" if d["high"] < 0 else "#555555"
-            ax.errorbar([d["estimate"]], [y], xerr=[[d["estimate"] - d["low"]], [d["high"] - d["estimate"]]],
-                        fmt="o", color=color, capsize=4)
-        ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks([0, 1], ["tau macro", "tau micro"])
-        ax.set_ylim(-0.6, 1.6)
-        ax.set_xlabel("B - A (95% CI)")
-        span = max(abs(result[f"delta_tau_{k}"][e]) for k in ("macro", "micro") for e in ("low", "high"))
-        ax.set_xlim(-max(span, 0.05) * 1.15, max(span, 0.05) * 1.15)
-        return _svg(fig, "delta")
-
-
-def _diff_slot_chart(slots: dict) -> str:
-    with _rc():
-        fig, (ax,) = _figure(9.0, 3.0)
-        keys = [("reach", "reach"), ("conditional", "conditional"), ("marginal", "marginal")]
-        width = 0.27
-        for k, (key, label) in enumerate(keys):
-            values = slots.get(key) or []
-            if not any(v is not None for v in values):
-                continue
-            ax.bar([i + 1 + (k - 1) * width for i in range(len(values))], _nan(values), width * 0.95,
-                   color=PALETTE[k], label=label)
-        ax.axhline(0, color="black", linewidth=0.8)
-        ax.set_xlabel("slot i")
-        ax.set_ylabel("B - A")
-        ax.set_title("per-slot deltas (B - A)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="best")
-        return _svg(fig, "dslots")
-
-
-def _diff_histogram_chart(hist: dict, name_a: str, name_b: str) -> str:
-    with _rc():
-        fig, (ax,) = _figure(9.0, 2.8)
-        _share_bars(ax, [(hist["a"], PALETTE[0], f"A: {name_a}"), (hist["b"], PALETTE[1], f"B: {name_b}")],
-                    len(hist["a"]), "accepted length n", "acceptance-length histogram, A vs B")
-        return _svg(fig, "dhist")
-
 
 # ------------------------------------------------------------------------------------------- view models
-
-def _natural(text: str):
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
-
-
-_CONTROL = {i: 0x2400 + i for i in range(32)} | {127: 0x2421}  # C0 controls and DEL as their Unicode pictures
-
-
-def _shown(piece: str) -> str:
-    """A token piece as shown: whitespace made visible as in the terminal, control characters as ␀..␟."""
-    return visible(piece).translate(_CONTROL)
-
-
-def _cells(block: BlockView) -> tuple[list[tuple[str, str]], list[tuple[str, str]], str | None]:
-    """(draft cells, target cells, note on the first divergence): (text, css class) per slot."""
-    rejected = block.first_rejected
-    draft = [(_shown(piece), "a" if i < block.accepted else "x" if i == rejected else "u")
-             for i, piece in enumerate(block.draft)]
-    target = [(_shown(piece), "t" if i < block.accepted else "tx" if i == rejected else "")
-              for i, piece in enumerate(block.target)]
-    note = None
-    if rejected is not None:
-        note = (f"first divergence at slot {rejected + 1}: drafted {_shown(block.draft[rejected])!r}, "
-                f"target {_shown(block.target[rejected])!r}")
-    return draft, target, note
-
-
-def _block(block: BlockView) -> dict[str, Any]:
-    draft, target, note = _cells(block)
-    return {"prompt_id": block.prompt_id, "drafter": block.drafter, "step": block.step,
-            "anchor_pos": block.anchor_pos, "anchor": _shown(block.anchor), "accepted": block.accepted,
-            "scored": min(len(block.draft), len(block.target)), "flags": list(block.flags),
-            "rows": [("draft", draft), ("target", target)], "note": note,
-            "divergence": block.first_rejected}
-
-
-def _pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
-    """The first divergent block of a diff: A's and B's drafts over the same target tokens."""
-    draft_a, target, note_a = _cells(a)
-    draft_b, target_b, note_b = _cells(b)
-    if len(target_b) > len(target):
-        target = target_b
-    target = [(text, "") for text, _ in target]  # accepted by whom differs: leave the target plain
-    return {"anchor_pos": a.anchor_pos, "anchor": _shown(a.anchor), "step": a.step,
-            "accepted_a": a.accepted, "accepted_b": b.accepted,
-            "rows": [("A draft", draft_a), ("B draft", draft_b), ("target", target)],
-            "notes": [(f"{side}: {note}", "div") if note else (f"{side}: all scored slots accepted", "muted")
-                      for side, note in (("A", note_a), ("B", note_b))]}
-
-
-def _view_block(data: dict) -> BlockView:
-    return BlockView(**{**data, "draft": tuple(data["draft"]), "target": tuple(data["target"]),
-                        "flags": tuple(data.get("flags", ()))})
 
 
 def _per_prompt_tau(drafter: dict, rows: list[dict]) -> dict[str, float]:
@@ -634,7 +337,7 @@ def _estimate_chart(drafters: list[dict]) -> str:
 
 def render_estimate_html(run: dict, *, title: str | None = None) -> str:
     """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
-    from ..references import published_comparison
+    from ..formats.references import published_comparison
 
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     prov = run["provenance"]
@@ -647,7 +350,7 @@ def render_estimate_html(run: dict, *, title: str | None = None) -> str:
 def render_diff_html(result: dict) -> str:
     """`diffing.diff()`'s result as one self-contained HTML page: verdict, deltas, per slot, prompts."""
     if result.get("estimate"):
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError(None, "diff --html does not draw a comparison of offline estimates yet; the terminal "
                                "and --json outputs show it")

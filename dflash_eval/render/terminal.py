@@ -5,76 +5,39 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..inspection import Inspection
-from ..safe_text import printable, safe
+from ..core.safe_text import printable, safe
 
 
-def _yes(ok: bool) -> str:
-    return "[green]ok[/]" if ok else "[bold red]FAIL[/]"
-
-
-def render_inspection(console: Console, result: Inspection) -> None:
-    spec = result.spec
-    table = Table(title=f"DFlash drafter: {safe(spec.path)}", show_header=True, header_style="bold")
-    table.add_column("field")
-    table.add_column("value", overflow="fold")
-
-    def row(field: str, value: str) -> None:  # every value may quote the checkpoint's config: escaped
-        table.add_row(safe(field), safe(value))
-
-    row("format", spec.format)
-    row("target", result.target_note)
-    row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
-    row("taps (speculators/vLLM ids = t+1)", str(list(spec.speculators_taps)))
-    row("taps (HF output_hidden_states index)", str([t + 1 for t in spec.taps]) + "  (last layer: raw pre-norm output, not HF's last entry)")
-    row("fc input width", f"{spec.fc_in_features} = {len(spec.taps)} taps x {spec.target_hidden_size}")
-    row("block size B", f"{spec.block_size} (anchor + {spec.block_size - 1} drafted slots)")
-    mask = f"{spec.mask_token_id}" + (f"  {result.mask_token_text!r}" if result.mask_token_text is not None else "  (token text: needs a target tokenizer)")
-    row("mask token id", mask)
-    row("drafter layers", f"{spec.num_layers} x hidden {spec.hidden_size}, heads {spec.num_attention_heads}/{spec.num_key_value_heads} kv, head_dim {spec.head_dim}")
-    from ..semantics import RULE_SOURCES, SCALE_SOURCE, describe
-
-    row("rules (semantics)", f"{spec.semantics}: {spec.semantics_source}")
-    row("rules follow", RULE_SOURCES.get(spec.semantics, spec.semantics))
-    for layer in describe(spec):
-        row(f"  layer {layer['layer']}", f"{layer['kind']} attention, {layer['window']}, {layer['in_block']} in block")
-    row("in-block causality from", spec.causality_source)
-    row("context mask", "p < anchor (strict: the anchor's hidden state is never context)")
-    scales = [f"input_embedding_scale {spec.embedding_scale:g}", f"output_multiplier {spec.output_multiplier:g}",
-              "final_logit_softcapping " + (f"{spec.logit_softcap:g}" if spec.logit_softcap else "off")]
-    declared = {k: v for k, v in vars(spec.scales).items() if v is not None}
-    row("scales applied", ", ".join(scales) + (f"  (declared {declared}; {SCALE_SOURCE})" if declared else ""))
-    for note in spec.config_notes:
-        row("config note", note)
-    row("RoPE", ", ".join(f"{k}={v}" for k, v in spec.rope.items()))
-    row("embedding", f"{spec.embedding_source}'s table")
-    row("lm_head", f"{spec.lm_head_source}'s" + (f", reduced draft vocab {spec.draft_vocab_size} via d2t" if spec.has_d2t else ""))
-    if spec.verifier:
-        row("recorded verifier", spec.verifier)
-    params = result.parameters
-    row("parameters", f"{params['body']:,} body" + "".join(
-        f" + {params[k]:,} {k}" for k in ("embedding", "lm_head") if params[k]))
-    console.print(table)
-
-    checks = Table(title="Validation", header_style="bold")
-    checks.add_column("check")
-    checks.add_column("result")
-    checks.add_column("detail", overflow="fold")
-    for check in result.checks:
-        checks.add_row(safe(check.name), _yes(check.ok), safe(check.detail))
-    console.print(checks)
+SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def _fmt(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-SPARK = " ▁▂▃▄▅▆▇█"
-
-
 def sparkline(counts: list[int]) -> str:
     top = max(counts) if counts else 0
     return "".join(SPARK[round(8 * c / top)] if top else " " for c in counts)
+
+
+def block_text(block) -> tuple["Text", "Text"]:
+    """Two aligned lines: the draft (accepted green, first rejected red, later dim) and the target."""
+    from rich.text import Text
+
+    from ..core.samples import visible
+
+    draft, target = Text(), Text()
+    rejected = block.first_rejected
+    for i, piece in enumerate(block.draft):
+        shown = visible(piece)
+        ref = visible(block.target[i]) if i < len(block.target) else ""
+        width = max(len(shown), len(ref))
+        style = ("green" if i < block.accepted else "bold white on red" if i == rejected else "dim")
+        draft.append(shown.ljust(width), style=style)
+        draft.append("│", style="dim")
+        target.append(ref.ljust(width), style="cyan" if i < block.accepted else "")
+        target.append("│", style="dim")
+    return draft, target
 
 
 def render_run_summary(console: Console, run: dict) -> None:
@@ -110,31 +73,11 @@ def render_run_summary(console: Console, run: dict) -> None:
         console.print(f"[yellow]warning:[/] {safe(warning)}")
 
 
-def block_text(block) -> tuple["Text", "Text"]:
-    """Two aligned lines: the draft (accepted green, first rejected red, later dim) and the target."""
-    from rich.text import Text
-
-    from ..samples import visible
-
-    draft, target = Text(), Text()
-    rejected = block.first_rejected
-    for i, piece in enumerate(block.draft):
-        shown = visible(piece)
-        ref = visible(block.target[i]) if i < len(block.target) else ""
-        width = max(len(shown), len(ref))
-        style = ("green" if i < block.accepted else "bold white on red" if i == rejected else "dim")
-        draft.append(shown.ljust(width), style=style)
-        draft.append("│", style="dim")
-        target.append(ref.ljust(width), style="cyan" if i < block.accepted else "")
-        target.append("│", style="dim")
-    return draft, target
-
-
 def render_blocks(console: Console, blocks, *, title: str | None = None) -> None:
     """Decoded blocks along the walk: token boundaries (│) and whitespace (· ↵ →) made visible."""
     from rich.text import Text
 
-    from ..samples import visible
+    from ..core.samples import visible
 
     if title:
         console.print(f"[bold]{safe(title)}[/]")
@@ -216,7 +159,7 @@ def render_legend(console: Console) -> None:
 
 def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_drafter: int = 2) -> None:
     """The whole terminal report: summary, per-position table, repetition, a few blocks, legend."""
-    from ..samples import select_blocks
+    from ..core.samples import select_blocks
 
     if run["provenance"].get("estimate"):
         render_estimate_report(console, run)
@@ -256,7 +199,7 @@ def render_estimate_report(console: Console, run: dict) -> None:
     console.print(table)
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
-    from ..references import published_comparison
+    from ..formats.references import published_comparison
 
     for line in published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in run["drafters"]]):
         console.print(safe(line))
@@ -287,85 +230,6 @@ def render_repetition(console: Console, run: dict) -> None:
                       f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
                       safe(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-")
     console.print(table)
-
-
-def _signed(value, digits: int = 3) -> str:
-    return "" if value is None else f"{value:+.{digits}f}"
-
-
-def render_estimate_diff(console: Console, result: dict) -> None:
-    """Two offline estimates paired by prompt: the verdict and the deltas, labelled as estimates."""
-    a, b = result["a"], result["b"]
-    if result["forced"]:
-        console.print("[bold white on red] UNFAIR COMPARISON (--force): " + safe("; ".join(result["unfair"])) + " [/]")
-    console.print(f"[bold]{safe(result['verdict'])}[/]")
-    table = Table(title=f"ESTIMATES: A = {safe(a['label'])}   B = {safe(b['label'])}   ({result['prompts']} paired "
-                        "prompts, samples pooled)", header_style="bold")
-    for column in ("", "A", "B", "B - A [95% CI]", "p (permutation)"):
-        table.add_column(column, justify="right" if column else "left")
-    for kind in ("macro", "micro"):
-        d = result[f"delta_tau_{kind}"]
-        table.add_row(f"tau estimate {kind}", _fmt(a[f"tau_{kind}"], 3), _fmt(b[f"tau_{kind}"], 3),
-                      f"{_signed(d['estimate'])} [{_signed(d['low'])}, {_signed(d['high'])}]", f"{d['p_value']:.3g}")
-    console.print(table)
-    console.print("alpha per slot, B - A: " + " ".join(_signed(x, 2) or "-" for x in result["delta_alpha"]))
-
-
-def render_diff(console: Console, result: dict) -> None:
-    """Verdict first, then the deltas with intervals, per slot, histogram, and where it changed."""
-    from ..samples import BlockView
-
-    a, b = result["a"], result["b"]
-    if result.get("estimate"):
-        render_estimate_diff(console, result)
-        return
-    if result["forced"]:
-        console.print("[bold white on red] UNFAIR COMPARISON (--force): " + safe("; ".join(result["unfair"])) + " [/]")
-    for warning in result.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {safe(warning)}")
-    console.print(f"[bold]{safe(result['verdict'])}[/]")
-    table = Table(title=f"A = {safe(a['label'])}   B = {safe(b['label'])}   ({result['prompts']} paired prompts)", header_style="bold")
-    for column in ("", "A", "B", "B - A [95% CI]", "p (permutation)"):
-        table.add_column(column, justify="right" if column else "left")
-    for kind in ("macro", "micro"):
-        d = result[f"delta_tau_{kind}"]
-        table.add_row(f"tau {kind}", _fmt(a[f"tau_{kind}"]), _fmt(b[f"tau_{kind}"]),
-                      f"{_signed(d['estimate'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]", f"{d['p_value']:.3g}")
-    console.print(table)
-    console.print(f"sign test over per-prompt differences: p = {result['sign_test_p']:.3g}; continuations: "
-                  f"{safe(result['continuations']['differing_tokens'])}/{safe(result['continuations']['total_tokens'])} tokens differ")
-
-    slots = Table(title="Per slot, B - A", header_style="bold")
-    for column in ("slot", "reach", "cond", "marg"):
-        slots.add_column(column, justify="right")
-    deltas = result["slots"]
-    for i in range(len(deltas["reach"])):
-        marg = deltas["marginal"][i] if deltas["marginal"] and i < len(deltas["marginal"]) else None
-        slots.add_row(str(i + 1), _signed(deltas["reach"][i]), _signed(deltas["conditional"][i]), _signed(marg))
-    console.print(slots)
-    hist = result["histogram"]
-    console.print(f"accepted length n: A {sparkline([round(1000 * x) for x in hist['a']])}  "
-                  f"B {sparkline([round(1000 * x) for x in hist['b']])}  mean n {_signed(hist['mean_n_difference'], 2)}, "
-                  f"total variation {hist['total_variation']:.3f}")
-    rep = result["repetition"]
-    if rep["flagged_share_a"] is not None and rep["flagged_share_b"] is not None:
-        console.print(f"flagged (repetitive) blocks: A {100 * rep['flagged_share_a']:.1f}% -> B {100 * rep['flagged_share_b']:.1f}%")
-    for set_name, d in result["by_prompt_set"].items():
-        console.print(f"prompt set {safe(set_name)}: delta tau macro {_signed(d['estimate'], 2)} [{d['low']:.2f}, {d['high']:.2f}], n = {d['n']}")
-    for title, key in (("Regressed most (B worse)", "regressed"), ("Improved most (B better)", "improved")):
-        if not result[key]:
-            continue
-        console.print(f"[bold]{title}[/]")
-        for example in result[key]:
-            console.print(f"{safe(example['prompt_id'])}: tau A {example['tau_a']:.2f} -> B {example['tau_b']:.2f} "
-                          f"({_signed(example['delta'], 2)}), first divergent block:")
-            if example["blocks"]:
-                for label, block in zip("AB", example["blocks"]):
-                    view = BlockView(**{**block, "draft": tuple(block["draft"]), "target": tuple(block["target"]),
-                                        "flags": tuple(block.get("flags", ()))})
-                    draft, target = block_text(view)
-                    console.print(f"  {label} draft  │", draft, f" (accepted {safe(view.accepted)})", sep="")
-                console.print("  target   │", target, sep="")
 
 
 def render_doctor(console: Console, result: dict) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..safe_text import safe
-from ..track_summary import Curve, curve, label, sparkline
+from ..core.safe_text import safe
+from ..core.track_summary import Curve, curve, label, sparkline
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -92,7 +92,7 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .html import _figure, _label, _rc, _svg
+    from .charts import _figure, _label, _rc, _svg
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
@@ -126,7 +126,7 @@ def _curve_chart(c: Curve) -> str | None:
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .html import _figure, _rc, _svg
+    from .charts import _figure, _rc, _svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -155,7 +155,7 @@ def _heatmap(c: Curve) -> str | None:
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .html import _figure, _rc, _svg
+    from .charts import _figure, _rc, _svg
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:

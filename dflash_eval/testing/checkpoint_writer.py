@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from ..checkpoints import TargetInfo
-from ..semantics import FORMAT_SEMANTICS, AttentionConfig, Scales, apply_semantics
-from ..spec import DrafterSpec
+from ..formats.validation import TargetInfo
+from ..core.attention import AttentionConfig, Scales
+from ..core.semantics import FORMAT_SEMANTICS, apply_semantics
+from ..core.spec import DrafterSpec
 
 
 def design_spec(

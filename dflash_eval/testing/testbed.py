@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from .checkpoint_writer import design_spec, save_checkpoint
-from ..drafter import DFlashDrafter
-from ..spec import DrafterSpec
+from ..model.drafter import DFlashDrafter
+from ..core.spec import DrafterSpec
 
 
 def tiny_target_tables(target_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +60,7 @@ def write_random_drafter(target_dir: str | Path, out_dir: str | Path, fmt: str =
     """A random-weight drafter for the tiny target in `target_dir`, in either checkpoint format."""
     from transformers import AutoTokenizer
 
-    from ..target import target_info
+    from ..model.target import target_info
 
     info = target_info(target_dir)
     tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)
@@ -83,7 +83,7 @@ def write_repeat_anchor_drafter(target_dir: str | Path, out_dir: str | Path, *, 
     argmax is the anchor token itself (its own row has by far the largest dot product)."""
     from transformers import AutoTokenizer
 
-    from ..target import target_info
+    from ..model.target import target_info
 
     info = target_info(target_dir)
     tokenizer = AutoTokenizer.from_pretrained(target_dir, local_files_only=True)

@@ -45,11 +45,11 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint_writer import design_spec, save_checkpoint
-from ..drafter import DFlashDrafter
-from ..drafting import block_token_ids
-from ..masks import block_layout, layer_masks
-from ..prompts import DEMO_PROMPTS  # noqa: F401  (one list for the demo and the fixtures; re-exported)
-from ..target import Target, capture_taps
+from ..model.drafter import DFlashDrafter
+from ..model.drafting import block_token_ids
+from ..model.masks import block_layout, layer_masks
+from ..pipeline.prompts import DEMO_PROMPTS  # noqa: F401  (one list for the demo and the fixtures; re-exported)
+from ..model.target import Target, capture_taps
 
 
 @dataclass
@@ -100,7 +100,7 @@ def greedy_sequences(target: Target, prompts: list[str], max_new_tokens: int, *,
                      enable_thinking: bool = False) -> list[tuple[torch.Tensor, int]]:
     """(token ids of prompt + greedy continuation, prompt length) per prompt: exactly what `run` replays
     (same chat templating, same greedy generation, cut after the first stop token)."""
-    from ..continuations import Prompt, generate_greedy, prompt_ids
+    from ..pipeline.continuations import Prompt, generate_greedy, prompt_ids
 
     out = []
     for index, text in enumerate(prompts):
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     continuations of the demo prompts, saving checkpoints as it goes (the tracker's test, by hand)."""
     import argparse
 
-    from ..target import load_target
+    from ..model.target import load_target
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--target", required=True)

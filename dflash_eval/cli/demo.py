@@ -1,0 +1,110 @@
+"""`dflash-eval demo`: the whole job on the bundled tiny models, and the guidance it prints from what it measured."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .root import app
+
+
+@app.command()
+@reports_input_errors
+def demo(
+    out: Path = typer.Option(Path("reports/demo"), "--out", "-o", help="Where the demo run is written."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    html: bool = typer.Option(True, "--html/--no-html"),
+) -> None:
+    """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
+    anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
+    from ..commands.evaluate import RunOptions, evaluate
+    from ..demo import available, drafter_paths, target_path
+    from ..render.terminal import render_report
+    from ..core.results import STATE, read_samples
+
+    from ..core.paths import writable_dir
+
+    if not available():
+        raise fail("the bundled demo models are missing from this installation (python -m dflash_eval.demo.build rebuilds them)")
+    writable_dir(out, "--out")
+    _clear_demo_out(out)
+    console = stdout_console()
+    reference, inhouse = drafter_paths()
+    reporter = RichReporter(console)
+    options = RunOptions(drafters=[f"{reference}:demo-reference", f"{inhouse}:demo-inhouse"], out=out,
+                         target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False,
+                         cache_dir=out.parent / ".cache", argv=["dflash-eval", *sys.argv[1:]])
+    try:
+        result = evaluate(options, reporter)
+    finally:
+        reporter.close()
+        if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
+            (out / DEMO_MARKER).touch()
+    rows = read_samples(out / "samples.jsonl")
+    render_report(console, result, rows)
+    if html:
+        from ..render.html import render_run_html, write_html
+
+        write_html(out / "report.html", render_run_html(result, rows, title="dflash-eval demo"))
+    console.print(demo_guidance(result, inhouse, out, max_new_tokens, html))
+
+
+DEMO_MARKER = ".dflash-eval-demo"  # written into the demo's folder; only such a folder is ever replaced
+
+
+def _clear_demo_out(out: Path) -> None:
+    """The demo always starts fresh, but it deletes nothing it did not write: a folder holding anything
+    else is refused (one line), never emptied."""
+    import shutil
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise fail(f"{out}: exists and is not a folder; choose another --out")
+    if (out / DEMO_MARKER).is_file():
+        shutil.rmtree(out)
+    elif any(out.iterdir()):
+        raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
+
+
+def program() -> str:
+    """How to call dflash-eval again from this shell: the bare name when it is on PATH, else the full path
+    of this installation's script (a venv that was not activated), else `python -m dflash_eval.cli`."""
+    import shutil
+
+    here = Path(sys.executable).parent / "dflash-eval"
+    found = shutil.which("dflash-eval")
+    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "dflash-eval"
+    if here.exists():
+        return str(here)
+    return f"{sys.executable} -m dflash_eval.cli"
+
+
+def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool) -> str:
+    """What to look at, from the numbers this run measured (not from what the build expected)."""
+    by_name = {d["name"]: d for d in result["drafters"]}
+    ref, inh = by_name["demo-reference"], by_name["demo-inhouse"]
+
+    def flagged(drafter: dict) -> str:
+        rep = drafter.get("repetition") or {}
+        blocks, hits = rep.get("blocks") or 0, rep.get("flagged_blocks") or 0
+        return f"{hits}/{blocks} blocks flagged as repetitive" if blocks else "no blocks"
+
+    tau_ref, tau_inh = ref["metrics"]["tau_macro"], inh["metrics"]["tau_macro"]
+    gap = f"{tau_ref / tau_inh:.1f}x" if tau_inh else "n/a"
+    files = "run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
+    return (
+        f"\n[bold]What to look at[/]: demo-reference reaches tau {tau_ref:.2f} ({flagged(ref)}), demo-inhouse "
+        f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; the "
+        "in-house one was trained with the anchor's own hidden state in its attention context. The per-position "
+        "table shows where its acceptance collapses, the worst blocks show its drafts. Ask doctor why:\n"
+        f"  {_safe(program())} doctor --drafter {_safe(inhouse)} --no-thinking --max-new-tokens {max_new_tokens}\n"
+        f"Results in {_safe(out)}/ ({files}); `{_safe(program())} show {_safe(out)} --worst 5` for more blocks. "
+        "On your own checkpoints:\n"
+        f"  {_safe(program())} run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval "
+        "--out runs/mine"
+    )

@@ -1,0 +1,81 @@
+"""`dflash-eval doctor`: replay one drafter under each classic bug's variant and name the mismatch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import options as opt
+from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .root import app
+
+
+@app.command()
+@reports_input_errors
+def doctor(
+    drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
+    target: opt.Target = None,
+    prompts: opt.Prompts = None,
+    limit: opt.Limit = None,
+    max_new_tokens: opt.MaxNewTokens = None,
+    thinking: opt.Thinking = None,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    temperature: opt.Temperature = 0.0,
+    top_p: opt.TopP = 1.0,
+    top_k: opt.TopK = 0,
+    draft_policy: opt.DraftPolicy = "sample",
+    samples: opt.Samples = 1,
+    context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
+) -> None:
+    """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
+    import json as json_module
+
+    from ..commands.evaluate import RunOptions
+    from ..commands.doctor import run_doctor
+    from ..core.paths import writable_dir
+    from ..render.terminal import render_doctor
+    from ..core.results import RUN_JSON, atomic_write
+
+    if out is not None:
+        writable_dir(out, "--out")
+    run_count = None
+    if out is not None and (out / RUN_JSON).is_file():
+        from ..commands.doctor import settings_of_run
+
+        prompts, max_new_tokens, thinking, target, run_count = settings_of_run(out, prompts, max_new_tokens, thinking,
+                                                                               target, limit)
+    console = stdout_console()
+    reporter = RichReporter(console)
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
+                                 seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
+                                 dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    if draft_policy == "both":
+        raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
+    options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+                         draft_policy=draft_policy, samples=samples, context_variants=context_variants, **shared)
+    try:
+        result = run_doctor(options, reporter)
+    finally:
+        reporter.close()
+    render_doctor(console, result)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "doctor.json", json_module.dumps(result, indent=1) + "\n")
+        if (out / RUN_JSON).exists():
+            run_data = json_module.loads((out / RUN_JSON).read_text())
+            run_data["doctor"] = result
+            atomic_write(out / RUN_JSON, json_module.dumps(run_data, indent=1) + "\n")
+            if (out / "report.html").exists():
+                from ..render.html import render_run_html, write_html
+                from ..core.results import read_samples
+
+                write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
+        console.print(_safe(f"written: {out / 'doctor.json'}"))

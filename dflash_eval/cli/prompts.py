@@ -1,0 +1,67 @@
+"""`dflash-eval prompts list|show`: the prompt sets and what is sent to the target after the chat template."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .common import fail, reports_input_errors, stdout_console
+from .root import app
+
+prompts_app = typer.Typer(no_args_is_help=True, help="Prompt sets: what they hold and what is sent.")
+app.add_typer(prompts_app, name="prompts")
+
+
+@prompts_app.command("list")
+def prompts_list() -> None:
+    """The bundled prompt sets, their size and license."""
+    from rich.table import Table
+
+    from ..pipeline.prompts import describe_sets
+
+    table = Table(header_style="bold")
+    for column in ("set", "prompts", "description"):
+        table.add_column(column, justify="right" if column == "prompts" else "left")
+    for name, count, description in describe_sets():
+        table.add_row(name, str(count), description)
+    console = stdout_console()
+    console.print(table)
+    console.print("also: --prompts FILE.jsonl ({\"id\", \"prompt\"} or {\"id\", \"messages\"}) and --prompts dir:PATH "
+                  "(code-completion prompts from the head of each source file)")
+
+
+@prompts_app.command("show")
+@reports_input_errors
+def prompts_show(
+    source: str = typer.Argument(..., help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH."),
+    prompt_id: Optional[str] = typer.Option(None, "--id", help="Only this prompt."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Tokenizer whose chat template to apply (default: the demo target's)."),
+    thinking: bool = typer.Option(False, "--thinking/--no-thinking"),
+    limit: int = typer.Option(3, "--limit", min=1, help="How many prompts to show (without --id)."),
+) -> None:
+    """Print what will be sent to the target for a prompt set, after the chat template."""
+    from rich.panel import Panel
+    from rich.text import Text
+    from transformers import AutoTokenizer
+
+    from ..formats.files import resolve_local_or_cached
+    from ..demo import target_path
+    from ..pipeline.prompts import load_prompts, render_for_target
+
+    prompts = load_prompts(source)
+    if prompt_id is not None:
+        prompts = [p for p in prompts if p.id == prompt_id]
+        if not prompts:
+            raise fail(f"{source}: no prompt with id {prompt_id!r}")
+    else:
+        prompts = prompts[:limit]
+    folder = resolve_local_or_cached(target) if target else target_path()
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    from ..core.safe_text import printable, safe
+
+    console = stdout_console()
+    for prompt, text in zip(prompts, render_for_target(prompts, tokenizer, thinking)):
+        console.print(Panel(Text(printable(text, keep="\n\t")),
+                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, thinking {'on' if thinking else 'off'}",
+                            title_align="left"))

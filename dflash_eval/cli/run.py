@@ -1,0 +1,122 @@
+"""`dflash-eval run` (evaluate drafters on one target, also under torchrun) and `dflash-eval merge` (join
+shard runs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from . import options as opt
+from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .root import app
+
+
+@app.command()
+@reports_input_errors
+def run(
+    drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several."),
+    target: opt.Target = None,
+    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path."),
+    prompts: opt.Prompts = None,
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed)."),
+    max_new_tokens: opt.MaxNewTokens = None,
+    limit: opt.Limit = None,
+    thinking: opt.Thinking = None,
+    mode: str = typer.Option("trajectory", "--mode", help="trajectory (exact offline replay) or live (step-by-step loop)."),
+    final_block: opt.FinalBlock = "shorter",
+    anchor_batch: opt.AnchorBatch = None,
+    tap_chunk: opt.TapChunk = 4096,
+    generation_batch: opt.GenerationBatch = None,
+    responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
+    html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end."),
+    kernels: opt.Kernels = "auto",
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
+    temperature: opt.Temperature = 0.0,
+    top_p: opt.TopP = 1.0,
+    top_k: opt.TopK = 0,
+    draft_policy: opt.DraftPolicy = "sample",
+    samples: opt.Samples = 1,
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/N: evaluate shard I of N of the prompts (balanced by length) into --out; `dflash-eval merge` joins the N shard folders."),
+    device_map: Optional[str] = typer.Option(None, "--device-map", help="auto, balanced or sequential: split a target too large for one device over several (accelerate); drafters run where the input embedding is."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device budget, e.g. 0=70GiB,1=70GiB,cpu=200GiB."),
+) -> None:
+    """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
+    from ..commands.evaluate import RunOptions
+    from ..render.terminal import render_report
+
+    if not drafter and not reference:
+        raise fail("give at least one --drafter (or --reference)")
+    console = stdout_console()
+    reporter = RichReporter(console)
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
+                         anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
+                         generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
+                         draft_policy=draft_policy, samples=samples, shard=shard, device_map=device_map,
+                         max_memory=max_memory,
+                         overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
+    from ..commands.distributed import launched_ranks
+
+    rank, world = launched_ranks()
+    if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
+        console = Console(file=open(os.devnull, "w"), highlight=False)
+        reporter = RichReporter(console)
+    try:
+        from ..commands.distributed import evaluate_launched
+
+        result = evaluate_launched(options, reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
+    finally:
+        reporter.close()
+    if world > 1 and rank > 0:
+        return  # rank 0 merged the shards into --out and writes the report
+    from ..core.results import read_samples
+
+    rows = read_samples(out / "samples.jsonl")
+    render_report(console, result, rows)
+    written = f"results: {out}/run.json, samples.jsonl, per_position.csv"
+    if html:
+        from ..render.html import render_run_html, write_html
+
+        write_html(out / "report.html", render_run_html(result, rows))
+        written += ", report.html"
+    console.print(_safe(written))
+
+
+@app.command()
+@reports_input_errors
+def merge(
+    shards: list[Path] = typer.Argument(..., help="The N shard folders of one run (`run --shard I/N`)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The merged run folder (what one process would have written)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote."),
+    html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html."),
+) -> None:
+    """Join shard runs into one run folder: counts add exactly; shards of other runs, missing or overlapping ones are refused."""
+    from ..commands.merge import merge as merge_shards
+    from ..render.terminal import render_report
+    from ..core.results import read_samples
+
+    console = stdout_console()
+    result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]])
+    rows = read_samples(out / "samples.jsonl")
+    render_report(console, result, rows)
+    written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"
+    if html:
+        from ..render.html import render_run_html, write_html
+
+        write_html(out / "report.html", render_run_html(result, rows))
+        written += ", report.html"
+    console.print(_safe(written))

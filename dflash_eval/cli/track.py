@@ -1,0 +1,112 @@
+"""`dflash-eval track`: every checkpoint of a training run, once each, as a curve against the reference."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import options as opt
+from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .root import app
+
+
+@app.command()
+@reports_input_errors
+def track(
+    save_dir: list[Path] = typer.Argument(..., help="A training run's save folder (speculators <epoch>/, HF checkpoint-N/, SpecForge epoch_E_step_S/, any folder of checkpoint folders), or checkpoint folders one by one."),
+    target: opt.Target = None,
+    reference: Optional[str] = typer.Option(None, "--reference", help="The line to beat: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint path; evaluated once."),
+    prompts: opt.Prompts = None,
+    out: Path = typer.Option(..., "--out", "-o", help="Track folder (created; rerun the same command to continue it)."),
+    watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
+    interval: float = typer.Option(60.0, "--interval", help="Seconds between polls with --watch."),
+    settle: float = typer.Option(2.0, "--settle", help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
+    batch: int = typer.Option(8, "--batch", min=1, help="Checkpoints evaluated together on one target pass per prompt."),
+    tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="Also write the scalars (tau, interval, reach per slot, repetition, gap) to this TensorBoard log folder."),
+    max_new_tokens: opt.MaxNewTokens = None,
+    limit: opt.Limit = None,
+    thinking: opt.Thinking = None,
+    final_block: opt.FinalBlock = "shorter",
+    anchor_batch: opt.AnchorBatch = None,
+    tap_chunk: opt.TapChunk = 4096,
+    generation_batch: opt.GenerationBatch = None,
+    device: opt.Device = "auto",
+    dtype: opt.Dtype = "auto",
+    cache_dir: opt.CacheDir = None,
+    html: bool = typer.Option(True, "--html/--no-html", help="Rewrite DIR/track.html after every batch."),
+    kernels: opt.Kernels = "auto",
+    seed: opt.Seed = None,
+    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
+    temperature: opt.Temperature = 0.0,
+    top_p: opt.TopP = 1.0,
+    top_k: opt.TopK = 0,
+    draft_policy: opt.DraftPolicy = "sample",
+    samples: opt.Samples = 1,
+) -> None:
+    """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
+    from ..commands.evaluate import RunOptions
+    from ..render.track import render_track
+    from ..commands.track import Tracker, TrackOptions
+
+    console = stdout_console()
+    reporter = RichReporter(console)
+    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,
+                             anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
+                             generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
+                             top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,
+                             argv=["dflash-eval", *sys.argv[1:]], **shared)
+    options = TrackOptions(sources=list(save_dir), run=run_options, watch=watch, interval=interval, settle=settle,
+                           max_batch=batch)
+    scalars = None
+    if tensorboard is not None:
+        import importlib.util
+
+        from ..core.paths import writable_dir
+
+        writable_dir(tensorboard, "--tensorboard")
+        if importlib.util.find_spec("tensorboard") is None:
+            raise fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
+
+    def after_batch(tracker) -> None:
+        if html:
+            from ..render.html import write_html
+            from ..render.track import render_track_html
+
+            write_html(out / "track.html", render_track_html(tracker.rows, tracker.present(), tracker.folder.settings,
+                                                             seed=run_options.seed))
+        if watch:
+            reporter.close()
+            render_track(console, tracker.rows, tracker.present(), seed=run_options.seed)
+
+    def on_row(row, reference_tau) -> None:
+        nonlocal scalars
+        if tensorboard is not None:
+            from ..render.tensorboard import ScalarLog
+
+            scalars = scalars or ScalarLog(tensorboard)
+            scalars.write(row, reference_tau)
+
+    tracker = Tracker(options, reporter, after_batch, on_row)
+    try:
+        tracker.run()
+    except KeyboardInterrupt:
+        reporter.close()
+        if tracker.busy:
+            raise fail(f"interrupted inside a batch; the prompts done are kept in {out}: rerun the same command to "
+                       "continue", 130) from None
+        console.print(_safe(f"stopped; {len(tracker.rows)} rows in {out / 'track.jsonl'} (rerun to continue)"))
+    finally:
+        reporter.close()
+        if scalars is not None:
+            scalars.close()
+    render_track(console, tracker.rows, tracker.present(), tracker.pending(), seed=run_options.seed)
+    written = f"results: {out}/track.jsonl, track.csv, runs/"
+    if html and tracker.rows:
+        written += ", track.html"
+    console.print(_safe(written))

@@ -1,0 +1,200 @@
+"""`diff A B`: a fair, paired comparison of two drafters (two of one run, or from two runs).
+
+Fairness first: a 0.2 tau difference on 20 prompts may be noise, and a different chat template or
+thinking flag may explain all of it. So before any statistic, the two sides must agree on everything
+that shapes the trajectory (target weights, tokenizer, chat template, thinking flag, prompt set,
+max_new_tokens, temperature, block size) and, greedy decoding being deterministic, on the target's
+continuations token for token. A mismatch is refused by name unless forced; the statistics (compare.py)
+are paired over prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import compare as C
+from ..core import metrics as M
+from ..core.errors import InputError
+from ..core.results import read_run, read_samples
+from ..core.samples import BlockView, walk_blocks
+
+
+@dataclass
+class Side:
+    label: str  # as given on the command line
+    name: str  # drafter name inside its run
+    run_dir: Path
+    run: dict[str, Any]
+    drafter: dict[str, Any]
+    rows: dict[str, dict[str, Any]]  # prompt id -> samples row of this drafter (sample 0 at temperature > 0)
+    pooled: dict[str, M.AcceptanceCounts] = field(default_factory=dict)  # prompt id -> its samples pooled
+
+    def counts(self) -> M.AcceptanceCounts:
+        return M.AcceptanceCounts.from_dict(self.drafter["counts"])
+
+    def counts_for(self, prompt_ids) -> M.AcceptanceCounts:
+        """The prompts' counts, each prompt's K samples pooled (metrics.pool_samples) at temperature > 0."""
+        total = M.AcceptanceCounts(block_size=self.drafter["spec"]["block_size"])
+        for pid in prompt_ids:
+            total = total + self.pooled[pid]
+        return total
+
+
+def load_side(value: str, partial: bool = False) -> Side:
+    """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
+    head, sep, tail = value.rpartition(":")
+    run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
+    run = read_run(run_dir, partial=partial)
+    names = [d["name"] for d in run["drafters"]]
+    if name is None:
+        if len(names) != 1:
+            raise InputError(run_dir, f"holds {len(names)} drafters ({', '.join(names)}): say which, as {run_dir}:NAME")
+        name = names[0]
+    if name not in names:
+        raise InputError(run_dir, f"no drafter {name!r} in this run (drafters: {', '.join(names)})")
+    rows: dict[str, dict[str, Any]] = {}
+    pooled: dict[str, M.AcceptanceCounts] = {}
+    for r in read_samples(run_dir / "samples.jsonl"):
+        if r["drafter"] != name:
+            continue
+        pid = r["prompt_id"]
+        if r.get("counts") is not None:
+            counts = M.AcceptanceCounts.from_dict(r["counts"])
+            pooled[pid] = M.pool_samples(pooled[pid], counts) if pid in pooled else counts
+        if r.get("sample", 0) == 0:
+            rows[pid] = r  # the examples shown are of sample 0; the numbers pool every sample
+    return Side(value, name, run_dir, run, next(d for d in run["drafters"] if d["name"] == name), rows, pooled)
+
+
+def fairness_problems(a: Side, b: Side, max_mismatch: float) -> tuple[list[str], dict[str, Any]]:
+    """Every setting in which the two sides differ, by name; plus the continuation agreement."""
+    pa, pb = a.run["provenance"], b.run["provenance"]
+    checks = [
+        ("target fingerprint", pa["target"]["fingerprint"], pb["target"]["fingerprint"]),
+        ("tokenizer", pa["tokenizer_hash"], pb["tokenizer_hash"]),
+        ("chat template", pa["chat_template_hash"], pb["chat_template_hash"]),
+        ("thinking flag", pa["enable_thinking"], pb["enable_thinking"]),
+        ("max_new_tokens", pa["max_new_tokens"], pb["max_new_tokens"]),
+        ("temperature", pa.get("temperature", 0), pb.get("temperature", 0)),
+        # top-p/k, draft policy, samples per prompt and seed: with equal seeds both sides drew sample k of a
+        # prompt from the same random stream, so pooled per-prompt counts pair sample for sample
+        ("sampling", _sampling_key(pa), _sampling_key(pb)),
+        ("block size", a.drafter["spec"]["block_size"], b.drafter["spec"]["block_size"]),
+        ("prompt set", sorted(a.rows), sorted(b.rows)),
+    ]
+    problems = [f"{label} differs ({_short(x)} vs {_short(y)})" for label, x, y in checks if x != y]
+    differ = total = 0
+    if (pa.get("temperature") or 0) > 0:  # sampled: each drafter's loop commits its own sample of the target
+        return problems, {"differing_tokens": 0, "total_tokens": 0, "share": 0.0,
+                          "note": "temperature > 0: continuations are samples, not compared"}
+    for pid in set(a.rows) & set(b.rows):
+        ca, cb = a.rows[pid]["continuation_ids"], b.rows[pid]["continuation_ids"]
+        total += max(len(ca), len(cb))
+        differ += sum(x != y for x, y in zip(ca, cb)) + abs(len(ca) - len(cb))
+    share = differ / total if total else 0.0
+    if share > max_mismatch:
+        problems.append(f"target continuations differ in {100 * share:.2f}% of tokens (> {100 * max_mismatch:g}% allowed)")
+    return problems, {"differing_tokens": differ, "total_tokens": total, "share": share}
+
+
+def _sampling_key(provenance: dict) -> dict | None:
+    sampling = provenance.get("sampling")
+    return {k: v for k, v in sampling.items() if k != "generator"} if isinstance(sampling, dict) else None
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list):
+        return f"{len(value)} prompts"
+    text = str(value)
+    return text[:12] if len(text) > 16 else text
+
+
+def first_divergence(a_row: dict, b_row: dict) -> tuple[BlockView, BlockView] | None:
+    """The blocks both drafters drafted at the first walk step where their accepted lengths differ."""
+    for block_a, block_b in zip(walk_blocks(a_row), walk_blocks(b_row)):
+        if block_a.anchor_pos != block_b.anchor_pos:
+            return None  # cannot happen before a divergence; defensive
+        if block_a.accepted != block_b.accepted or block_a.draft != block_b.draft:
+            return block_a, block_b
+    return None
+
+
+def _display_names(a: Side, b: Side) -> tuple[str, str]:
+    """Drafter names, qualified by their run folder when the names alone do not tell them apart."""
+    if a.name != b.name:
+        return a.name, b.name
+    return f"{a.run_dir.name}:{a.name}", f"{b.run_dir.name}:{b.name}"
+
+
+def _estimate_diff(a: Side, b: Side, a_value: str, b_value: str, problems: list[str], seed: int) -> dict[str, Any]:
+    """Two offline estimates (temperature > 0) paired by prompt: each prompt's expected committed / expected
+    steps, its K samples pooled; the same bootstrap and permutation test as counted runs."""
+    if not (a.drafter["metrics"].get("estimate") and b.drafter["metrics"].get("estimate")):
+        raise InputError(None, f"{a_value} and {b_value}: one side is an offline estimate (temperature > 0), the "
+                               "other counted; compare like with like")
+    pa = {k: tuple(v) for k, v in a.drafter["estimate"]["per_prompt"].items()}
+    pb = {k: tuple(v) for k, v in b.drafter["estimate"]["per_prompt"].items()}
+    macro = C.delta_tau_per_prompt(pa, pb, kind="macro", seed=seed)
+    micro = C.delta_tau_per_prompt(pa, pb, kind="micro", seed=seed)
+    ma, mb = a.drafter["metrics"], b.drafter["metrics"]
+    width = max(len(ma["alpha"]), len(mb["alpha"]))
+    alpha = [None if i >= len(ma["alpha"]) or i >= len(mb["alpha"]) or ma["alpha"][i] is None or mb["alpha"][i] is None
+             else mb["alpha"][i] - ma["alpha"][i] for i in range(width)]
+    return {
+        "estimate": True, "warnings": [], "forced": bool(problems), "unfair": problems, "prompts": macro.n,
+        "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": ma["tau_macro"],
+              "tau_micro": ma["tau_micro"]},
+        "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": mb["tau_macro"],
+              "tau_micro": mb["tau_micro"]},
+        "delta_tau_macro": macro.to_dict(), "delta_tau_micro": micro.to_dict(), "delta_alpha": alpha,
+        "verdict": "ESTIMATE: " + C.verdict(macro, *_display_names(a, b)),
+    }
+
+
+def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float = 0.001, top: int = 3,
+         seed: int = 0, partial: bool = False) -> dict[str, Any]:
+    a, b = load_side(a_value, partial), load_side(b_value, partial)
+    problems, agreement = fairness_problems(a, b, max_mismatch)
+    if problems and not force:
+        raise InputError(None, f"unfair comparison of {a_value} and {b_value}: " + "; ".join(problems)
+                         + " (use --force to compare anyway)")
+    if a.drafter["metrics"].get("estimate") or b.drafter["metrics"].get("estimate"):
+        return _estimate_diff(a, b, a_value, b_value, problems, seed)
+    common = sorted(set(a.rows) & set(b.rows))
+    ca, cb = a.counts_for(common), b.counts_for(common)
+    macro = C.delta_tau(ca, cb, kind="macro", seed=seed)
+    micro = C.delta_tau(ca, cb, kind="micro", seed=seed)
+    regressed, improved = C.top_changes(ca, cb, top)
+    sets = sorted({a.rows[p]["prompt_set"] for p in common})
+    by_set = {}
+    for prompt_set in sets:
+        ids = [p for p in common if a.rows[p]["prompt_set"] == prompt_set]
+        if len(ids) >= 2:
+            by_set[prompt_set] = C.delta_tau(a.counts_for(ids), b.counts_for(ids), seed=seed).to_dict()
+    examples = []
+    for pid, tau_a, tau_b, delta in regressed + improved:
+        pair = first_divergence(a.rows[pid], b.rows[pid])
+        examples.append({"prompt_id": pid, "tau_a": tau_a, "tau_b": tau_b, "delta": delta,
+                         "blocks": [pair[0].__dict__, pair[1].__dict__] if pair else None})
+    rep_a, rep_b = a.drafter.get("repetition") or {}, b.drafter.get("repetition") or {}
+    warnings = []
+    if a.run_dir.resolve() == b.run_dir.resolve() and a.name == b.name:
+        warnings.append(f"A and B are the same drafter of the same run ({a.name}): the difference is 0 by construction")
+    elif a.drafter.get("fingerprint") and a.drafter.get("fingerprint") == b.drafter.get("fingerprint"):
+        warnings.append("A and B have identical checkpoint weights (same fingerprint)")
+    return {
+        "warnings": warnings,
+        "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca),
+              "incomplete": a.run.get("incomplete")},
+        "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb),
+              "incomplete": b.run.get("incomplete")},
+        "forced": bool(problems), "unfair": problems, "continuations": agreement, "prompts": len(common),
+        "delta_tau_macro": macro.to_dict(), "delta_tau_micro": micro.to_dict(),
+        "sign_test_p": C.sign_test([d for _, _, _, d in C.per_prompt_differences(ca, cb)]),
+        "slots": C.slot_deltas(ca, cb), "histogram": C.histogram_shift(ca, cb), "by_prompt_set": by_set,
+        "repetition": {"flagged_share_a": rep_a.get("flagged_share"), "flagged_share_b": rep_b.get("flagged_share")},
+        "regressed": [e for e in examples if e["delta"] < 0], "improved": [e for e in examples if e["delta"] > 0],
+        "verdict": C.verdict(macro, *_display_names(a, b)),
+    }

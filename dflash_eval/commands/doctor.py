@@ -1,0 +1,326 @@
+"""`doctor`: name the train/eval mismatch behind an acceptance gap.
+
+"My drafter is 4x worse than the reference; which of the usual bugs is it?" Each classic bug is a
+mismatch between how a drafter was trained and how it is evaluated. If we evaluate the drafter the way a
+bug would have trained it and acceptance jumps, the drafter *behaves as if* trained that way. So doctor
+replays the drafter under controlled variants on one cached trajectory per prompt (one target pass,
+many cheap drafter passes) and compares each with the configuration, paired over prompts:
+
+| variant                 | the bug it stands for                                               |
+|-------------------------|---------------------------------------------------------------------|
+| anchor in context       | trained with p <= a: the anchor's own hidden state leaked as context |
+| taps shifted -1 / +1    | z-lab ids (output of layer t) vs speculators ids (t+1) mixed up      |
+| tap k zeroed            | the projection does not really use tap k (fed 4 of 5 layers)         |
+| all causal / all bidir. | in-block causality differs between trainer and evaluator            |
+| no sliding window       | trained with full attention where the config says sliding            |
+| block positions +1      | block position ids offset from the context's (a uniform offset of    |
+|                         | all positions is invisible to RoPE, so only a relative one matters)  |
+| taps through final norm | trained on post-norm states (double norm)                           |
+| other rules (zlab /     | trained under another reference's attention rules (window from the  |
+| speculators / vllm)     | anchor vs the query, per-layer causality, z-lab's scale keys)        |
+| RoPE: target's / none   | trained with the target's RoPE, or without the scaling the config    |
+|                         | records (an engine applying unseen scaling collapses acceptance)     |
+| target's tables         | the checkpoint's embedding / lm_head copies are not the target's     |
+| thinking flipped, raw   | (context variants: new continuations, one more pass per prompt each) |
+| prompt                  | trained with the other thinking setting, or without the chat template |
+
+Beside the variants: the drafts against the logit lens of the last target layers (labels taken from an
+inner layer), the embedding / lm_head copies compared with the target's, and with `--reference` the gap to
+a reference decomposed by variant (gap.py). The variants and their replay live in variants.py.
+
+Static checks come first: captured taps all zero, constant or non-finite (the hybrid-extraction bug)
+stop doctor before any drafter runs; the MASK embedding row must exist, be non-zero and not look like an
+untrained row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core import compare as C
+from ..core.errors import InputError
+from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,  # noqa: F401
+                       compare_tables, evaluate_variants, rope_variants, table_variant)
+
+
+def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 0.1) -> dict[str, Any]:
+    """Per variant: tau and delta vs the configuration with a paired interval; then the verdict."""
+    base = results[0]
+    rows = []
+    for result in results:
+        entry = {"variant": result.variant.name, "tau_macro": result.tau()}
+        if result is not base:
+            delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=seed)
+            same = sum(a == b for pa, pb in zip(base.drafts, result.drafts) for a, b in zip(pa, pb))
+            total = sum(len(p) for p in base.drafts)
+            entry.update(delta=delta.to_dict(), identical_drafts=same / total if total else None)
+        rows.append(entry)
+    gains = [(r, res) for r, res in zip(rows[1:], results[1:])
+             if r["delta"]["low"] > 0 and r["delta"]["p_value"] < 0.05 and r["delta"]["estimate"] >= min_gain
+             and res.variant.zero_tap is None]
+    tau0 = rows[0]["tau_macro"]
+    if gains:
+        best, res = max(gains, key=lambda pair: pair[0]["delta"]["estimate"])
+        d = best["delta"]
+        verdict = (f"behaves as if {res.variant.bug}: tau {tau0:.2f} -> {best['tau_macro']:.2f} when evaluated that way "
+                   f"(delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], p = {d['p_value']:.3g})")
+        finding = res.variant.name
+    else:
+        unused = [(r, res) for r, res in zip(rows[1:], results[1:])
+                  if res.variant.zero_tap is not None and r["identical_drafts"] == 1.0]
+        used = [r for r, res in zip(rows[1:], results[1:]) if res.variant.zero_tap is not None and r["identical_drafts"] != 1.0]
+        if unused and used:
+            names = ", ".join(res.variant.name.split(" zeroed")[0] + res.variant.name.split("zeroed")[1] for _, res in unused)
+            verdict = (f"the projection ignores {names}: zeroing it leaves every draft unchanged while zeroing the "
+                       f"other taps changes them; trained with that tap missing (fc fed {len(used)} of {len(used) + len(unused)} layers)?")
+            finding = unused[0][1].variant.name
+        else:
+            verdict = f"no mismatch found: no variant beats the configuration (tau {tau0:.2f})"
+            finding = None
+    return {"variants": rows, "verdict": verdict, "finding": finding}
+
+
+LENS_LAYERS = 6  # the last layers whose logit lens the drafts are compared with
+
+
+def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: dict[int, list], num_layers: int,
+                     *, seed: int = 0, min_margin: float = 0.05) -> dict[str, Any]:
+    """Agreement of the configured drafter's drafts with the logit lens of each of the last target layers.
+
+    drafts[t][j]: trajectory t's anchor j (= prompt_len + j) drafted ids for slots 1..; lens[k][t]: [T] the
+    layer-k lens token after every position. Slot i of anchor a agrees with layer k when its draft equals
+    the lens token at a + i - 1. Per prompt (slots, agreeing) pairs are compared between the best layer and
+    the final one with compare.delta_tau_per_prompt (the mean over prompts of the per-prompt agreement
+    rate, paired bootstrap and permutation test). A drafter trained on the final layer's labels agrees with
+    it most; one trained on an inner layer's logits peaks there."""
+    final = num_layers - 1
+    per_layer: dict[int, dict[str, tuple[int, int]]] = {}
+    for k, per_traj in lens.items():
+        table: dict[str, tuple[int, int]] = {}
+        for traj, blocks, tokens in zip(trajectories, drafts, per_traj):
+            n = agree = 0
+            for j, block in enumerate(blocks):
+                a = traj.prompt_len + j
+                for i, draft in enumerate(block, 1):
+                    if a + i - 1 < len(tokens) and a + i < len(traj.tokens):
+                        n += 1
+                        agree += int(draft == int(tokens[a + i - 1]))
+            s0, a0 = table.get(traj.id, (0, 0))
+            table[traj.id] = (s0 + n, a0 + agree)
+        per_layer[k] = table
+    rates = {k: (sum(a for _, a in t.values()) / max(1, sum(n for n, _ in t.values()))) for k, t in per_layer.items()}
+    best = max(rates, key=lambda k: (rates[k], k))
+    out: dict[str, Any] = {"agreement": {str(k): rates[k] for k in sorted(rates)}, "best_layer": best,
+                           "final_layer": final, "finding": None}
+    if best != final and final in per_layer:
+        delta = C.delta_tau_per_prompt(per_layer[final], per_layer[best], seed=seed)
+        out["best_vs_final"] = delta.to_dict()
+        if delta.low > 0 and delta.p_value < 0.05 and delta.estimate >= min_margin:
+            out["finding"] = (f"behaves as if trained to predict layer {best}'s logits instead of the final layer's: "
+                              f"its drafts agree with layer {best}'s logit lens {100 * rates[best]:.1f}% of the time, "
+                              f"with the target's real next tokens (layer {final}) {100 * rates[final]:.1f}% "
+                              f"(delta {delta.estimate:+.3f} [{delta.low:.3f}, {delta.high:.3f}], p = {delta.p_value:.3g}); "
+                              "check which hidden states the training labels come from")
+    return out
+
+
+def _context_variants(target, drafter, prompts, inputs, options, layers, base, final_norm, hidden, reporter) -> list:
+    """The configured drafter on continuations made with thinking flipped, and from the raw prompt text
+    without the chat template: new continuations (cached) and one more target pass per prompt each. A win
+    says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
+    the paper")."""
+    from ..pipeline.continuations import continuations_for
+    from ..pipeline.prompts import prompt_ids
+    from ..pipeline.trajectories import capture_trajectory
+
+    thinking = inputs.thinking
+    flipped = "on" if not thinking else "off"
+    groups = [
+        ("thinking " + flipped, f"trained with thinking {flipped}", f"with thinking {flipped}",
+         "the chat template's enable_thinking flag when the training data was generated (and the target "
+         "family's default: on for Qwen3.5/3.6, off for Qwen3)", not thinking, "chat",
+         {p.id: prompt_ids(inputs.tokenizer, p, not thinking) for p in prompts}),
+        ("raw prompt (no chat template)", "trained on raw prompt text without the chat template",
+         "from the raw prompt text", "whether the training data went through the target's chat template",
+         thinking, "raw", {p.id: inputs.tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in prompts}),
+    ]
+    out = []
+    for name, bug, how, check, group_thinking, template, ids in groups:
+        texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template)
+        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk)
+                        for p in prompts]
+        (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
+                                      options.max_new_tokens, options.anchor_batch)
+        delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
+        out.append({"variant": name, "bug": bug, "how": how, "check": check, "tau_macro": result.tau(),
+                    "delta": delta.to_dict(), "target_passes": len(prompts), "per_prompt": result.per_prompt()})
+    return out
+
+
+def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
+    """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
+    by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
+    from ..formats.files import resolve_local_or_cached
+    from ..core.results import read_run
+
+    prov = read_run(out)["provenance"]
+    recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
+                "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
+    given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
+    if target is not None:
+        given["--target"] = str(resolve_local_or_cached(target).resolve())
+        recorded["--target"] = str(Path(recorded["--target"]).resolve())
+    for name, value in given.items():
+        if value is not None and value != recorded[name]:
+            raise InputError(out, f"this run was made with {name} {recorded[name]!r}, doctor was given {value!r}; "
+                       "drop the option to use the run's setting, or write doctor elsewhere with another --out")
+    count = prov["prompts"]["count"]
+    if limit is not None and limit != count:
+        raise InputError(out, f"this run has {count} prompts, doctor was given --limit {limit}; drop --limit to use the run's")
+    if any(a == "--seed" or a.startswith("--seed=") for a in prov.get("argv", [])):
+        raise InputError(out, "this run drew a seeded prompt subset (--seed); doctor --out on it would not see the same "
+                   "prompts: write doctor elsewhere")
+    return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
+
+
+def run_doctor(options, reporter=None) -> dict[str, Any]:
+    """The `doctor` command as a composition of the run's stages: inputs (one drafter) -> continuations ->
+    one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
+    scored on the same trajectories -> summary. `options` is an options.RunOptions."""
+    from ..pipeline.scoring import kernels_context, load_drafters
+    from ..pipeline.continuations import continuations_for
+    from ..pipeline.inputs import prepare_inputs
+    from ..core.options import Reporter
+    from ..model.target import capture_taps, load_target, target_info
+    from ..model.kernels import kernel_report, torch_fallback_kernels
+    from ..model.sampling import sampling_of
+    from ..pipeline.trajectories import capture_trajectory
+
+    reporter = reporter or Reporter()
+    inputs = prepare_inputs(options, one_drafter=True)
+    entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
+    reference = inputs.entries[1] if options.reference else None
+    n_contexts = 2 if options.context_variants and options.temperature <= 0 else 0
+    reporter.note(f"doctor: {len(prompts)} target passes for every variant of the drafter (one per prompt"
+                  + (", per sample" if options.temperature > 0 else "") + ")"
+                  + (f", plus {len(prompts)} for each of {n_contexts} context variants (thinking flipped, raw prompt: "
+                     f"new continuations): {len(prompts) * (1 + n_contexts)} in all" if n_contexts else ""))
+    info = target_info(target_path)
+    target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+    spec = entry.spec
+    variants = build_variants(spec, info.num_layers)
+    target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
+    variants += rope_variants(spec, target_rope) + table_variant(spec)
+    lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
+    layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers)
+                    | set(reference.spec.taps if reference else ()))
+    ids = inputs.prompt_ids()
+    thinking = inputs.thinking
+    sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
+    if sampled:
+        from ..pipeline.continuations import sampled_continuations_for
+
+        texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter)
+    else:
+        greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter)
+        texts = {(pid, 0): cont for pid, cont in greedy.items()}
+
+    trajectories = []
+    reporter.phase("target pass", len(texts))
+    with kernels_context(target, options):
+        for prompt in prompts:
+            for k in range(options.samples if sampled else 1):
+                trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[(prompt.id, k)], layers,
+                                                       sequence_chunk=options.tap_chunk, keep_hidden=sampled,
+                                                       sample=k if sampled else None))
+                reporter.advance("target pass", prompt.id)
+    for traj in trajectories:  # before any drafter runs
+        check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
+
+    kernels = _kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
+    drafter = load_drafters([entry], target)[entry.name]
+    embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
+    mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
+    tables = compare_tables(drafter, target)
+    final_norm = target.model.model.norm
+    reporter.phase("variants", len(variants))
+    results = []
+    for variant in variants:
+        results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
+                                         options.max_new_tokens, options.anchor_batch,
+                                         sampling_of(options) if sampled else None, target.lm_head))
+        reporter.advance("variants", variant.name)
+    summary = summarize(results, seed=options.seed)
+    lens_check = None
+    if not sampled:  # the lens compares drafts with the target's argmax: a greedy diagnosis
+        from ..model.target import lens_tokens
+
+        lens = {k: [lens_tokens(target, traj.layers[k]) for traj in trajectories] for k in lens_layers}
+        lens_check = logit_lens_check(results[0].drafts, trajectories, lens, info.num_layers, seed=options.seed)
+        if lens_check["finding"]:
+            summary["verdict"] = (lens_check["finding"] if summary["finding"] is None
+                                  else f"{summary['verdict']}; also {lens_check['finding']}")
+            summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
+    summary["logit_lens"] = lens_check
+    contexts = []
+    if not sampled and options.context_variants:  # the same drafter on continuations made another way
+        contexts = _context_variants(target, drafter, prompts, inputs, options, layers, results[0], final_norm,
+                                     info.hidden_size, reporter)
+        summary["context_variants"] = [{k: v for k, v in c.items() if k != "per_prompt"} for c in contexts]
+        wins = [c for c in contexts if c["delta"]["low"] > 0 and c["delta"]["p_value"] < 0.05
+                and c["delta"]["estimate"] >= 0.1]
+        if wins:
+            best = max(wins, key=lambda c: c["delta"]["estimate"])
+            d = best["delta"]
+            text = (f"{best['bug']}: tau {results[0].tau():.2f} -> {best['tau_macro']:.2f} when evaluated on "
+                    f"continuations made {best['how']} (delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], "
+                    f"p = {d['p_value']:.3g})")
+            gains = [r["delta"]["estimate"] for r in summary["variants"][1:] if r.get("delta")]
+            if summary["finding"] is None or d["estimate"] > max(gains, default=0):
+                summary["verdict"], summary["finding"] = text, best["variant"]
+            else:
+                summary["verdict"] = f"{summary['verdict']}; also {text}"
+    if reference is not None:  # the gap to the reference, and how much of it each variant closes
+        from ..core.gap import explain_gap
+
+        ref_drafter = load_drafters([reference], target)[reference.name]
+        (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
+                                          info.hidden_size, options.max_new_tokens, options.anchor_batch,
+                                          sampling_of(options) if sampled else None, target.lm_head)
+        candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
+                      for r in results[1:] if r.variant.zero_tap is None]
+        candidates += [(c["variant"], c["per_prompt"], c["bug"], c["check"]) for c in contexts]
+        summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
+                                        base_name=entry.name, reference_name=reference.name, seed=options.seed),
+                          "reference_tau_macro": ref_result.tau(), "reference_path": str(reference.path)}
+    if sampled:
+        from ..core.estimates import DEFINITION
+
+        summary["verdict"] = "ESTIMATE: " + summary["verdict"]
+        summary["estimate"] = {"definition": DEFINITION, "sampling": {**sampling_of(options).to_dict(),
+                                                                       "samples": options.samples, "seed": options.seed}}
+    return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
+            "tap_passes": target.tap_passes,
+            "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts}},
+            "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
+            "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
+
+
+def _kernel_comparison(target, trajectory, layers, fallback_ctx, capture_taps, kernel_report) -> dict[str, Any]:
+    """On GPU with fla bound: the same taps through the torch fallback, per layer, and greedy agreement."""
+    report = kernel_report(target.model)
+    if not any(k.accelerated for k in report):
+        return {"compared": False, "detail": "no accelerated Gated-DeltaNet kernels bound (dense target or torch fallback)"}
+    with fallback_ctx(target.model):
+        fallback = capture_taps(target, trajectory.tokens, layers)
+    target.tap_passes -= 1  # a diagnostic re-run of one prompt, not a tap pass of the evaluation
+    fla = trajectory.taps(layers)
+    H = target.info.hidden_size
+    per_layer = {}
+    for k, t in enumerate(layers):
+        a, b = fla[:, k * H:(k + 1) * H].float(), fallback.taps[:, k * H:(k + 1) * H].float()
+        per_layer[str(t)] = {"max_abs": float((a - b).abs().max()),
+                             "max_rel": float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))}
+    agree = float((fallback.greedy == trajectory.greedy).float().mean())
+    return {"compared": True, "per_layer": per_layer, "greedy_agreement": agree}

@@ -1,0 +1,113 @@
+"""`dflash-eval merge SHARD... --out DIR`: shard run folders (`run --shard I/N`, or the ranks of a torchrun
+launch) joined into the run one process would have written.
+
+Exact by construction: every shard stores integer counts per prompt, so the merged counts are sums and
+the metrics are divided once, here, by the same `document.drafter_documents` a single run uses (same
+bootstrap seed, same prompt order). Refused by name: shards of different runs (any setting but the shard
+index differs), a shard given twice, shards missing, a prompt in two shards, an unfinished shard.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ..core import results as R
+from ..pipeline.document import drafter_documents, self_consistency_of
+from ..core.errors import InputError, read_json_object
+from ..pipeline.run_folder import RunFolder, settings_differences
+
+
+def _read_shard(path: Path) -> dict[str, Any]:
+    state = read_json_object(path / R.STATE, missing="not a dflash-eval run folder (no run_state.json)")
+    settings = state.get("settings") or {}
+    if not isinstance(settings.get("shard"), dict):
+        raise InputError(path, "is not a shard (made without --shard I/N)")
+    if not state.get("complete") or not (path / R.RUN_JSON).is_file():
+        raise InputError(path, "is an unfinished shard: rerun its `dflash-eval run --shard` command to finish it")
+    return {"path": path, "settings": settings, "run": R.read_run(path), "rows": R.read_samples(path / R.SAMPLES)}
+
+
+def _entry(drafter: dict[str, Any]) -> SimpleNamespace:
+    """What `drafter_documents` reads of a drafter, from a shard's run.json."""
+    spec = drafter["spec"]
+    return SimpleNamespace(name=drafter["name"], path=drafter["path"], draft_policy=drafter.get("draft_policy"),
+                           spec=SimpleNamespace(format=drafter["format"], block_size=spec["block_size"],
+                                                to_dict=lambda spec=spec: spec))
+
+
+def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: list[str] | None = None) -> dict[str, Any]:
+    from ..core.paths import writable_dir
+
+    writable_dir(out, "--out")
+    shards = [_read_shard(Path(d)) for d in shard_dirs]
+    first = shards[0]
+    base = {k: v for k, v in first["settings"].items() if k not in ("prompts", "shard")}
+    count = first["settings"]["shard"]["count"]
+    for shard in shards[1:]:
+        other = {k: v for k, v in shard["settings"].items() if k not in ("prompts", "shard")}
+        ours, theirs = first["settings"]["shard"], shard["settings"]["shard"]
+        extra = [f"shard {k}: {ours.get(k)!r} -> {theirs.get(k)!r}" for k in ("count", "seed") if ours.get(k) != theirs.get(k)]
+        if ours.get("all_prompts") != theirs.get("all_prompts"):
+            extra.append("the run's prompt list")
+        differences = settings_differences(base, other) + extra
+        if differences:
+            raise InputError(shard["path"], f"is a shard of another run than {first['path']} (differs in: "
+                                            + "; ".join(differences) + ")")
+    indices = [s["settings"]["shard"]["index"] for s in shards]
+    repeated = sorted({i for i in indices if indices.count(i) > 1})
+    if repeated:
+        raise InputError(None, f"shard {repeated[0]}/{count} is given twice")
+    missing = sorted(set(range(count)) - set(indices))
+    if missing:
+        raise InputError(None, f"shards missing: {', '.join(f'{i}/{count}' for i in missing)} (all {count} are needed)")
+    all_prompts = first["settings"]["shard"]["all_prompts"]
+    owner: dict[str, Path] = {}
+    for shard in shards:
+        for pid, _, _ in shard["settings"]["prompts"]:
+            if pid in owner:
+                raise InputError(shard["path"], f"prompt {pid!r} is also in {owner[pid]}: overlapping shards")
+            owner[pid] = shard["path"]
+    absent = [pid for pid, _, _ in all_prompts if pid not in owner]
+    if absent:
+        raise InputError(None, f"prompt {absent[0]!r} is in no shard ({len(absent)} of {len(all_prompts)} missing)")
+
+    order = {pid: i for i, (pid, _, _) in enumerate(all_prompts)}
+    run0 = first["run"]
+    drafter_order = {d["name"]: i for i, d in enumerate(run0["drafters"])}
+    # a single run writes each prompt's rows together, samples in order, drafters in command-line order
+    rows = sorted((r for s in shards for r in s["rows"]),
+                  key=lambda r: (order[r["prompt_id"]], r.get("sample", 0), drafter_order.get(r["drafter"], 0)))
+    prov = copy.deepcopy(run0["provenance"])
+    options = SimpleNamespace(seed=first["settings"]["shard"]["seed"], mode=prov["mode"],
+                              temperature=prov.get("temperature") or 0,
+                              draft_policy=(prov.get("sampling") or {}).get("draft_policy", "sample"))
+    entries = [_entry(d) for d in run0["drafters"]]
+    fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}
+    block_sizes = {d["name"]: d["spec"]["block_size"] for d in run0["drafters"]}
+    drafters = drafter_documents(options, entries, rows, fingerprints, block_sizes)
+    sets: dict[str, int] = {}
+    for _, _, prompt_set in all_prompts:
+        sets[prompt_set] = sets.get(prompt_set, 0) + 1
+    agree, total = self_consistency_of(rows)
+    work = {k: sum(s["run"]["provenance"]["work"].get(k, 0) for s in shards) for k in prov["work"]}
+    prov.update({
+        "argv": argv or ["dflash-eval", "merge", *map(str, shard_dirs)],
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "prompts": {**prov["prompts"], "count": len(all_prompts), "sets": sets},
+        "self_consistency": {"agree": agree, "total": total},
+        "warnings": sorted({w for s in shards for w in s["run"]["provenance"].get("warnings", [])}),
+        "work": work, "merged_from": [str(s["path"]) for s in sorted(shards, key=lambda s: s["settings"]["shard"]["index"])],
+    })
+    if prov.get("responses_agreement"):
+        prov["responses_agreement"] = {"agree": agree, "total": total}
+    document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
+    folder = RunFolder(out, {**base, "prompts": all_prompts})
+    folder.open(overwrite)
+    R.atomic_write(out / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in rows))
+    folder.finish(document)
+    return document

@@ -1,0 +1,91 @@
+"""`RunOptions`: every setting of a run (and of doctor), with the defaults both share, plus the progress
+callbacks the stages report to. The CLI's option bundle (`cli_options.py`) maps flags onto these fields."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("DFLASH_EVAL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dflash-eval")
+    return Path(base)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    drafters: list[str]  # "PATH" or "PATH:NAME"
+    out: Path
+    target: str | None = None
+    reference: str | None = None  # "z-lab" or a checkpoint path
+    prompts: str = "demo"
+    limit: int | None = None
+    prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
+    max_new_tokens: int = 256
+    thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
+    mode: str = "trajectory"  # or "live"
+    final_block: str = "shorter"  # z-lab; "full" = vLLM
+    anchor_batch: int | None = None
+    tap_chunk: int = 4096  # target positions per forward of the tap pass (longer sequences: chunked prefill)
+    generation_batch: int | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    cache_dir: Path | None = field(default_factory=default_cache_dir)
+    responses: Path | None = None
+    kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
+    seed: int = 0
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
+    semantics: list[str] = field(default_factory=list)
+    overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
+    # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
+    # samples per prompt (each with its own generator, seeded from --seed, the prompt id and k)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    draft_policy: str = "sample"
+    samples: int = 1
+    device_map: str | None = None  # "auto", "balanced", "sequential": one target split over devices (accelerate)
+    max_memory: str | None = None  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
+    shard: str | None = None  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
+    context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
+
+
+def parse_max_memory(value: str | None) -> dict | None:
+    """"0=70GiB,1=70GiB,cpu=200GiB" -> accelerate's max_memory ({0: "70GiB", 1: "70GiB", "cpu": "200GiB"})."""
+    if not value:
+        return None
+    out: dict = {}
+    for part in value.split(","):
+        key, sep, amount = part.strip().partition("=")
+        if not sep or not amount:
+            from .errors import InputError
+
+            raise InputError(None, f"--max-memory {value!r}: expected DEVICE=AMOUNT,... (e.g. 0=70GiB,cpu=200GiB)")
+        out[int(key) if key.isdigit() else key] = amount
+    return out
+
+
+def pause_after_prompt() -> None:
+    """Test hook: `DFLASH_EVAL_SLOW_PROMPTS=S` sleeps S seconds after each prompt of run and track, leaving
+    the resume tests time to kill the process between prompts. Unset, it does nothing."""
+    seconds = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
+    if seconds:
+        import time
+
+        time.sleep(seconds)
+
+
+class Reporter:
+    """Progress callbacks (no-ops here; the CLI draws Rich progress bars)."""
+
+    def phase(self, name: str, total: int) -> None: ...
+
+    def advance(self, name: str, detail: str = "") -> None: ...
+
+    def note(self, message: str) -> None: ...

@@ -1,0 +1,142 @@
+"""Which reference's rules a drafter is evaluated under: per-layer attention and the scale/cap keys.
+
+z-lab's `dflash` package and speculators read the same attention config keys differently, and both are
+"the" definition of their own checkpoint format. So a checkpoint's attention is stored as the raw keys
+it declares (`AttentionConfig`, normalized exactly as both references normalize it: through
+transformers' `Qwen3Config`), and the per-layer rule is derived from those keys under one named rule set:
+
+| rule set      | source (read in the package itself)                          | window measured from | in-block causality                  |
+|---------------|--------------------------------------------------------------|----------------------|-------------------------------------|
+| `zlab`        | dflash 0.1.0 `dflash/model.py`: `Qwen3DFlashAttention.__init__`, | the query: key k visible iff q - k < W (and k - q < W when not causal), context and block alike | sliding layers causal, full layers bidirectional; a top-level `is_causal` sets every layer |
+|               | `_attention_mask`, `_draft_value`, `DFlashDraftModel.compute_logits` |                      |                                     |
+| `speculators` | speculators 0.9.0 `models/dflash/attention.py`: `create_anchor_block_mask_mod`; `models/dflash/core.py`: `DFlashDraftModel.__init__`, `_build_attention_mask` | the anchor: context rows a - W <= p < a, no window inside the block | sliding layers causal unless `sliding_window_non_causal`; full layers (and sliding layers without a window) bidirectional |
+
+| `vllm`        | vLLM 0.33.0 `qwen3_dflash.py`: `_dflash_layer_causal`; speculators config adapter `update_dflash` | the query (FlashAttention / Triton sliding window on absolute positions) | top-level `is_causal`, else `dflash_config.causal`, else sliding causal / full bidirectional; a speculators checkpoint gets one causality for all layers, `not sliding_window_non_causal` (absent: bidirectional) |
+
+Both: context row p is visible only if p < a (the anchor's own hidden state is never context).
+`use_sliding_window` false or missing nulls the window (HF `Qwen3Config`): z-lab then runs such a sliding
+layer causal without a window, speculators fully bidirectional. z-lab also reads `input_embedding_scale`
+(block embeddings), `output_multiplier` and `final_logit_softcapping` (logits), from `dflash_config` first
+and the top level second (`_draft_value`); speculators reads none of them, nor does vLLM's DFlash drafter.
+
+A checkpoint's format picks its rule set by default; `--semantics` overrides it, and the choice and its
+reason are recorded in the spec (so in `inspect`, provenance and every report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from .attention import AttentionConfig, LayerAttention, Scales
+
+if TYPE_CHECKING:
+    from .spec import DrafterSpec
+
+Semantics = Literal["zlab", "speculators", "vllm"]
+SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm")
+
+RULE_SOURCES = {
+    "zlab": "dflash 0.1.0 dflash/model.py (Qwen3DFlashAttention.__init__, _attention_mask)",
+    "speculators": "speculators 0.9.0 models/dflash/attention.py (create_anchor_block_mask_mod), "
+                   "core.py (DFlashDraftModel._build_attention_mask)",
+    "vllm": "vLLM 0.33.0 model_executor/models/qwen3_dflash.py (_dflash_layer_causal, _resolve_layer_attention), "
+            "transformers_utils/configs/speculators/algos.py (update_dflash), v2 DFlash speculator",
+}
+SCALE_SOURCE = "dflash 0.1.0 dflash/model.py (_draft_value, dflash_generate, DFlashDraftModel.compute_logits)"
+
+FORMAT_SEMANTICS = {"zlab": "zlab", "speculators": "speculators"}
+
+
+def layers_under(config: AttentionConfig, semantics: str) -> tuple[tuple["LayerAttention", ...], str]:
+    """Per-layer attention under one rule set, and a sentence saying where each setting came from."""
+    if semantics == "zlab":
+        layers = []
+        for kind in config.layer_types:
+            sliding = kind == "sliding_attention"
+            causal = sliding if config.is_causal is None else bool(config.is_causal)
+            window = config.sliding_window if sliding else None
+            layers.append(LayerAttention("sliding" if sliding else "full", window, causal,
+                                         window_from="query"))
+        why = (f"z-lab rules: top-level is_causal={config.is_causal} on every layer" if config.is_causal is not None
+               else "z-lab rules: sliding layers causal, full layers bidirectional (no is_causal key)")
+        if config.sliding_window is None and "sliding_attention" in config.layer_types:
+            why += "; no window (use_sliding_window is false or missing)"
+        return tuple(layers), why
+    if semantics == "speculators":
+        non_causal = bool(config.sliding_window_non_causal)
+        layers = []
+        for kind in config.layer_types:
+            sliding = kind == "sliding_attention"
+            window = config.sliding_window if sliding else None
+            # speculators: "always non-causal for full attention", and a sliding layer without a window
+            # gets the full-attention mask
+            causal = sliding and window is not None and not non_causal
+            layers.append(LayerAttention("sliding" if sliding else "full", window, causal, window_from="anchor"))
+        why = ("speculators rules: " + (f"sliding_window_non_causal={config.sliding_window_non_causal}"
+                                        if config.sliding_window_non_causal is not None
+                                        else "sliding_window_non_causal absent (false)")
+               + "; full layers bidirectional")
+        if config.sliding_window is None and "sliding_attention" in config.layer_types:
+            why += "; sliding layers without a window are full bidirectional (use_sliding_window false or missing)"
+        return tuple(layers), why
+    if semantics == "vllm":
+        # _dflash_layer_causal: top-level is_causal, then dflash_config.causal, then the layer type; the
+        # speculators adapter writes dflash_config.causal = not sliding_window_non_causal (absent: True)
+        uniform = config.is_causal
+        if uniform is None:
+            uniform = config.dflash_causal
+        if uniform is None and config.format == "speculators":
+            uniform = not (True if config.sliding_window_non_causal is None else config.sliding_window_non_causal)
+        layers = []
+        for kind in config.layer_types:
+            sliding = kind == "sliding_attention"
+            causal = sliding if uniform is None else bool(uniform)
+            layers.append(LayerAttention("sliding" if sliding else "full", config.sliding_window if sliding else None,
+                                         causal, window_from="query"))
+        why = ("vLLM rules: " + (f"one causality for every layer ({'causal' if uniform else 'bidirectional'})"
+                                 if uniform is not None else "sliding layers causal, full layers bidirectional")
+               + " (per-layer as the V2 runner; the V1 proposer runs a mixed drafter bidirectional)")
+        return tuple(layers), why
+    raise ValueError(f"unknown semantics {semantics!r} (choose from {', '.join(SEMANTICS)})")
+
+
+def effective_scales(scales: Scales, semantics: str) -> tuple[float, float, float | None]:
+    """(embedding scale, logit multiplier, softcap) applied under a rule set; speculators reads none."""
+    if semantics != "zlab":
+        return 1.0, 1.0, None
+    cap = scales.final_logit_softcapping
+    return (1.0 if scales.input_embedding_scale is None else float(scales.input_embedding_scale),
+            1.0 if scales.output_multiplier is None else float(scales.output_multiplier),
+            float(cap) if cap is not None and float(cap) > 0 else None)
+
+
+def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSpec":
+    """The same checkpoint evaluated under `semantics`; `why` says who chose it (format default, override)."""
+    if spec.attention_config is None:
+        raise ValueError("this spec records no attention config to derive rules from")
+    layers, causality = layers_under(spec.attention_config, semantics)
+    embed_scale, multiplier, cap = effective_scales(spec.scales, semantics)
+    return replace(spec, layers=layers, causality_source=causality, semantics=semantics, semantics_source=why,
+                   embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap)
+
+
+def other_semantics(semantics: str) -> str:
+    """The rule set of the other checkpoint format (the doctor's "evaluated with the other format's rules")."""
+    return "speculators" if semantics in ("zlab", "vllm") else "zlab"
+
+
+def describe(spec: "DrafterSpec") -> list[dict[str, Any]]:
+    """One row per layer for `inspect`: the rule applied and the reference it follows."""
+    rows = []
+    for i, layer in enumerate(spec.layers):
+        if layer.window is None:
+            window = "no window"
+        elif layer.window_from == "query":
+            window = f"window {layer.window} from the query (q - k < {layer.window}, in block too)"
+        else:
+            window = f"window {layer.window} from the anchor (a - {layer.window} <= p < a)"
+        rows.append({"layer": i, "kind": layer.kind, "window": window,
+                     "in_block": "causal" if layer.causal_in_block else "bidirectional",
+                     "source": RULE_SOURCES.get(spec.semantics, spec.semantics)})
+    return rows

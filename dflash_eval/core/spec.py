@@ -1,0 +1,92 @@
+"""`DrafterSpec`: the one normalized description of a DFlash drafter.
+
+Both checkpoint formats (z-lab and speculators) are read into this structure, and everything downstream
+(the drafter module, the masks, the engine, `inspect`, provenance in run.json) reads only this. The
+normalization is where the classic bugs hide, so every field says which numbering or convention it uses.
+
+Conventions (see the primer, sections 1-4):
+- `taps` are *output-of-layer* indices, 0-based: tap t is the residual stream after target decoder
+  layer t, i.e. HF `output_hidden_states[t + 1]` (z-lab's `target_layer_ids`). speculators'
+  `aux_hidden_state_layer_ids` are these plus one.
+- Each drafter layer carries its own attention kind, window and in-block causality, together with the
+  reason the causality was chosen (config key, format default, or user override), because that setting
+  is a real ambiguity between reference implementations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from .attention import AttentionConfig, LayerAttention, Scales
+
+Format = Literal["zlab", "speculators"]
+Source = Literal["target", "checkpoint"]
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    format: Format
+    path: str  # checkpoint directory as given
+    num_layers: int
+    hidden_size: int  # drafter hidden size
+    target_hidden_size: int  # width of one tap; fc input = len(taps) * target_hidden_size
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    attention_bias: bool
+    vocab_size: int  # target vocabulary the drafter was built for (config's vocab_size)
+    draft_vocab_size: int  # rows of the drafter's lm_head (== vocab_size unless a d2t map exists)
+    taps: tuple[int, ...]  # output-of-layer indices (z-lab numbering), in fc input order
+    num_target_layers: int | None  # as recorded in the checkpoint, when it records it
+    block_size: int  # B: slot 0 is the anchor, slots 1..B-1 are drafted
+    mask_token_id: int
+    layers: tuple[LayerAttention, ...]
+    causality_source: str  # why layers[i].causal_in_block is what it is
+    rope: dict[str, Any]  # HF rope_parameters (rope_type, rope_theta, scaling fields)
+    max_position_embeddings: int
+    embedding_source: Source  # block embeddings: the target's table or a copy in the checkpoint
+    lm_head_source: Source  # output head: the target's or the checkpoint's own
+    has_d2t: bool  # draft id -> target id mapping present (reduced draft vocabulary)
+    verifier: str | None = None  # speculators' verifier.name_or_path, if recorded
+    ignored_weights: tuple[str, ...] = field(default=())  # present but training-only (never used)
+    # Which reference's rules `layers` and the scales follow (semantics.py), and who chose them.
+    semantics: str = "speculators"
+    semantics_source: str = "designed"
+    attention_config: AttentionConfig | None = None  # the raw keys `layers` were derived from
+    scales: Scales = field(default_factory=Scales)  # z-lab's scale/cap keys as declared
+    embedding_scale: float = 1.0  # block embeddings x this (z-lab input_embedding_scale)
+    output_multiplier: float = 1.0  # logits x this (z-lab output_multiplier)
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (z-lab final_logit_softcapping)
+    config_notes: tuple[str, ...] = field(default=())  # keys read with a default or ignored under the rules
+
+    @property
+    def speculators_taps(self) -> tuple[int, ...]:
+        """The same taps in speculators/vLLM numbering (residual after k layers = output of layer k-1)."""
+        return tuple(t + 1 for t in self.taps)
+
+    @property
+    def fc_in_features(self) -> int:
+        return len(self.taps) * self.target_hidden_size
+
+    def with_causality(self, causal_sliding: bool | None, causal_full: bool | None, why: str) -> "DrafterSpec":
+        """Override in-block causality per layer kind (None keeps the current value)."""
+        layers = tuple(
+            replace(
+                layer,
+                causal_in_block=(
+                    layer.causal_in_block
+                    if (causal_sliding if layer.kind == "sliding" else causal_full) is None
+                    else bool(causal_sliding if layer.kind == "sliding" else causal_full)
+                ),
+            )
+            for layer in self.layers
+        )
+        return replace(self, layers=layers, causality_source=why)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["speculators_taps"] = list(self.speculators_taps)
+        return data

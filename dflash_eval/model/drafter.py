@@ -1,0 +1,285 @@
+"""The DFlash drafter as one plain `torch.nn.Module`, built from a `DrafterSpec`.
+
+Why a native module instead of z-lab's or speculators' classes: both formats must run through exactly
+the same arithmetic (so a format difference can never masquerade as a quality difference), and the
+attention must take an explicit boolean mask so that one module serves single-block inference (the live
+loop) and thousands of anchors per forward (the trajectory engine, the doctor's variants).
+
+Computation (primer section 1):
+    ctx      = hidden_norm(fc(concat(taps)))                       # [C, H], no norm before fc
+    x        = embed([anchor, MASK, ..., MASK])                    # the target's table (or a copy)
+    per layer: q from norm(x) only; k/v = [k_norm(k_proj(ctx)) | k_norm(k_proj(norm(x)))], RoPE at the
+               absolute positions (context row p at p, block slot j at anchor + j); masked attention;
+               residual; post-attention norm + SwiGLU MLP; residual
+    logits   = lm_head(norm(x))                                    # the drafter's own final norm
+Parameter names equal the checkpoints' tensor names, so loading is a strict `load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..core.spec import DrafterSpec
+
+
+class RMSNorm(nn.Module):
+    """Qwen3 RMSNorm: computed in fp32, `weight * x / rms(x)` (not the zero-centred Qwen3.5 variant)."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [heads, T, head_dim]; cos/sin: [T, head_dim]."""
+    return x * cos + rotate_half(x) * sin
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        h, hd = spec.hidden_size, spec.head_dim
+        self.heads, self.kv_heads, self.head_dim = spec.num_attention_heads, spec.num_key_value_heads, hd
+        self.q_proj = nn.Linear(h, self.heads * hd, bias=spec.attention_bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * hd, bias=spec.attention_bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * hd, bias=spec.attention_bias)
+        self.o_proj = nn.Linear(self.heads * hd, h, bias=spec.attention_bias)
+        self.q_norm = RMSNorm(hd, spec.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, spec.rms_norm_eps)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(x.shape[0], n, self.head_dim).transpose(0, 1)  # [n, T, hd]
+
+    def forward(self, x: torch.Tensor, ctx: torch.Tensor, rope_ctx, rope_block, mask: torch.Tensor) -> torch.Tensor:
+        q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.heads)), *rope_block)
+        k_ctx = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.kv_heads)), *rope_ctx)
+        k_blk = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.kv_heads)), *rope_block)
+        v = self._heads(torch.cat([self.v_proj(ctx), self.v_proj(x)], 0), self.kv_heads)
+        k = torch.cat([k_ctx, k_blk], dim=1)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.head_dim ** -0.5)
+        return self.o_proj(out.transpose(0, 1).reshape(x.shape[0], -1))
+
+    def context_kv(self, ctx: torch.Tensor, rope_ctx) -> tuple[torch.Tensor, torch.Tensor]:
+        """The context's keys (k_norm, RoPE) and values for this layer: [heads, C, hd] each, GQA-expanded."""
+        k = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.kv_heads)), *rope_ctx)
+        v = self._heads(self.v_proj(ctx), self.kv_heads)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        return k, v
+
+    def forward_blocks(self, x: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], rope_block,
+                       masks: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: [A, L, H] blocks; context: `context_kv`; masks: ([A, L, C], [A, L, L]) from masks.block_masks.
+
+        The same attention as `forward`, at a cost linear in the number of blocks: each slot's scores
+        against the context and against its own block only (never the other blocks, which the dense
+        layout computes and masks away), concatenated into one softmax, so the result is the same."""
+        A, L, _ = x.shape
+        k_ctx, v_ctx = context
+        cos, sin = rope_block  # [A, L, hd]
+
+        def heads(t: torch.Tensor, n: int) -> torch.Tensor:
+            return t.view(A, L, n, self.head_dim).transpose(1, 2)  # [A, n, L, hd]
+
+        q = apply_rope(self.q_norm(heads(self.q_proj(x), self.heads)), cos[:, None], sin[:, None])
+        k = apply_rope(self.k_norm(heads(self.k_proj(x), self.kv_heads)), cos[:, None], sin[:, None])
+        v = heads(self.v_proj(x), self.kv_heads)
+        group = self.heads // self.kv_heads
+        if group > 1:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scale = self.head_dim ** -0.5
+        ctx_mask, block_mask = masks
+        scores_ctx = torch.einsum("ahqd,hcd->ahqc", q, k_ctx) * scale
+        scores_blk = (q @ k.transpose(-1, -2)) * scale
+        scores = torch.cat([scores_ctx.masked_fill(~ctx_mask[:, None], float("-inf")),
+                            scores_blk.masked_fill(~block_mask[:, None], float("-inf"))], dim=-1)
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        C = k_ctx.shape[1]
+        out = torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
+        return self.o_proj(out.transpose(1, 2).reshape(A, L, -1))
+
+
+class DrafterMLP(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        self.gate_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(spec.hidden_size, spec.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.self_attn = DrafterAttention(spec)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.mlp = DrafterMLP(spec)
+
+    def forward(self, x, ctx, rope_ctx, rope_block, mask):
+        # input_layernorm applies to the block stream only, never to ctx (primer section 1)
+        x = x + self.self_attn(self.input_layernorm(x), ctx, rope_ctx, rope_block, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_blocks(self, x, context, rope_block, masks):
+        x = x + self.self_attn.forward_blocks(self.input_layernorm(x), context, rope_block, masks)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, spec: DrafterSpec):
+        super().__init__()
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+        self.spec = spec
+        self.fc = nn.Linear(spec.fc_in_features, spec.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.layers = nn.ModuleList(DrafterLayer(spec) for _ in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        if spec.embedding_source == "checkpoint":
+            self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        if spec.lm_head_source == "checkpoint":
+            self.lm_head = nn.Linear(spec.hidden_size, spec.draft_vocab_size, bias=False)
+        if spec.has_d2t:
+            self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
+        # RoPE frequencies (every rope_type HF knows) come from transformers itself; not a parameter.
+        rope_config = Qwen3Config(hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
+                                  head_dim=spec.head_dim, rope_parameters=dict(spec.rope),
+                                  max_position_embeddings=spec.max_position_embeddings)
+        self.rope_config = rope_config
+        self.rotary = Qwen3RotaryEmbedding(rope_config)
+        # The target's tables, when the checkpoint does not carry its own (kept out of state_dict).
+        self._target_tables: dict[str, nn.Module] = {}
+
+    # -- tables -------------------------------------------------------------------------------------
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> "DFlashDrafter":
+        self._target_tables = {"embed": embed_tokens, "lm_head": lm_head}
+        return self
+
+    def _table(self, own: str, key: str) -> nn.Module:
+        if hasattr(self, own):
+            return getattr(self, own)
+        if key not in self._target_tables:
+            raise RuntimeError("drafter uses the target's embedding/lm_head: call attach_target() first")
+        return self._target_tables[key]
+
+    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Block embeddings, times z-lab's `input_embedding_scale` when the rules apply it."""
+        embeds = self._table("embed_tokens", "embed")(token_ids)
+        return embeds * self.spec.embedding_scale if self.spec.embedding_scale != 1.0 else embeds
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary (the target's, unless a d2t map reduces it), with z-lab's
+        `output_multiplier` and `final_logit_softcapping` when the rules apply them (`compute_logits`)."""
+        logits = self._table("lm_head", "lm_head")(hidden)
+        if self.spec.output_multiplier != 1.0:
+            logits = logits * self.spec.output_multiplier
+        if self.spec.logit_softcap is not None:
+            logits = torch.tanh(logits / self.spec.logit_softcap) * self.spec.logit_softcap
+        return logits
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Map draft-vocabulary ids to target ids: target = draft + d2t[draft] (speculators' convention)."""
+        return draft_ids + self.d2t[draft_ids] if self.spec.has_d2t else draft_ids
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    def context(self, taps: torch.Tensor) -> torch.Tensor:
+        """[C, n_taps * H_target] concatenated taps -> [C, H] context features."""
+        return self.hidden_norm(self.fc(taps))
+
+    def rotary_for(self, rope: dict) -> nn.Module:
+        """A rotary embedding with other RoPE parameters (the doctor's RoPE variants), on this drafter's device."""
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+        config = Qwen3Config(hidden_size=self.spec.hidden_size, num_attention_heads=self.spec.num_attention_heads,
+                             head_dim=self.spec.head_dim, rope_parameters=dict(rope),
+                             max_position_embeddings=self.spec.max_position_embeddings)
+        return Qwen3RotaryEmbedding(config).to(self.fc.weight.device)
+
+    def _rope(self, like: torch.Tensor, positions: torch.Tensor):
+        cos, sin = self.rotary(like, positions.view(1, -1))
+        return cos[0], sin[0]
+
+    def context_kv(self, ctx: torch.Tensor, ctx_positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's context keys and values, computed once per prompt and reused by every chunk of
+        anchors (`forward_blocks`)."""
+        rope_ctx = self._rope(ctx, ctx_positions)
+        return [layer.self_attn.context_kv(ctx, rope_ctx) for layer in self.layers]
+
+    def forward_blocks(self, context: list[tuple[torch.Tensor, torch.Tensor]], block_embeds: torch.Tensor,
+                       block_positions: torch.Tensor, masks) -> torch.Tensor:
+        """Hidden states after the final norm for A blocks of L slots: block_embeds [A, L, H],
+        block_positions [A, L]; masks: one (context [A, L, C], block [A, L, L]) pair per layer."""
+        A, L, _ = block_embeds.shape
+        cos, sin = self._rope(block_embeds.view(A * L, -1), block_positions.reshape(-1))
+        rope_block = (cos.view(A, L, -1), sin.view(A, L, -1))
+        x = block_embeds
+        for layer, kv, mask in zip(self.layers, context, masks, strict=True):
+            x = layer.forward_blocks(x, kv, rope_block, mask)
+        return self.norm(x)
+
+    def forward(
+        self,
+        ctx: torch.Tensor,
+        ctx_positions: torch.Tensor,
+        block_embeds: torch.Tensor,
+        block_positions: torch.Tensor,
+        masks: Sequence[torch.Tensor],
+    ) -> torch.Tensor:
+        """Hidden states after the final norm for N flattened block slots.
+
+        ctx: [C, H] from `context()`; block_embeds: [N, H]; masks: one bool [N, C + N] per layer
+        (see `masks.layer_masks`)."""
+        rope_ctx = self._rope(ctx, ctx_positions)
+        rope_block = self._rope(block_embeds, block_positions)
+        x = block_embeds
+        for layer, mask in zip(self.layers, masks, strict=True):
+            x = layer(x, ctx, rope_ctx, rope_block, mask)
+        return self.norm(x)
+
+
+def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu", dtype=torch.float32) -> DFlashDrafter:
+    """Build the module and load the checkpoint strictly (names were validated against the spec)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for file in weight_files:
+        state.update(load_file(str(file)))
+    for name in spec.ignored_weights:
+        state.pop(name, None)
+    with torch.device("meta"):
+        model = DFlashDrafter(spec)
+    model = model.to_empty(device=device)
+    model.load_state_dict(state, strict=True)
+    model.to(dtype=dtype)  # floating tensors only; d2t stays int64
+    # inv_freq is a non-persistent buffer: meta init left it empty and .to(dtype) would round it to
+    # bf16 (RoPE angles off by ~1e-2), so rebuild it in fp32 after the cast
+    model.rotary = type(model.rotary)(model.rope_config).to(device)
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,312 @@
+"""The target model: loading, tap capture with forward hooks, and which kernels its layers bound.
+
+Why hooks and not `output_hidden_states`: HF's tuple holds L+1 full-sequence states (about 2.7 GB for a
+64-layer model at 4K tokens), and its last entry is *post* final norm, not the raw output of the last
+layer that DFlash taps. A hook on decoder layer t returns exactly "the output of layer t" (z-lab id t,
+speculators id t+1), for the chosen layers only.
+
+Why the kernel report: transformers binds the Gated-DeltaNet functions at import time, regardless of the
+device. With flash-linear-attention (triton) importable on a CPU run, hybrid targets crash deep inside a
+kernel; and CPU (torch fallback) and GPU (fla) states differ numerically. So we say, per layer, which
+function is bound, and refuse the CPU+fla combination up front with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..formats.validation import TargetInfo
+from ..formats.files import resolve_local_or_cached
+from ..core.errors import InputError, read_json_object
+from .kernels import _quiet_cpu_fallback_advice, decoder_layers, kernel_report
+
+
+@dataclass
+class Target:
+    model: nn.Module
+    tokenizer: object
+    name: str  # as the user gave it
+    path: Path  # resolved local folder
+    device: torch.device
+    dtype: torch.dtype
+    info: TargetInfo
+    layers: nn.ModuleList  # the decoder layers, in order
+    tap_passes: int = 0  # forward passes that captured taps (tests count these)
+    _fingerprint: str | None = field(default=None, repr=False)
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.model.get_output_embeddings()
+
+    @property
+    def layer_types(self) -> list[str]:
+        text = text_config(self.model.config)
+        return list(getattr(text, "layer_types", None) or ["full_attention"] * self.info.num_layers)
+
+    def fingerprint(self) -> str:
+        """sha256 of config.json, each shard's header and size, and weight bytes sampled across each shard.
+
+        Hashing every byte of a 54 GB target would take minutes; the header alone would not tell two
+        checkpoints of one architecture apart. 64 windows of 64 KiB spread over each shard do (and small
+        shards, like the test bed's, are hashed whole)."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256((self.path / "config.json").read_bytes())
+            for file in sorted(self.path.glob("*.safetensors")):
+                size = file.stat().st_size
+                digest.update(f"{file.name}:{size}".encode())
+                with file.open("rb") as handle:
+                    if size <= 64 * 65536:
+                        digest.update(handle.read())
+                        continue
+                    for k in range(64):
+                        handle.seek(k * (size - 65536) // 63)
+                        digest.update(handle.read(65536))
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
+
+
+def text_config(config):
+    """The language-model part of a config (VLM wrappers such as qwen3_5 nest it in text_config)."""
+    return getattr(config, "text_config", None) or config
+
+
+def target_info(name_or_path: str | Path) -> TargetInfo:
+    """Sizes from the target's config.json alone, for validating drafters without loading weights."""
+    path = resolve_local_or_cached(str(name_or_path))
+    config_file = path / "config.json"
+    raw = read_json_object(config_file, missing="not a model folder: no config.json")
+    text = raw.get("text_config") or raw
+    try:
+        return TargetInfo(name=str(name_or_path), num_layers=int(text["num_hidden_layers"]),
+                          hidden_size=int(text["hidden_size"]), vocab_size=int(text["vocab_size"]))
+    except KeyError as exc:
+        raise InputError(config_file, f"missing config key {exc.args[0]!r}") from None
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(path: Path):
+    """The target's tokenizer with its chat template, or one line naming the target folder."""
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(path, f"target has no tokenizer files (none of {', '.join(TOKENIZER_FILES)})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raise many types; all mean "this folder is broken"
+        raise InputError(path, f"cannot load the target tokenizer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if not tokenizer.chat_template:
+        raise InputError(path, "the target tokenizer has no chat template (chat_template.jinja or "
+                               "tokenizer_config.json chat_template); prompts are sent through it")
+    return tokenizer
+
+
+def max_positions(path: Path) -> int | None:
+    """The target's maximum positions (max_position_embeddings, text_config first), if it declares one."""
+    raw = read_json_object(Path(path) / "config.json", missing="not a model folder: no config.json")
+    value = (raw.get("text_config") or {}).get("max_position_embeddings", raw.get("max_position_embeddings"))
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_prompt_lengths(path: Path, lengths: dict[str, int], max_new_tokens: int) -> None:
+    """Refuse, naming the prompt, when prompt + max_new_tokens exceeds the target's maximum positions:
+    RoPE past the trained range gives numbers that mean nothing, silently."""
+    limit = max_positions(path)
+    if limit is None:
+        return
+    for prompt_id, length in lengths.items():
+        if length + max_new_tokens > limit:
+            raise InputError(path, f"prompt {prompt_id!r} has {length} tokens + --max-new-tokens {max_new_tokens} "
+                                   f"= {length + max_new_tokens} > the target's max_position_embeddings {limit}; "
+                                   "shorten the prompt or lower --max-new-tokens")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise InputError(None, f"unknown --device {device!r} (choose auto, cpu, cuda or cuda:N)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(None, f"--device {device} requested but torch sees no CUDA device")
+    if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise InputError(None, f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":  # bf16 on GPU (what serving uses), fp32 on CPU (exact, and fast enough there)
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    choices = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+    if dtype not in choices:
+        raise InputError(None, f"unknown --dtype {dtype!r} (choose auto, bfloat16, float32)")
+    return choices[dtype]
+
+
+def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
+                allow_accelerated_on_cpu: bool = False, device_map: str | dict | None = None,
+                max_memory: dict | None = None, offload_folder: str | None = None) -> Target:
+    """Load a target (local folder or HF cache name, offline). `allow_accelerated_on_cpu` is for callers
+    that route the kernels to the torch fallback themselves (`torch_fallback_kernels`).
+
+    `device_map` ("auto", "balanced", "sequential" or a dict) splits one target over several devices
+    through accelerate (transformers' `device_map`, with `max_memory`); the taps are then gathered from
+    each layer's device onto the device of the input embedding, where the drafters also run."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_local_or_cached(name_or_path)
+    info = target_info(path)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    tokenizer = load_tokenizer(path)
+    extra: dict = {}
+    if device_map is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("accelerate") is None:
+            raise InputError(None, "--device-map needs the accelerate package (pip install accelerate)")
+        extra = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
+    report = kernel_report(model)
+    accelerated = [k for k in report if k.accelerated]
+    if accelerated and dev.type != "cuda" and not allow_accelerated_on_cpu:
+        k = accelerated[0]
+        raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
+                               "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
+                               "for a CPU run (torch fallback)")
+    if dev.type == "cpu":
+        _quiet_cpu_fallback_advice()
+    if device_map is None:
+        model.to(dev)
+    else:  # dispatched: inputs, taps and drafters live where the input embedding is
+        placed = (getattr(model, "hf_device_map", None) or {})
+        first = next((v for k, v in placed.items() if "embed_tokens" in k), "cpu")
+        dev = torch.device(f"cuda:{first}" if isinstance(first, int) else ("cpu" if first == "disk" else first))
+    model.eval().requires_grad_(False)
+    return Target(model=model, tokenizer=tokenizer, name=str(name_or_path), path=path, device=dev,
+                  dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
+                                                      model.get_input_embeddings().weight.shape[0]),
+                  layers=decoder_layers(model))
+
+
+@dataclass
+class Capture:
+    """What one tap pass over a sequence yields."""
+
+    taps: torch.Tensor  # [T, len(taps) * H], the chosen layers' outputs concatenated in tap order
+    greedy: torch.Tensor  # [T] the target's argmax next token after every position
+    hidden: torch.Tensor | None = None  # [T, H] final-norm hidden states (lm_head(hidden) = logits), when kept
+
+
+def _layer_output(output) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+@contextmanager
+def hooked_layers(target: Target, taps: list[int]):
+    """Capture the outputs of the chosen decoder layers during the forwards run inside the block.
+
+    Yields a function returning the concatenation [T, len(taps) * H] in `taps` order for the last
+    forward. Only the chosen layers are kept: never all L+1 hidden states."""
+    for t in set(taps):
+        if not 0 <= t < len(target.layers):
+            raise InputError(target.path, f"tap {t} is outside the target's {len(target.layers)} layers")
+    captured: dict[int, torch.Tensor] = {}
+    # .to(target.device): on a target split over devices each layer's output lives on its own device
+    handles = [target.layers[t].register_forward_hook(
+        lambda _m, _i, out, t=t: captured.__setitem__(t, _layer_output(out)[0].to(target.device)))
+        for t in sorted(set(taps))]
+    try:
+        yield lambda: torch.cat([captured[t] for t in taps], dim=-1)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """transformers >= 5.2x names the cache argument `cache`; earlier 5.x call it `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@torch.inference_mode()
+def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, logits_chunk: int = 1024,
+                 sequence_chunk: int | None = None, keep_hidden: bool = False) -> Capture:
+    """One pass over `input_ids` ([T] or [1, T]): hooked layer outputs plus greedy tokens.
+
+    `sequence_chunk` bounds activation memory on long sequences: the pass then runs as a chunked prefill
+    with the KV/recurrent cache (same states up to floating-point effects of the chunking). Logits are
+    computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need ~4 GB of bf16
+    logits at once) and reduced to argmax immediately."""
+    ids = input_ids.view(1, -1).to(target.device)
+    base = target.model.model
+    step = sequence_chunk or ids.shape[1]
+    hidden_parts, tap_parts, cache = [], [], None
+    with hooked_layers(target, taps) as read_taps:
+        for start in range(0, ids.shape[1], step):
+            kwargs: dict = {"use_cache": step < ids.shape[1]}
+            if cache is not None:
+                kwargs[_cache_keyword(base)] = cache
+            out = base(input_ids=ids[:, start:start + step], **kwargs)
+            cache = out.past_key_values if kwargs["use_cache"] else None
+            hidden_parts.append(out.last_hidden_state[0].to(target.device))
+            tap_parts.append(read_taps())
+    hidden = torch.cat(hidden_parts)
+    tap_states = torch.cat(tap_parts)
+    target.tap_passes += 1
+    greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
+                        for i in range(0, hidden.shape[0], logits_chunk)])
+    return Capture(taps=tap_states, greedy=greedy, hidden=hidden if keep_hidden else None)
+
+
+@torch.inference_mode()
+def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=None):
+    """Incremental forward with a KV/recurrent cache (the live loop's prefill and verify passes).
+
+    Returns (taps [n, len(taps) * H], logits [n, V], cache). The caller owns snapshot/restore."""
+    ids = input_ids.view(1, -1).to(target.device)
+    kwargs = {"use_cache": True}
+    if cache is not None:
+        kwargs[_cache_keyword(target.model)] = cache
+    with hooked_layers(target, taps) as read_taps:
+        out = target.model(input_ids=ids, **kwargs)
+        tap_states = read_taps()
+    return tap_states, out.logits[0], out.past_key_values
+
+
+@torch.inference_mode()
+def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """The logit lens of a layer's outputs: argmax of lm_head(final_norm(h)) per position ([T] ids on CPU).
+    For the last layer this is the target's own greedy token."""
+    norm = target.model.model.norm
+    return torch.cat([target.lm_head(norm(states[i:i + chunk].to(target.device))).argmax(-1).cpu()
+                      for i in range(0, states.shape[0], chunk)])
+
+
+def stop_token_ids(target: "Target") -> list[int]:
+    """End-of-turn / EOS ids: the generation config's list plus the tokenizer's eos."""
+    ids: set[int] = set()
+    configured = getattr(getattr(target.model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if target.tokenizer.eos_token_id is not None:
+        ids.add(int(target.tokenizer.eos_token_id))
+    return sorted(ids)

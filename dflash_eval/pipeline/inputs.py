@@ -1,0 +1,361 @@
+"""Stage 0, inputs: everything a run (or doctor) is given, resolved and validated before any output folder
+is touched or any model is loaded: drafter checkpoints (names unique, specs checked against the target's
+config, `--semantics` applied), the target's tokenizer and chat template, the prompts (each within the
+target's positions), the thinking flag and where it came from, `--responses`, and the settings digest
+the run folder is keyed by. The result, `Inputs`, is what the later stages read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..formats.checkpoints import checked_spec, read_spec
+from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached
+from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
+from ..core.errors import InputError
+from ..core.options import RunOptions
+from ..core.spec import DrafterSpec
+
+
+@dataclass
+class DrafterEntry:
+    name: str
+    path: Path
+    spec: DrafterSpec
+    draft_policy: str | None = None  # with --draft-policy both: this entry's policy (NAME@sample, NAME@argmax)
+
+
+def split_draft_policies(entries: list[DrafterEntry]) -> list[DrafterEntry]:
+    """`--draft-policy both`: every drafter twice, as NAME@sample and NAME@argmax, side by side in one run
+    (the same prompts and random streams), since the policy is a serving decision users must make."""
+    return [DrafterEntry(f"{e.name}@{policy}", e.path, e.spec, policy) for e in entries
+            for policy in ("sample", "argmax")]
+
+
+def split_name(value: str) -> tuple[str, str | None]:
+    """"PATH:NAME" -> (PATH, NAME); a bare path keeps its folder name."""
+    head, sep, tail = value.rpartition(":")
+    if sep and head and "/" not in tail and not Path(value).exists():
+        return head, tail
+    return value, None
+
+
+def thinking_default(model_type: str) -> bool:
+    # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
+    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_next")
+
+
+def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
+    """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
+    from ..core.semantics import SEMANTICS, apply_semantics
+
+    by_name: dict[str, str] = {}
+    for value in overrides:
+        name, sep, rules = value.rpartition("=")
+        if rules not in SEMANTICS:
+            raise InputError(None, f"--semantics {value!r}: unknown rules {rules!r} (choose from {', '.join(SEMANTICS)})")
+        names = [e.name for e in entries]
+        if sep and name not in names:
+            raise InputError(None, f"--semantics {value!r}: no drafter named {name!r} (drafters: {', '.join(names)})")
+        for entry in entries:
+            if not sep or entry.name == name:
+                by_name[entry.name] = rules
+    for entry in entries:
+        if entry.name in by_name:
+            entry.spec = apply_semantics(entry.spec, by_name[entry.name], f"override: --semantics {by_name[entry.name]}")
+
+
+def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
+    """Every drafter gets its own name in the results, or the run is refused before anything is written:
+    a :NAME given twice is refused; folder names that collide are lengthened with parent folders
+    (`ckpt@a/run1`) until they differ, and one checkpoint given twice needs a :NAME for each (the same
+    weights under two `--semantics` is a fair thing to run)."""
+    names = [e.name for i, e in enumerate(entries) if i in explicit]
+    for name in names:
+        if names.count(name) > 1:
+            raise InputError(None, f"two drafters are named {name!r}: give each a distinct :NAME")
+    taken = set(names)
+    auto = [i for i in range(len(entries)) if i not in explicit]
+    depth = {i: 0 for i in auto}
+    while True:
+        labels = {}
+        for i in auto:
+            parents = entries[i].path.resolve().parent.parts[::-1][:depth[i]]
+            labels[i] = entries[i].path.name + (f"@{'/'.join(reversed(parents))}" if parents else "")
+        clashes = [i for i in auto if list(labels.values()).count(labels[i]) > 1 or labels[i] in taken]
+        if not clashes:
+            break
+        for i in clashes:
+            if depth[i] >= len(entries[i].path.resolve().parent.parts):
+                raise InputError(entries[i].path, f"cannot get a unique name for this drafter ({labels[i]!r} "
+                                                  "is taken): give it a :NAME")
+            depth[i] += 1
+    for i in auto:
+        entries[i].name = labels[i]
+
+
+def thinking_source(given: bool | None, model_type: str) -> str:
+    return "given (--thinking/--no-thinking)" if given is not None else f"family default for {model_type or 'this target'}"
+
+
+def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bool, model_type: str) -> list[str]:
+    """A drafter known to be trained with the other thinking setting gets a warning (terminal and HTML):
+    a drafter trained without thinking, evaluated on thinking traces, scores far lower for no fault of its own."""
+    from ..formats.references import zlab_trained_thinking
+
+    out = []
+    for entry in entries:
+        trained = zlab_trained_thinking(_repo_id_of(entry.path))  # None unless the registry knows the repo
+        if trained is not None and trained != thinking:
+            flag = "--thinking" if trained else "--no-thinking"
+            out.append(f"drafter {entry.name} was trained with thinking {'on' if trained else 'off'}, this run has "
+                       f"thinking {'on' if thinking else 'off'} ({thinking_source(None if defaulted else thinking, model_type)}); "
+                       f"pass {flag} to evaluate it as trained")
+    return out
+
+
+def _repo_id_of(path: Path) -> str:
+    """'owner/name' of an HF cache snapshot folder (models--owner--name/snapshots/<sha>), else the folder name."""
+    for part in Path(path).parts:
+        if part.startswith("models--"):
+            return part.removeprefix("models--").replace("--", "/", 1)
+    return Path(path).name
+
+
+def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, list[str]]:
+    """Drafter folders, names and the target folder (given, or recorded by the drafters)."""
+    from ..formats.references import resolve_recorded_verifier, resolve_zlab_reference
+
+    warnings: list[str] = []
+    entries: list[DrafterEntry] = []
+    explicit: set[int] = set()  # indices of entries named with :NAME
+    for value in options.drafters:
+        raw, name = split_name(value)
+        path = resolve_local_or_cached(raw)
+        spec, _, _ = read_spec(path)
+        if name is not None:
+            explicit.add(len(entries))
+        entries.append(DrafterEntry(name or path.name, path, spec))
+    _unique_names(entries, explicit)  # before anything else can fail: a name clash is the user's first fix
+    recorded = {}
+    for entry in entries:
+        if entry.spec.verifier:
+            recorded[entry.name] = resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
+    if options.target is not None:
+        target_path = resolve_local_or_cached(options.target).resolve()
+        for name, verifier in recorded.items():
+            if verifier != target_path:
+                warnings.append(f"drafter {name} records verifier {verifier}, but --target is {target_path}")
+    elif recorded:
+        distinct = set(recorded.values())
+        if len(distinct) > 1:
+            raise InputError(None, "drafters record different verifiers (" + ", ".join(
+                f"{n}: {v}" for n, v in recorded.items()) + "); pass --target")
+        target_path = distinct.pop()
+    else:
+        raise InputError(None, "no --target given and no drafter records its verifier")
+    if options.reference:
+        ref = (resolve_zlab_reference(options.target or str(target_path)) if options.reference == "z-lab"
+               else resolve_local_or_cached(options.reference))
+        spec, _, _ = read_spec(ref)
+        if options.reference == "z-lab":
+            explicit.add(len(entries))
+        entries.append(DrafterEntry("z-lab" if options.reference == "z-lab" else ref.name, ref, spec))
+    _unique_names(entries, explicit)
+    return entries, target_path, warnings
+
+
+
+
+def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict[str, list[int]]:
+    """`--responses FILE.jsonl`: continuations produced elsewhere (e.g. by vLLM), by prompt id.
+
+    Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
+    file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
+    are not integers inside the target's vocabulary."""
+    out: dict[str, list[int]] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(path, "is not UTF-8 text") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    expected = 'expected {"id", "response"} or {"id", "response_ids"}'
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise InputError(path, f"line {number}: not JSON; {expected}") from None
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
+            raise InputError(path, f"line {number}: {expected} (id a string)")
+        key = str(row["id"])
+        if key in out:
+            raise InputError(path, f"line {number}: id {key!r} appears twice")
+        if "response_ids" in row:
+            ids = row["response_ids"]
+            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise InputError(path, f"line {number}: response_ids must be a list of integers")
+            bad = [t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)]
+            if bad:
+                raise InputError(path, f"line {number}: token id {bad[0]} is outside the target's vocabulary "
+                                       f"(0..{(vocab_size or 0) - 1})")
+            out[key] = list(ids)
+        elif isinstance(row.get("response"), str):
+            out[key] = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
+        else:
+            raise InputError(path, f"line {number}: {expected} (response a string)")
+    return out
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The raw options that need parsing, parsed once (`check_options`): later stages read these values and
+    never parse or validate the raw strings again."""
+
+    device: str  # "cpu", "cuda", "cuda:1" (from --device auto|...)
+    dtype: str  # "float32" or "bfloat16" (from --dtype auto|...)
+    shard: tuple[int, int] | None  # (index, count) from --shard I/N
+    device_map: str | None
+    max_memory: dict | None  # accelerate's max_memory from --max-memory
+
+    def placement(self) -> dict:
+        """load_target's device_map / max_memory keywords (empty: one device)."""
+        return {"device_map": self.device_map, "max_memory": self.max_memory} if self.device_map else {}
+
+
+@dataclass
+class Inputs:
+    """A run's resolved inputs (stage 0's output)."""
+
+    entries: list[DrafterEntry]
+    target_path: Path
+    model_type: str
+    prompts: list[Prompt]
+    thinking: bool
+    tokenizer: Any
+    responses: dict[str, list[int]] | None
+    warnings: list[str] = field(default_factory=list)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    _ids: dict[str, list[int]] | None = field(default=None, repr=False)
+    all_prompts: list[Prompt] | None = None  # with --shard: every prompt of the run, of which `prompts` is a shard
+    resolved: Resolved | None = None  # the parsed options (device, dtype, shard, placement)
+
+    def prompt_ids(self) -> dict[str, list[int]]:
+        """Every prompt through the target's chat template: tokenized once, the ids the length check saw."""
+        if self._ids is None:
+            self._ids = {p.id: prompt_ids(self.tokenizer, p, self.thinking) for p in self.prompts}
+        return self._ids
+
+    def settings(self, options: RunOptions) -> dict[str, Any]:
+        """What a run folder's results depend on: resuming is allowed only with equal settings."""
+        from ..model.sampling import sampling_of
+
+        return {
+            "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": options.max_new_tokens,
+            "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
+            "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
+            "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
+            "tap_chunk": options.tap_chunk,
+            "semantics": {e.name: e.spec.semantics for e in self.entries},
+            **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
+               if options.temperature > 0 else {}),
+            # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
+            **({"shard": {**dict(zip(("index", "count"), self.resolved.shard)), "seed": options.seed,
+                          "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
+               if options.shard else {}),
+        }
+
+
+def check_options(options: RunOptions) -> Resolved:
+    """Option values refused by name before anything else runs; returns the parsed values."""
+    from ..model.target import resolve_device, resolve_dtype
+
+    device = resolve_device(options.device)
+    dtype = resolve_dtype(options.dtype, device)
+    if options.mode not in ("trajectory", "live"):
+        raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
+    if options.final_block not in ("shorter", "full"):
+        raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
+    if options.kernels not in ("auto", "torch"):
+        raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
+    from ..model.sampling import sampling_of
+
+    sampling_of(options).check()
+    shard = parse_shard(options.shard) if options.shard is not None else None
+    if options.device_map is not None and options.device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise InputError(None, f"unknown --device-map {options.device_map!r} (auto, balanced, balanced_low_0 or sequential)")
+    if options.max_memory and not options.device_map:
+        raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
+    from ..core.options import parse_max_memory
+
+    max_memory = parse_max_memory(options.max_memory)
+    if options.samples < 1:
+        raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
+    if options.temperature <= 0 and options.samples > 1:
+        raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
+    if options.draft_policy == "both" and options.temperature <= 0:
+        raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
+    if options.temperature > 0 and options.responses is not None:
+        raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
+    return Resolved(str(device), str(dtype).removeprefix("torch."), shard, options.device_map, max_memory)
+
+
+def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, info) -> Inputs:
+    """`base` (target, prompts, tokenizer, thinking) with one more checkpoint as its only drafter: what
+    `run --drafter PATH` resolves for it, validated the same way (the tracker's view of each checkpoint)."""
+    from ..formats.references import resolve_recorded_verifier
+
+    spec, _, _ = read_spec(path)
+    entry = DrafterEntry(name, path, spec)
+    entry.spec, _ = checked_spec(path, info)
+    apply_semantics_overrides([entry], options.semantics)
+    warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
+    if spec.verifier:
+        verifier = resolve_recorded_verifier(path, spec.verifier).resolve()
+        if verifier != base.target_path:
+            warnings.append(f"drafter {name} records verifier {verifier}, but --target is {base.target_path}")
+    warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
+    return Inputs([entry], base.target_path, base.model_type, base.prompts, base.thinking, base.tokenizer,
+                  base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids, resolved=base.resolved)
+
+
+def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
+    """Resolve and validate everything; nothing is written and no model is loaded."""
+    from .prompts import load_prompts
+    from ..model.target import check_prompt_lengths, load_tokenizer, target_info
+
+    resolved = check_options(options)
+    entries, target_path, warnings = resolve_drafters(options)
+    if one_drafter and len(entries) != 1 + bool(options.reference):
+        raise InputError(None, "doctor examines one drafter at a time")
+    info = target_info(target_path)
+    for entry in entries:  # validate every drafter against the target before anything is written
+        entry.spec, _ = checked_spec(entry.path, info)
+    apply_semantics_overrides(entries, options.semantics)
+    if options.draft_policy == "both":
+        entries = split_draft_policies(entries)
+    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
+    model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)
+    warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
+    tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
+    inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings, resolved=resolved)
+    check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
+    if resolved.shard:
+        index, count = resolved.shard
+        cost = {k: len(v) + options.max_new_tokens for k, v in inputs.prompt_ids().items()}
+        inputs.all_prompts = prompts
+        inputs.prompts = shard_prompts(prompts, cost, index, count)
+    if options.responses:
+        inputs.responses = read_responses(options.responses, tokenizer, info.vocab_size)
+        missing = [p.id for p in prompts if p.id not in inputs.responses]
+        if missing:
+            raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
+                                                f"{len(prompts)} prompts have none)")
+    inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
+    return inputs

@@ -1,0 +1,136 @@
+"""The track folder (`dflash-eval track --out DIR`): one object owns its files, like `RunFolder` owns a run's.
+
+Layout (results.py documents each field):
+- `track_state.json`: the settings the curve depends on (everything but the checkpoints) and their digest;
+  resuming needs equal settings, and a difference is refused by name.
+- `track.jsonl`: one row per evaluated checkpoint and one for the reference; append-only, so rows of
+  checkpoints a trainer's save limit deleted stay.
+- `track_log.jsonl`: what the polls saw: checkpoints skipped (incomplete, still changing, invalid) and each
+  batch with its target passes.
+- `runs/<label>/`: each checkpoint's own run folder, exactly what `dflash-eval run` writes for that
+  checkpoint alone, so `report`, `show` and `diff` work on any point of the curve.
+- `track.csv`, `track.html`: rewritten after every batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..core import results as R
+from ..core.errors import InputError, read_json_object
+from .run_folder import settings_differences, settings_hash
+
+STATE = "track_state.json"
+ROWS = "track.jsonl"
+LOG = "track_log.jsonl"
+RUNS = "runs"
+CSV = "track.csv"
+HTML = "track.html"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_label(role: str, name: str, step: int | None, fingerprint: str) -> str:
+    """A run folder name that is unique per checkpoint content (one path can hold several checkpoints over
+    time) and sorts by step."""
+    if role == "reference":
+        return f"reference-{fingerprint[:12]}"
+    stem = f"step-{step:09d}" if step is not None else re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:60]
+    return f"{stem}-{fingerprint[:12]}"
+
+
+class TrackFolder:
+    def __init__(self, path: Path, settings: dict[str, Any]):
+        self.path = Path(path)
+        self.settings = settings
+        self.digest = settings_hash(settings)
+
+    def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
+        """Create, resume (same settings) or refuse naming what differs; the rows already written."""
+        from ..core.paths import writable_dir
+
+        writable_dir(self.path, "--out")
+        state_path = self.path / STATE
+        if state_path.exists() and overwrite:
+            shutil.rmtree(self.path)
+        elif state_path.exists():
+            state = read_json_object(state_path, missing="track state missing")
+            if state.get("settings_hash") != self.digest:
+                detail = "; ".join(settings_differences(state.get("settings") or {}, self.settings))
+                raise InputError(self.path, f"already holds a track with different settings ({detail}); rerun with "
+                                            "the same settings to continue it, --overwrite to replace it, or choose "
+                                            "another --out")
+            return self.rows()
+        if self.path.exists() and any(self.path.iterdir()):
+            raise InputError(self.path, "exists and is not a dflash-eval track folder (no track_state.json); choose "
+                                        "another --out (--overwrite only replaces folders dflash-eval wrote)")
+        (self.path / RUNS).mkdir(parents=True, exist_ok=True)
+        R.atomic_write(state_path, json.dumps({"settings_hash": self.digest, "settings": self.settings}))
+        return []
+
+    def rows(self) -> list[dict[str, Any]]:
+        return read_rows(self.path)
+
+    def append(self, row: dict[str, Any]) -> None:
+        with (self.path / ROWS).open("a") as sink:
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+
+    def log(self, event: str, **fields: Any) -> None:
+        with (self.path / LOG).open("a") as sink:
+            sink.write(json.dumps({"time": now(), "event": event, **fields}) + "\n")
+
+    def run_dir(self, label: str) -> Path:
+        return self.path / RUNS / label
+
+
+def read_rows(directory: Path) -> list[dict[str, Any]]:
+    """track.jsonl's rows; a torn last line (killed mid-write) is dropped (that checkpoint is redone)."""
+    return R.read_samples(Path(directory) / ROWS)
+
+
+def read_log(directory: Path) -> list[dict[str, Any]]:
+    return R.read_samples(Path(directory) / LOG)
+
+
+def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str, Any], *, step: int | None,
+              step_source: str, identity) -> dict[str, Any]:
+    """One checkpoint's row, from the drafter object of its run folder's run.json (the same numbers)."""
+    repetition = drafter.get("repetition") or {}
+    estimate = {"estimate": drafter["estimate"]} if drafter.get("estimate") else {}
+    return {
+        "role": role, "name": entry.name, "path": str(entry.path), "step": step, "step_source": step_source,
+        "fingerprint": fingerprint, "identity": [list(f) for f in identity], "run": f"{RUNS}/{label}",
+        "format": entry.spec.format, "block_size": entry.spec.block_size, "metrics": drafter["metrics"],
+        "repetition_share": repetition.get("flagged_share"),
+        "tau_macro_without_flagged_prompts": repetition.get("tau_macro_without_flagged_prompts"),
+        "counts": drafter["counts"], **estimate, "evaluated_at": now(),
+    }
+
+
+def track_csv(rows: list[dict[str, Any]]) -> str:
+    """per_position.csv's columns, one row per checkpoint, with the step and identity in front."""
+    import csv
+    import io
+
+    body = R.per_position_csv([{"name": r["name"], "metrics": r["metrics"]} for r in rows])
+    lines = body.splitlines()
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    parsed = list(csv.reader(lines))
+    writer.writerow(["role", "step", "tau_macro_ci_low", "tau_macro_ci_high", "repetition_share", "fingerprint",
+                     "path", *parsed[0]])
+    for row, cells in zip(rows, parsed[1:]):
+        ci = row["metrics"].get("tau_macro_ci") or [None, None]
+        writer.writerow([row["role"], "" if row["step"] is None else row["step"],
+                         *("" if v is None else f"{v:.6f}" for v in ci),
+                         "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",
+                         row["fingerprint"], row["path"], *cells])
+    return out.getvalue()
