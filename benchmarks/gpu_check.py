@@ -1,18 +1,26 @@
-"""GPU checks that CI cannot run (no GPU there). Run through `benchmarks/gpu_check.sh` on a CUDA machine.
+"""GPU checks that CI cannot run (no GPU there), one part per process: `benchmarks/gpu_check.sh` runs each
+under its own time budget and prints the summary table even when a part failed or timed out.
 
-(a) Tiny hybrid target + trained drafter: `evaluate()` on CUDA in bf16 with the fla kernels bound, next to
-    the same run in fp32 with transformers' torch fallback. Prints the kernel function per Gated-DeltaNet
-    layer, greedy-continuation agreement, the max relative difference of the taps, and both taus.
-(b) Throughput of the tap pass on a random-weight hybrid target built directly on the GPU with a real
-    model's shape (Qwen3.5-9B-like, then 27B-like if time and memory allow): tokens/s and the fraction of
-    the GPU's bf16 dense peak (989 TFLOP/s for H100/H200 SXM).
-(c) The phases of a run on a 27B-like hybrid target and a 5-layer drafter (4 sliding + 1 full, B = 16),
-    random weights in bf16: generation tokens/s at the batch `generation_batch_size` chooses, the tap pass
-    and the drafter pass at 2048 tokens with their share of the bf16 peak, one live-loop step (draft +
-    verify of a 16-token block on a 2048-token cache), and the modelled speedup of dflash-eval over a live
-    loop for 1 and 5 drafters at 2048 tokens (tau 2 and 4), as one summary table.
-    `python benchmarks/gpu_check.py --smoke` runs (c) alone on the CPU with a tiny shape: the code path,
-    not the numbers (tests/test_benchmarks.py runs it).
+    python -u benchmarks/gpu_check.py PART [--out DIR] [--rehearse]
+
+Parts (every figure is written to DIR/PART.json the moment it is measured, so a part killed by its
+budget or a lease ending keeps what it had measured):
+  bed         the tiny hybrid test bed and a trained drafter, built on the CPU with fla unbound (`import fla`
+              fails in this process, so transformers binds the torch fallback: no fla kernel ever sees a
+              CPU tensor);
+  kernels     on the accelerator: the kernel bound per Gated-DeltaNet layer, taps fla vs torch fallback,
+              `evaluate()` in bf16 with fla vs fp32 with the torch fallback on the same prompts (taus,
+              continuation agreement), and the replay's walks vs the live loop's in bf16 with fla;
+  throughput  the tap pass on random-weight hybrid targets of real shapes (9B-like, then 27B-like);
+  phases      a 27B-like hybrid target and a 5-layer B = 16 drafter: generation, tap pass, drafter pass
+              (every FLOP counted, the lm_head over all slots included), a live-loop step, modelled speedup;
+  summary     the table, from the JSON files and the exit statuses (`--status part=rc ...`).
+
+`--rehearse` runs every part on the CPU at tiny shapes, in bf16 where the GPU runs bf16, with the stub fla
+package (dflash_eval/testing/stub_fla, on PYTHONPATH) bound by transformers where the real one is; in the
+parts that stand for the accelerator the stub may compute on CPU tensors (DFLASH_EVAL_STUB_FLA_ON_CPU=1),
+in `bed` it refuses them as the real kernels would crash on them. `--smoke` = `phases --rehearse` with its
+table printed (tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -20,240 +28,200 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import torch  # noqa: E402
+PARTS = ("bed", "kernels", "throughput", "phases")
+BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "B200": 2250e12}  # dense bf16, SXM
 
-H200_BF16_PEAK = 989e12
+
+class Record:
+    """One part's figures, rewritten to OUT/PART.json after every figure (atomically) and echoed."""
+
+    def __init__(self, out: Path, part: str, rehearse: bool):
+        self.path = out / f"{part}.json"
+        self.data = {"part": part, "rehearsal": rehearse, "finished": False, "started": time.time(), "figures": {}}
+        out.mkdir(parents=True, exist_ok=True)
+        self._write()
+
+    def __call__(self, key: str, value) -> None:
+        self.data["figures"][key] = value
+        self._write()
+        print(f"[{self.data['part']}] {key}: {json.dumps(value, default=str)}", flush=True)
+
+    def finish(self) -> None:
+        self.data["finished"] = True
+        self.data["seconds"] = round(time.time() - self.data["started"], 1)
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.path)
 
 
-def part_a(root: Path) -> None:
-    from dflash_eval.commands.evaluate import RunOptions, evaluate
+def peak_flops(device) -> float | None:
+    import torch
+
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in BF16_PEAK.items() if k in name), None)
+
+
+def accelerator(rehearse: bool):
+    """(device, dtype) of the parts that stand for the GPU; in the rehearsal the CPU in bf16, with the stub
+    kernels allowed on its tensors and load_target's CPU+fla refusal lifted (it is right on a real CPU run)."""
+    import torch
+
+    if not rehearse:
+        if not torch.cuda.is_available():
+            sys.exit("gpu_check: no CUDA device (use --rehearse for the CPU rehearsal)")
+        return torch.device("cuda"), torch.bfloat16
+    from dflash_eval.model import target as target_module
+
+    target_module.refuse_accelerated_on_cpu = lambda *args, **kwargs: None
+    return torch.device("cpu"), torch.bfloat16
+
+
+def part_bed(out: Path, rehearse: bool, record: Record) -> None:
+    sys.modules["fla"] = None  # fla unbound in this process: transformers binds the torch fallback
+    from dflash_eval.model.kernels import kernel_report
+    from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.model.target import capture_taps, load_target
-    from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
     from dflash_eval.testing.tiny import build_test_bed
     from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
-    bed = build_test_bed(root / "bed")
-    cpu_target = load_target(str(bed["qwen3_5_text"]), device="cpu", dtype="float32")
-    sequences = greedy_sequences(cpu_target, list(DEMO_PROMPTS), 48)
-    drafter = train_drafter(cpu_target, sequences, TrainConfig(block_size=4, steps=300), root / "drafter")
-    del cpu_target
+    work = out / "work"
+    bed = build_test_bed(work / "bed")
+    record("target", str(bed["qwen3_5_text"]))
+    target = load_target(str(bed["qwen3_5_text"]), device="cpu", dtype="float32")
+    record("cpu kernels", sorted({k.function for k in kernel_report(target.model)}))
+    sequences = greedy_sequences(target, list(DEMO_PROMPTS), 24 if rehearse else 48)
+    steps = 30 if rehearse else 150
+    started = time.perf_counter()
+    drafter = train_drafter(target, sequences, TrainConfig(block_size=4, steps=steps), work / "drafter")
+    record("drafter", str(drafter))
+    record("training", f"{steps} steps in {time.perf_counter() - started:.1f} s")
 
-    gpu = load_target(str(bed["qwen3_5_text"]), device="cuda", dtype="bfloat16")
-    print("(a) kernel bound per Gated-DeltaNet layer (bf16 run):")
-    for k in kernel_report(gpu.model):
-        print(f"    layer {k.layer:2d} {k.operation:28s} {k.function}  accelerated={k.accelerated}")
-    ids, prompt_len = sequences[0]
+
+def _bed(out: Path) -> dict:
+    bed = json.loads((out / "bed.json").read_text())
+    if not bed.get("finished"):
+        raise SystemExit("gpu_check: the bed part did not finish; nothing to run on")
+    return bed["figures"]
+
+
+def _walks(run_dir: Path) -> dict[str, tuple]:
+    rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    return {r["prompt_id"]: (r["walk_anchors"], r["walk_accept_lengths"], r["continuation_ids"]) for r in rows}
+
+
+def part_kernels(out: Path, rehearse: bool, record: Record) -> None:
+    import torch
+
+    device, _ = accelerator(rehearse)
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+    from dflash_eval.model.target import capture_taps, load_target
+
+    bed = _bed(out)
+    target_dir, drafter = bed["target"], bed["drafter"]
+    gpu = load_target(target_dir, device=device.type, dtype="bfloat16")
+    report = kernel_report(gpu.model)
+    record("bound kernels", sorted({k.function for k in report}))
+    record("accelerated ops", f"{sum(k.accelerated for k in report)} of {len(report)}")
+    ids = torch.tensor(gpu.tokenizer("def fizzbuzz(n):\n    for i in range(1, n + 1):\n" * 3)["input_ids"])
     taps = list(range(gpu.info.num_layers))
     fla = capture_taps(gpu, ids, taps)
     with torch_fallback_kernels(gpu.model):
         fallback = capture_taps(gpu, ids, taps)
-    H = gpu.info.hidden_size
-    for t in taps:
-        a, b = fla.taps[:, t * H:(t + 1) * H].float(), fallback.taps[:, t * H:(t + 1) * H].float()
-        rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
-        print(f"    tap {t}: max abs diff {(a - b).abs().max().item():.3e}, max rel diff {rel:.3e}")
-    print(f"    greedy-token agreement fla vs fallback (bf16): {(fla.greedy == fallback.greedy).float().mean().item():.4f}")
+    a, b = fla.taps.float(), fallback.taps.float()
+    record("taps fla vs fallback (bf16): max rel diff",
+           float((a - b).abs().max() / b.abs().max().clamp_min(1e-12)))
+    record("greedy tokens fla vs fallback (bf16)", f"{int((fla.greedy == fallback.greedy).sum())}/{len(fla.greedy)}")
     del gpu
 
+    limit, new = (3, 16) if rehearse else (12, 48)
     runs = {}
-    for label, dtype, kernels in (("cuda-bf16-fla", "bfloat16", "auto"), ("cuda-fp32-torch", "float32", "torch")):
-        runs[label] = evaluate(RunOptions(drafters=[str(drafter)], out=root / f"run-{label}", target=str(bed["qwen3_5_text"]),
-                                          max_new_tokens=48, device="cuda", dtype=dtype, kernels=kernels,
-                                          cache_dir=root / f"cache-{label}"))
-    conts = {label: {json.loads(line)["prompt_id"]: json.loads(line)["continuation_ids"]
-                     for line in (root / f"run-{label}" / "samples.jsonl").read_text().splitlines()}
-             for label in runs}
-    a, b = conts["cuda-bf16-fla"], conts["cuda-fp32-torch"]
-    same = sum(x == y for pid in a for x, y in zip(a[pid], b[pid]))
-    total = sum(max(len(a[pid]), len(b[pid])) for pid in a)
-    print(f"(a) greedy continuations bf16+fla vs fp32+torch: {same}/{total} tokens agree position by position, "
-          f"{sum(a[p] == b[p] for p in a)}/{len(a)} prompts identical")
-    for label, run in runs.items():
-        d = run["drafters"][0]["metrics"]
+    for label, dtype, kernels, mode, cache in (("bf16-fla", "bfloat16", "auto", "trajectory", "bf16"),
+                                               ("fp32-torch", "float32", "torch", "trajectory", "fp32"),
+                                               ("bf16-fla-live", "bfloat16", "auto", "live", "bf16")):
+        run = evaluate(RunOptions(drafters=[drafter], out=out / "work" / f"run-{label}", target=target_dir,
+                                  limit=limit, max_new_tokens=new, device=device.type, dtype=dtype, kernels=kernels,
+                                  mode=mode, cache_dir=out / "work" / f"cache-{cache}", overwrite=True))
+        runs[label] = _walks(out / "work" / f"run-{label}")
+        metrics = run["drafters"][0]["metrics"]
         sc = run["provenance"]["self_consistency"]
-        print(f"(a) {label:16s} tau macro {d['tau_macro']:.3f} micro {d['tau_micro']:.3f} "
-              f"self-consistency {sc['agree']}/{sc['total']} chunk kernel "
-              f"{run['provenance']['kernels'].get('chunk_gated_delta_rule')}")
+        record(f"tau {label}", {"macro": metrics["tau_macro"], "micro": metrics["tau_micro"],
+                                "self_consistency": f"{sc['agree']}/{sc['total']}"})
+    bf16, fp32, live = runs["bf16-fla"], runs["fp32-torch"], runs["bf16-fla-live"]
+    same = sum(x == y for p in bf16 for x, y in zip(bf16[p][2], fp32[p][2]))
+    record("continuations bf16+fla vs fp32+torch", {
+        "tokens_agreeing": f"{same}/{sum(max(len(bf16[p][2]), len(fp32[p][2])) for p in bf16)}",
+        "prompts_identical": f"{sum(bf16[p][2] == fp32[p][2] for p in bf16)}/{len(bf16)}"})
+    record("walks replay vs live (bf16+fla)", {
+        "prompts_equal": f"{sum(bf16[p][:2] == live[p][:2] for p in bf16)}/{len(bf16)}",
+        "live_continuation_equals_generation": f"{sum(bf16[p][2] == live[p][2] for p in bf16)}/{len(bf16)}"})
 
 
-def part_b(budget_seconds: float) -> None:
-    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
-
-    from dflash_eval.model.target import Target, capture_taps
-    from dflash_eval.model.kernels import decoder_layers, kernel_report
-    from dflash_eval.formats.validation import TargetInfo
-
-    shapes = {
-        "9B-like": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=16,
-                        num_key_value_heads=4, head_dim=256, linear_num_value_heads=32, linear_num_key_heads=16),
-        "27B-like": dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
-                         num_key_value_heads=4, head_dim=256, linear_num_value_heads=48, linear_num_key_heads=16),
-    }
-    started = time.time()
-    for name, shape in shapes.items():
-        if time.time() - started > budget_seconds:
-            print(f"(b) {name}: skipped (time budget)")
-            continue
-        layers = shape["num_hidden_layers"]
-        config = Qwen3_5TextConfig(vocab_size=248320, linear_key_head_dim=128, linear_value_head_dim=128,
-                                   layer_types=["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)],
-                                   max_position_embeddings=32768, tie_word_embeddings=False, **shape)
-        with torch.device("cuda"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        model.eval().requires_grad_(False)
-        params = sum(p.numel() for p in model.parameters())
-        target = Target(model=model, tokenizer=None, name=name, path=Path("."), device=torch.device("cuda"),
-                        dtype=torch.bfloat16, info=TargetInfo(name, layers, shape["hidden_size"], 248320),
-                        layers=decoder_layers(model))
-        accelerated = sum(k.accelerated for k in kernel_report(model))
-        taps = [1, layers // 4, layers // 2, 3 * layers // 4, layers - 1]
-        for seq in (2048, 4096):
-            ids = torch.randint(0, 248000, (seq,))
-            capture_taps(target, ids, taps)  # warm-up (kernel autotune)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            reps = 3
-            for _ in range(reps):
-                capture_taps(target, ids, taps)
-            torch.cuda.synchronize()
-            elapsed = (time.perf_counter() - t0) / reps
-            flops = 2 * params * seq  # matmul FLOPs; attention's quadratic part not counted
-            print(f"(b) {name} ({params / 1e9:.1f}B params, {accelerated} accelerated GDN ops) seq {seq}: "
-                  f"{seq / elapsed:,.0f} tokens/s, {elapsed * 1e3:.0f} ms/pass, "
-                  f"{flops / elapsed / H200_BF16_PEAK:.1%} of bf16 peak, peak mem {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-        del model, target
-        torch.cuda.empty_cache()
+def summary(out: Path, statuses: dict[str, int]) -> int:
+    """The table, from what each part wrote; a part that failed shows its status and what it had measured."""
+    print(f"\n=== gpu_check summary ({out}) ===", flush=True)
+    failed = 0
+    for part in PARTS:
+        file = out / f"{part}.json"
+        rc = statuses.get(part)
+        data = json.loads(file.read_text()) if file.exists() else None
+        if data is None:
+            state = "not run" if rc is None else f"failed before writing (exit {rc})"
+        elif data.get("finished") and rc in (0, None):
+            state = f"ok, {data.get('seconds', '?')} s"
+        else:
+            state = "timed out" if rc in (124, 137) else f"failed (exit {rc})"
+        failed += not state.startswith("ok")
+        print(f"{part:<11} {state}" + (" [rehearsal: CPU, tiny shapes, stub fla; the numbers mean nothing]"
+                                        if data and data.get("rehearsal") else ""))
+        for key, value in (data or {}).get("figures", {}).items():
+            print(f"    {key:<44} {value if isinstance(value, str) else json.dumps(value)}")
+    return failed
 
 
-def part_c(smoke: bool = False) -> list[tuple[str, str]]:
-    """The phases of issue 15 item 6; returns (and prints) the summary table's rows."""
-    from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
-
-    from dflash_eval.formats.validation import TargetInfo
-    from dflash_eval.pipeline.continuations import generation_batch_size
-    from dflash_eval.model.drafter import DFlashDrafter
-    from dflash_eval.model.engine import replay
-    from dflash_eval.model.target import Target, cached_step, capture_taps
-    from dflash_eval.model.kernels import decoder_layers
-    from dflash_eval.model.drafting import draft_logits
-    from dflash_eval.testing.checkpoint_writer import design_spec
-    from dflash_eval.testing.testbed import random_state_dict
-
-    device = torch.device("cpu" if smoke else "cuda")
-    dtype = torch.float32 if smoke else torch.bfloat16
-    if smoke:
-        shape = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
-                     num_key_value_heads=2, head_dim=32, linear_num_value_heads=4, linear_num_key_heads=2)
-        vocab, T, prompt, gen_tokens, drafter_shape = 1024, 96, 32, 16, dict(num_attention_heads=4, num_key_value_heads=2,
-                                                                            head_dim=32, intermediate_size=256)
+def main(argv: list[str]) -> int:
+    args = list(argv)
+    if "--out" in args:
+        out = Path(args[args.index("--out") + 1])
     else:
-        shape = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
-                     num_key_value_heads=4, head_dim=256, linear_num_value_heads=48, linear_num_key_heads=16)
-        vocab, T, prompt, gen_tokens, drafter_shape = 248320, 2048, 128, 128, dict(num_attention_heads=32, num_key_value_heads=8,
-                                                                                  head_dim=128, intermediate_size=17408)
-    layers = shape["num_hidden_layers"]
-    config = Qwen3_5TextConfig(vocab_size=vocab, linear_key_head_dim=shape["head_dim"] // 2,
-                               linear_value_head_dim=shape["head_dim"] // 2,
-                               layer_types=["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)],
-                               max_position_embeddings=32768, tie_word_embeddings=False, **shape)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.eval().requires_grad_(False)
-    params = sum(p.numel() for p in model.parameters())
-    target = Target(model=model, tokenizer=None, name="27B-like", path=Path("."), device=device, dtype=dtype,
-                    info=TargetInfo("27B-like", layers, shape["hidden_size"], vocab), layers=decoder_layers(model))
-    spec = design_spec(target.info, mask_token_id=vocab - 1, block_size=16, num_layers=5, sliding_window=2048,
-                       sliding_layers=4, fmt="zlab", **drafter_shape)
-    drafter = DFlashDrafter(spec).to(device=device, dtype=dtype).eval().requires_grad_(False)
-    drafter.load_state_dict({k: v.to(dtype) for k, v in random_state_dict(spec).items()}, strict=True)
-    drafter.attach_target(target.embed_tokens, target.lm_head)
-    drafter_params = sum(p.numel() for n, p in drafter.named_parameters())
+        import tempfile
 
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        out = Path(tempfile.mkdtemp(prefix="gpu-check-")) if "--smoke" in args else ROOT / "benchmarks" / "out"
+    rehearse = "--rehearse" in args or "--smoke" in args
+    if rehearse:
+        os.environ.setdefault("OMP_NUM_THREADS", "2")
+    part = "phases" if "--smoke" in args else (args[0] if args and not args[0].startswith("-") else "")
+    if part == "summary":
+        statuses = dict(s.split("=") for s in args[args.index("--status") + 1:] if "=" in s) if "--status" in args else {}
+        return 1 if summary(out, {k: int(v) for k, v in statuses.items()}) else 0
+    if part not in PARTS:
+        print(__doc__)
+        return 2
+    if rehearse and part != "bed":
+        os.environ["DFLASH_EVAL_STUB_FLA_ON_CPU"] = "1"  # here the CPU stands for the accelerator
+    record = Record(out, part, rehearse)
+    if part in ("bed", "kernels"):
+        {"bed": part_bed, "kernels": part_kernels}[part](out, rehearse, record)
+    else:
+        import gpu_check_shapes
 
-    peak = H200_BF16_PEAK if not smoke else float("nan")
-    rows = []
-    with torch.inference_mode():
-        batch = generation_batch_size(target, [prompt] * 64, T) if not smoke else 2
-        ids = torch.randint(0, vocab - 2, (batch, prompt), device=device)
-        model.generate(input_ids=ids[:, :8], max_new_tokens=2, do_sample=False, pad_token_id=0)  # warm-up
-        sync()
-        t0 = time.perf_counter()
-        model.generate(input_ids=ids, max_new_tokens=gen_tokens, min_new_tokens=gen_tokens, do_sample=False,
-                       pad_token_id=0, eos_token_id=None)
-        sync()
-        gen_rate = batch * gen_tokens / (time.perf_counter() - t0)
-        rows.append(("generation", f"{gen_rate:,.0f} tokens/s at batch {batch} ({gen_tokens} new tokens each)"))
-
-        tokens = torch.randint(0, vocab - 2, (prompt + T,))
-        taps = list(spec.taps)
-        capture_taps(target, tokens, taps)  # warm-up
-        sync()
-        t0 = time.perf_counter()
-        capture = capture_taps(target, tokens, taps)
-        sync()
-        tap_s = time.perf_counter() - t0
-        rows.append(("tap pass", f"{tap_s * 1e3:.0f} ms at {prompt + T} tokens, "
-                                 f"{2 * params * (prompt + T) / tap_s / peak:.1%} of bf16 peak"))
-
-        replay(drafter, capture.taps, tokens, prompt, T, anchor_batch=64)  # warm-up
-        sync()
-        t0 = time.perf_counter()
-        replay(drafter, capture.taps, tokens, prompt, T)
-        sync()
-        drafter_s = time.perf_counter() - t0
-        flops = 2 * drafter_params * T * spec.block_size
-        rows.append(("drafter pass", f"{drafter_s * 1e3:.0f} ms over {T} anchors x B = 16, "
-                                     f"{flops / drafter_s / peak:.1%} of bf16 peak (matmuls only)"))
-
-        _, _, cache = cached_step(target, tokens[:prompt + T - 16], taps, None)
-        ctx = drafter.context(capture.taps[:prompt + T - 16].to(dtype))
-        step_times = []
-        for _ in range(3):
-            import copy
-
-            snapshot = copy.deepcopy(cache)
-            sync()
-            t0 = time.perf_counter()
-            draft_logits(drafter, ctx, tokens.to(device), [prompt + T - 17], [16])
-            cached_step(target, tokens[prompt + T - 17:prompt + T - 1], taps, snapshot)
-            sync()
-            step_times.append(time.perf_counter() - t0)
-        step_s = min(step_times)
-        rows.append(("live-loop step", f"{step_s * 1e3:.1f} ms (draft + verify of 16 tokens on a {prompt + T}-token cache)"))
-        per_prompt_generation = T / gen_rate  # a prompt's share of batched generation, paid once for all drafters
-        for tau in (2.0, 4.0):
-            live = T / tau * step_s
-            for n in (1, 5):
-                ours = per_prompt_generation + tap_s + n * drafter_s
-                rows.append((f"modelled speedup, tau {tau:g}, {n} drafter(s)",
-                             f"{n * live / ours:.1f}x (live loop {n * live:.2f} s vs dflash-eval {ours:.2f} s per prompt)"))
-    width = max(len(k) for k, _ in rows)
-    print(f"(c) phases on a {params / 1e9:.1f}B-parameter hybrid target, {drafter_params / 1e6:.0f}M-parameter drafter"
-          + (" [smoke: CPU, tiny shape; the numbers mean nothing]" if smoke else ""))
-    for key, value in rows:
-        print(f"    {key:<{width}}  {value}")
-    return rows
+        getattr(gpu_check_shapes, f"part_{part}")(rehearse, record, accelerator, peak_flops)
+    record.finish()
+    return 0
 
 
 if __name__ == "__main__":
-    if "--smoke" in sys.argv:
-        part_c(smoke=True)
-        sys.exit(0)
-    if not torch.cuda.is_available():
-        sys.exit("gpu_check: no CUDA device")
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    with tempfile.TemporaryDirectory() as tmp:
-        part_a(Path(tmp))
-    part_b(budget_seconds=float(os.environ.get("GPU_CHECK_B_SECONDS", "240")))
-    part_c()
+    sys.exit(main(sys.argv[1:]))

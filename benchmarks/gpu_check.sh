@@ -1,10 +1,52 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a CUDA machine that reaches no package index (see benchmarks/README.md).
-# Installs flash-linear-attention from the wheels beside this script, then runs gpu_check.py.
-set -euo pipefail
+# The GPU check, lease-proof (benchmarks/README.md): each part in its own process under its own time budget
+# (all together under 8 minutes on one H200, so it can be rerun once within a 15-minute lease), unbuffered,
+# every figure written to $OUT/PART.json as it is measured, and the summary table printed at the end
+# whatever happened to the parts. Exit status: 0 when every part finished.
+#
+#   bash benchmarks/gpu_check.sh              on a CUDA machine (installs fla from wheels/, no index needed)
+#   bash benchmarks/gpu_check.sh --rehearse   every part on the CPU at tiny shapes with the stub fla package
+set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
 python="${PYTHON:-python3}"
-"$python" -m pip install --quiet --no-index --no-deps "$here"/wheels/*.whl
-"$python" -c "import torch, transformers, fla; print('torch', torch.__version__, 'transformers', transformers.__version__, 'fla', fla.__version__, 'cuda', torch.cuda.is_available())"
-cd "$here/.."
-exec "$python" benchmarks/gpu_check.py
+rehearse=""
+[[ "${1:-}" == "--rehearse" ]] && rehearse="--rehearse"
+OUT="${OUT:-$here/out}"
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+cd "$root"
+started=$(date +%s)
+
+if [[ -n "$rehearse" ]]; then
+  # the stub stands where the installed fla would: transformers binds it at import, like the real kernels
+  export PYTHONPATH="$root/dflash_eval/testing/stub_fla${PYTHONPATH:+:$PYTHONPATH}"
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+else
+  timeout 30 "$python" -m pip install --quiet --no-index --no-deps "$here"/wheels/*.whl \
+    || echo "gpu_check: installing the fla wheels failed; the parts run with whatever is installed"
+fi
+timeout 15 "$python" -c "import torch, transformers; import importlib.util as u; \
+print('torch', torch.__version__, 'transformers', transformers.__version__, \
+'fla', 'present' if u.find_spec('fla') else 'absent', 'cuda', torch.cuda.is_available(), flush=True)"
+
+# part:budget in seconds. On the GPU the budgets with the install (30), the versions (15) and the summary (15)
+# add up to 460 s < 8 minutes. The rehearsal's are caps for a slow shared CPU (it takes ~1-2 minutes alone).
+if [[ -n "$rehearse" ]]; then
+  budgets="${GPU_CHECK_BUDGETS:-bed:300 kernels:400 throughput:240 phases:300}"
+else
+  budgets="${GPU_CHECK_BUDGETS:-bed:75 kernels:110 throughput:85 phases:130}"
+fi
+statuses=()
+for entry in $budgets; do
+  part="${entry%%:*}"; budget="${entry##*:}"
+  echo "=== $part (budget ${budget} s) ===" >&2
+  timeout --kill-after=5 "$budget" "$python" -u benchmarks/gpu_check.py "$part" --out "$OUT" $rehearse
+  rc=$?
+  [[ $rc -ne 0 ]] && echo "gpu_check: part $part ended with status $rc" >&2
+  statuses+=("$part=$rc")
+done
+timeout 15 "$python" -u benchmarks/gpu_check.py summary --out "$OUT" $rehearse --status "${statuses[@]}"
+rc=$?
+echo "gpu_check: $(( $(date +%s) - started )) s in all; figures in $OUT" >&2
+exit $rc

@@ -15,6 +15,20 @@ from dflash_eval.testing.testbed import random_state_dict, write_random_drafter 
 from dflash_eval.testing.tiny import build_test_bed  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """The continuation cache (and saved tracebacks) of the whole session in a temporary folder: the tests
+    never write into the user's ~/.cache/dflash-eval, nor read a stale entry from it."""
+    folder = tmp_path_factory.mktemp("dflash-eval-cache")
+    previous = os.environ.get("DFLASH_EVAL_CACHE")
+    os.environ["DFLASH_EVAL_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("DFLASH_EVAL_CACHE", None)
+    else:
+        os.environ["DFLASH_EVAL_CACHE"] = previous
+
+
 @pytest.fixture(scope="session")
 def test_bed(tmp_path_factory) -> dict[str, Path]:
     """{"tokenizer", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"} -> folders on disk."""

@@ -657,3 +657,67 @@ def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, pr
     print(f"T=1 tau_macro z-lab {tau_z:.3f} +- {se_z:.3f}, dflash-eval {tau_o:.3f} +- {se_o:.3f}")
     assert tau_z > 1.2 and tau_o > 1.2  # drafts are accepted at T = 1: the rule is exercised
     assert abs(tau_z - tau_o) <= 2.576 * (se_z ** 2 + se_o ** 2) ** 0.5, (tau_z, se_z, tau_o, se_o)
+
+
+# ---------------------------------------------------------------------------------------------------
+# draft lengths (--draft-lengths): the walk at k equals z-lab's loop run with a block of k + 1
+
+
+DRAFT_LENGTH_BLOCK = 8  # k = 3 and 5 are both shorter than B - 1
+
+
+@pytest.fixture(scope="module")
+def trained_b8(target, tmp_path_factory) -> Path:
+    """A z-lab-format drafter trained with blocks of 8 (full attention: bidirectional in block)."""
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
+
+    out = tmp_path_factory.mktemp("conformance-trained-b8") / "zlab-b8"
+    return train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 48),
+                         TrainConfig(block_size=DRAFT_LENGTH_BLOCK, sliding_layers=0, steps=TRAIN_STEPS), out,
+                         fmt="zlab")
+
+
+def _zlab_generate_block(target_model, model, input_ids: list[int], block_size: int, stops) -> tuple[list[int], list[int]]:
+    """z-lab's own `dflash_generate(block_size=...)` at temperature 0: (new ids, acceptance_lengths)."""
+    zlab = ref.require("dflash.model")
+    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=target_model.device)
+    with ref._cpu_timer(zlab):
+        out = zlab.dflash_generate(model, target_model, ids, MAX_NEW_TOKENS, list(stops), block_size=block_size,
+                                   return_stats=True)
+    return out.output_ids[0, len(input_ids):].tolist(), [int(n) for n in out.acceptance_lengths]
+
+
+def test_draft_length_walks_equal_zlab_loop_with_shorter_blocks(refs, target, prompts, trained_b8, run_dflash_eval):
+    """`--draft-lengths 3,5` on a B = 8 drafter: dflash-eval's walk at k (its own replay with a block of
+    k + 1) equals z-lab's `dflash_generate(block_size=k + 1)` prompt by prompt (same continuation, same
+    acceptance_lengths), and tau_macro at k is z-lab's. The full block's walk cut at k differs on some
+    prompt: a shorter block drafts other tokens, so cutting would be wrong and this test would see it."""
+    from dflash_eval.pipeline.continuations import stop_token_ids
+
+    rows, run_json = run_dflash_eval(trained_b8, draft_lengths="3,5")
+    by_k = {e["k"]: e for e in run_json["drafters"][0]["by_draft_length"]}
+    assert sorted(by_k) == [3, 5, DRAFT_LENGTH_BLOCK - 1]
+    model = ref.zlab_drafter(trained_b8)
+    stops = stop_token_ids(target)
+    cut_differs = []
+    for k in (3, 5):
+        expected = {pid: _zlab_generate_block(target.model, model, ids, k + 1, stops)
+                    for pid, ids in prompts["ids"].items()}
+        problems = []
+        for pid, (new_ids, lengths) in expected.items():
+            row = rows[pid]
+            if row["continuation_ids"] != new_ids:
+                problems.append(f"{pid}: continuation differs from z-lab's at block {k + 1}")
+            ours = row["by_draft_length"][str(k)]["walk_accept_lengths"]
+            if ours != lengths:
+                problems.append(f"{pid}: z-lab {lengths} vs dflash-eval {ours}")
+            n_full = dict(zip(range(row["prompt_len"], row["prompt_len"] + len(row["anchor_accepted"])),
+                              row["anchor_accepted"]))
+            cut = _walk({a: min(n, k) for a, n in n_full.items()}, row["prompt_len"],
+                        row["prompt_len"] + len(new_ids))
+            cut_differs.append(cut != lengths)
+        assert not problems, f"k = {k}: " + "; ".join(problems[:3])
+        want = ref.zlab_tau([lengths for _, lengths in expected.values()])
+        assert abs(by_k[k]["metrics"]["tau_macro"] - want) <= TAU_TOLERANCE, (k, by_k[k]["metrics"]["tau_macro"], want)
+    assert any(cut_differs), "the full block's walk cut at k equals every walk at k: the check proves nothing here"

@@ -367,3 +367,79 @@ def test_the_report_in_headless_chromium(tmp_path):
     assert checks["before"] == "trained" and checks["ascending"] == f"loop{EVIL}" and checks["descending"] == "trained"
     assert screenshot.stat().st_size > 50_000 and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert time.monotonic() - started < 30
+
+
+LAYOUT = """(() => {
+  const top = id => { const e = document.getElementById(id); return e ? e.getBoundingClientRect().top + scrollY : null; };
+  const sections = [...document.querySelectorAll("main > section")].map(s => s.id);
+  // anything wider than the window outside a box that scrolls on its own (tables, decoded blocks, charts)
+  const over = [...document.querySelectorAll("main *")].filter(e => e.getBoundingClientRect().right > innerWidth + 1
+      && !e.closest(".scroll, table.sortable, .blk, figure")).map(e => e.tagName + "." + e.className);
+  return {sections, over, page: document.documentElement.scrollWidth, window: innerWidth,
+          summary: top("summary"), provenance: top("provenance")};
+})()"""
+
+
+def hybrid_run(tmp_path: Path) -> Path:
+    """The stored run as a hybrid target's run would read: a long kernels binding and long paths."""
+    run, rows = read_run(STORED), read_samples(STORED / "samples.jsonl")
+    run = copy.deepcopy(run)
+    module = "transformers.models.qwen3_5.modeling_qwen3_5"
+    run["provenance"]["kernels"] = {op: f"{module}.torch_{op}" for op in
+                                    ("chunk_gated_delta_rule", "recurrent_gated_delta_rule", "causal_conv1d_fn",
+                                     "causal_conv1d_update")}
+    for d in run["drafters"]:
+        d["path"] = "/home/someone/checkpoints/an-experiment-with-a-long-name/epoch_3_step_120000/" + d["name"]
+    out = tmp_path / "hybrid"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps(run))
+    (out / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out
+
+
+def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium before the tests")
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
+    out = hybrid_run(tmp_path)
+    report = write_html(tmp_path / "report.html", render_run_html(read_run(out), read_samples(out / "samples.jsonl")))
+    browser = DevTools(binary, tmp_path / "profile", tmp_path / "chromium.log")
+    seen = {}
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        browser.send("Page.enable", session=session)
+        for width in (700, 1400):
+            browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                                "mobile": False}, session=session)
+            browser.events.clear()
+            browser.send("Page.navigate", {"url": report.resolve().as_uri()}, session=session)
+            browser.wait_event("Page.loadEventFired")
+            seen[width] = browser.send("Runtime.evaluate", {"expression": LAYOUT, "returnByValue": True},
+                                       session=session)["result"]["value"]
+            height = browser.send("Page.getLayoutMetrics", session=session)["cssContentSize"]["height"]
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": {
+                "x": 0, "y": 0, "width": width, "height": min(height, 12000), "scale": 1}}, session=session)
+            path = tmp_path / f"report-{width}px.png"
+            path.write_bytes(base64.b64decode(shot["data"]))
+            print(f"\nscreenshot at {width} px: {path}")
+    finally:
+        browser.close()
+    for width, layout in seen.items():
+        assert layout["page"] <= layout["window"] and layout["over"] == [], (width, layout)
+        assert layout["sections"][0] == "summary" and layout["sections"][-2:] == ["provenance", "legend"], layout
+        assert layout["summary"] < 400  # results within the first screen, even at 700 px
+    assert seen[700]["provenance"] > seen[700]["summary"] + 2000
+
+
+def test_run_and_estimate_share_one_layout():
+    run_page = render_run_html(read_run(STORED), read_samples(STORED / "samples.jsonl"))
+    sections = re.findall(r'<section id="([^"]+)"', run_page)
+    assert sections[0] == "summary" and sections[-2:] == ["provenance", "legend"]
+    template = Path(__file__).parent.parent / "dflash_eval" / "render" / "templates"
+    for name in ("run.html.j2", "estimate.html.j2"):  # one provenance block (with the drafters), last
+        text = (template / name).read_text()
+        assert '<section id="provenance">' not in text and text.rstrip().endswith(
+            "{{ provenance_section(provenance, drafters) }}\n{% endblock %}".strip()), name

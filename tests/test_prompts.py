@@ -99,11 +99,12 @@ def test_sets_without_source_data_still_have_the_template_shape():
     assert all(p.text.strip() and not p.text.startswith("Write a solution") for p in load_prompts("mbpp"))
 
 
-def test_packaged_copies_equal_the_files_in_prompts():
+def test_each_set_is_shipped_once_inside_the_package():
+    """One copy of each data file: the sets live in the package; prompts/ holds how they are built."""
     for name in ("humaneval", "mbpp"):
-        assert (REPO / "dflash_eval" / "data" / "prompts" / f"{name}.jsonl").read_bytes() == \
-            (REPO / "prompts" / f"{name}.jsonl").read_bytes()
-    assert (REPO / "prompts" / "LICENSES.md").exists()
+        assert (REPO / "dflash_eval" / "data" / "prompts" / f"{name}.jsonl").is_file()
+        assert not (REPO / "prompts" / f"{name}.jsonl").exists()
+    assert (REPO / "prompts" / "LICENSES.md").exists() and (REPO / "prompts" / "README.md").exists()
 
 
 @needs_source_data
@@ -115,7 +116,7 @@ def test_build_script_reproduces_the_committed_files():
 
 
 def test_a_set_file_also_loads_as_a_custom_file():
-    assert load_prompts(str(REPO / "prompts" / "mbpp.jsonl")) == load_prompts("mbpp")
+    assert load_prompts(str(REPO / "dflash_eval" / "data" / "prompts" / "mbpp.jsonl")) == load_prompts("mbpp")
 
 
 # --- custom JSONL --------------------------------------------------------------------------------------

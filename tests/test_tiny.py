@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5ForConditionalGeneration
 
-from dflash_eval.testing import tiny
+from dflash_eval.testing import tiny, tiny_tokenizer
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -71,17 +71,17 @@ def test_special_tokens_follow_the_bpe_vocabulary(tokenizer):
     assert tokenizer.eos_token == "<|im_end|>"
     assert tokenizer.bos_token is None
     assert tokenizer.convert_tokens_to_ids("<|endoftext|>") == tokenizer.vocab_size
-    assert tokenizer.convert_tokens_to_ids(tiny.MASK_TOKEN) == len(tokenizer) - 1
+    assert tokenizer.convert_tokens_to_ids(tiny_tokenizer.MASK_TOKEN) == len(tokenizer) - 1
     for token in ("<|im_start|>", "<|im_end|>", "<think>", "</think>"):
         assert tokenizer.encode(token) == [tokenizer.convert_tokens_to_ids(token)]
 
 
 def test_mask_token_has_its_own_id(tokenizer):
     mask_id = tokenizer.mask_token_id
-    assert tokenizer.mask_token == tiny.MASK_TOKEN
-    assert tokenizer.convert_tokens_to_ids(tiny.MASK_TOKEN) == mask_id
+    assert tokenizer.mask_token == tiny_tokenizer.MASK_TOKEN
+    assert tokenizer.convert_tokens_to_ids(tiny_tokenizer.MASK_TOKEN) == mask_id
     assert mask_id not in {tokenizer.pad_token_id, tokenizer.eos_token_id}
-    assert tokenizer.encode(tiny.MASK_TOKEN) == [mask_id]
+    assert tokenizer.encode(tiny_tokenizer.MASK_TOKEN) == [mask_id]
     # Ordinary text never produces the mask id.
     assert mask_id not in tokenizer.encode("<|mask| > mask <| mask |>" + tokenizer.decode(list(range(300))))
 
@@ -100,10 +100,10 @@ def test_chat_template_switches_thinking_like_qwen3(tokenizer):
 
 
 def test_tokenizer_training_is_deterministic(tmp_path):
-    first = tiny.train_tokenizer(tmp_path / "a")
-    second = tiny.train_tokenizer(tmp_path / "b")
+    first = tiny_tokenizer.train_tokenizer(tmp_path / "a")
+    second = tiny_tokenizer.train_tokenizer(tmp_path / "b")
     assert (first / "tokenizer.json").read_bytes() == (second / "tokenizer.json").read_bytes()
-    custom = tiny.train_tokenizer(tmp_path / "c", corpus=["aaaa bbbb aaaa bbbb"] * 10, vocab_size=300)
+    custom = tiny_tokenizer.train_tokenizer(tmp_path / "c", corpus=["aaaa bbbb aaaa bbbb"] * 10, vocab_size=300)
     assert (custom / "tokenizer.json").read_bytes() != (first / "tokenizer.json").read_bytes()
 
 

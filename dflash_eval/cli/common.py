@@ -1,6 +1,6 @@
 """What every command shares: the console, the one-line error path (bad input -> one line naming the file and
 the problem, exit 2, no traceback; an internal error -> one line and the traceback in a file), the incomplete-run
-banner and the progress reporter the library's stages report to."""
+banner (the progress reporter is in progress.py)."""
 
 from __future__ import annotations
 
@@ -83,33 +83,3 @@ def save_traceback() -> str:
         except OSError:
             continue
     return "(nowhere: no writable folder)"
-
-
-
-class RichReporter:
-    """Progress bars with ETA for the long phases of a run."""
-
-    def __init__(self, console: Console):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.console = console
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=console,
-                                 transient=False)
-        self.tasks: dict[str, int] = {}
-
-    def phase(self, name: str, total: int) -> None:
-        if total:
-            self.progress.start()
-            self.tasks[name] = self.progress.add_task(name, total=total)
-
-    def advance(self, name: str, detail: str = "") -> None:
-        self.progress.advance(self.tasks[name])
-
-    def note(self, message: str) -> None:
-        from ..core.safe_text import safe
-
-        self.console.print(safe(message))
-
-    def close(self) -> None:
-        self.progress.stop()

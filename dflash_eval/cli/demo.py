@@ -7,7 +7,9 @@ from pathlib import Path
 
 import typer
 
-from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from . import options as opt
+from .common import _safe, fail, reports_input_errors, stdout_console
+from .progress import reporter_for
 from .root import app
 
 
@@ -15,8 +17,9 @@ from .root import app
 @reports_input_errors
 def demo(
     out: Path = typer.Option(Path("reports/demo"), "--out", "-o", help="Where the demo run is written."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
-    html: bool = typer.Option(True, "--html/--no-html"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Generation cap per prompt."),
+    html: bool = typer.Option(True, "--html/--no-html", help="Write OUT/report.html."),
+    cache_dir: opt.CacheDir = None,
 ) -> None:
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
@@ -25,6 +28,7 @@ def demo(
     from ..render.terminal import render_report
     from ..core.results import STATE, read_samples
 
+    from ..core.options import default_cache_dir
     from ..core.paths import writable_dir
 
     if not available():
@@ -33,10 +37,10 @@ def demo(
     _clear_demo_out(out)
     console = stdout_console()
     reference, inhouse = drafter_paths()
-    reporter = RichReporter(console)
+    reporter = reporter_for(console)
     options = RunOptions(drafters=[f"{reference}:demo-reference", f"{inhouse}:demo-inhouse"], out=out,
                          target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False,
-                         cache_dir=out.parent / ".cache", argv=["dflash-eval", *sys.argv[1:]])
+                         cache_dir=cache_dir or default_cache_dir(), argv=["dflash-eval", *sys.argv[1:]])
     try:
         result = evaluate(options, reporter)
     finally:
@@ -49,7 +53,7 @@ def demo(
         from ..render.html import render_run_html, write_html
 
         write_html(out / "report.html", render_run_html(result, rows, title="dflash-eval demo"))
-    console.print(demo_guidance(result, inhouse, out, max_new_tokens, html))
+    print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir))
 
 
 DEMO_MARKER = ".dflash-eval-demo"  # written into the demo's folder; only such a folder is ever replaced
@@ -70,22 +74,32 @@ def _clear_demo_out(out: Path) -> None:
         raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
 
 
-def program() -> str:
-    """How to call dflash-eval again from this shell: the bare name when it is on PATH, else the full path
-    of this installation's script (a venv that was not activated), else `python -m dflash_eval.cli`."""
+def program() -> list[str]:
+    """How to call dflash-eval again from this shell, as argv words: the bare name when it is on PATH, else
+    the full path of this installation's script (a venv that was not activated), else `python -m
+    dflash_eval.cli`."""
     import shutil
 
     here = Path(sys.executable).parent / "dflash-eval"
     found = shutil.which("dflash-eval")
     if found and (not here.exists() or Path(found).resolve() == here.resolve()):
-        return "dflash-eval"
+        return ["dflash-eval"]
     if here.exists():
-        return str(here)
-    return f"{sys.executable} -m dflash_eval.cli"
+        return [str(here)]
+    return [sys.executable, "-m", "dflash_eval.cli"]
 
 
-def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool) -> str:
-    """What to look at, from the numbers this run measured (not from what the build expected)."""
+def command(*words: object) -> str:
+    """One shell command line, every word quoted as the shell needs it (a path with a space stays one word)."""
+    import shlex
+
+    return shlex.join([*program(), *map(str, words)])
+
+
+def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool,
+                  cache_dir: Path | None = None) -> list[tuple[str, str]]:
+    """What to look at, from the numbers this run measured (not from what the build expected): ("text",
+    Rich markup) paragraphs and ("command", a shell line) to copy, in order."""
     by_name = {d["name"]: d for d in result["drafters"]}
     ref, inh = by_name["demo-reference"], by_name["demo-inhouse"]
 
@@ -97,14 +111,29 @@ def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, h
     tau_ref, tau_inh = ref["metrics"]["tau_macro"], inh["metrics"]["tau_macro"]
     gap = f"{tau_ref / tau_inh:.1f}x" if tau_inh else "n/a"
     files = "run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
-    return (
-        f"\n[bold]What to look at[/]: demo-reference reaches tau {tau_ref:.2f} ({flagged(ref)}), demo-inhouse "
-        f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; the "
-        "in-house one was trained with the anchor's own hidden state in its attention context. The per-position "
-        "table shows where its acceptance collapses, the worst blocks show its drafts. Ask doctor why:\n"
-        f"  {_safe(program())} doctor --drafter {_safe(inhouse)} --no-thinking --max-new-tokens {max_new_tokens}\n"
-        f"Results in {_safe(out)}/ ({files}); `{_safe(program())} show {_safe(out)} --worst 5` for more blocks. "
-        "On your own checkpoints:\n"
-        f"  {_safe(program())} run --target Qwen/Qwen3-8B --drafter ./my-drafter --reference z-lab --prompts humaneval "
-        "--out runs/mine"
-    )
+    return [
+        ("text", f"\n[bold]What to look at[/]: demo-reference reaches tau {tau_ref:.2f} ({flagged(ref)}), demo-inhouse "
+                 f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; "
+                 "the in-house one was trained with the anchor's own hidden state in its attention context. The "
+                 "per-position table shows where its acceptance collapses, the worst blocks show its drafts. Ask "
+                 "doctor why (it reuses this run's cached continuations):"),
+        ("command", command("doctor", "--drafter", inhouse, "--no-thinking", "--max-new-tokens", max_new_tokens,
+                            *(("--cache-dir", cache_dir) if cache_dir is not None else ()))),
+        ("text", f"Results in {_safe(out)}/ ({files}); more blocks:"),
+        ("command", command("show", out, "--worst", 5)),
+        ("text", "On your own checkpoints:"),
+        ("command", command("run", "--target", "Qwen/Qwen3-8B", "--drafter", "./my-drafter", "--reference", "z-lab",
+                            "--prompts", "humaneval", "--out", "runs/mine")),
+    ]
+
+
+def print_guidance(console, parts: list[tuple[str, str]]) -> None:
+    """Paragraphs wrap to the terminal; a command is printed on one line that is never broken (the terminal
+    may fold it on screen, but a copy pastes one command), indented by two spaces."""
+    from ..core.safe_text import printable
+
+    for kind, text in parts:
+        if kind == "command":
+            console.print("  " + printable(text), markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(text)

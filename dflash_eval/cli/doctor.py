@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .common import _safe, fail, reports_input_errors, stdout_console
+from .progress import reporter_for
 from .root import app
 
 
@@ -41,7 +42,7 @@ def doctor(
     from ..commands.evaluate import RunOptions
     from ..commands.doctor import run_doctor
     from ..core.paths import writable_dir
-    from ..render.terminal import render_doctor
+    from ..render.terminal_doctor import render_doctor
     from ..core.results import RUN_JSON, atomic_write
 
     if out is not None:
@@ -53,7 +54,7 @@ def doctor(
         prompts, max_new_tokens, thinking, target, run_count = settings_of_run(out, prompts, max_new_tokens, thinking,
                                                                                target, limit)
     console = stdout_console()
-    reporter = RichReporter(console)
+    reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
                                  seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
                                  dtype=dtype, cache_dir=cache_dir, semantics=semantics)
@@ -69,6 +70,9 @@ def doctor(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write(out / "doctor.json", json_module.dumps(result, indent=1) + "\n")
+        from ..pipeline.run_folder import record_written
+
+        record_written(out, "doctor.json")  # --overwrite of a run folder removes it with the run
         if (out / RUN_JSON).exists():
             run_data = json_module.loads((out / RUN_JSON).read_text())
             run_data["doctor"] = result

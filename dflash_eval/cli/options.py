@@ -19,7 +19,9 @@ SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab 
 Target = Annotated[Optional[str], typer.Option(
     "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).")]
 Prompts = Annotated[Optional[str], typer.Option(
-    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH (`dflash-eval prompts list`; default demo).")]
+    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH, or long contexts: repo:PATH (a repository's "
+                            "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
+                            "sources) (`dflash-eval prompts list`; default demo).")]
 Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).")]
 Seed = Annotated[Optional[int], typer.Option(
     "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).")]
@@ -34,24 +36,55 @@ Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP
 FinalBlock = Annotated[str, typer.Option(
     "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM).")]
 AnchorBatch = Annotated[Optional[int], typer.Option(
-    "--anchor-batch", min=1, help="Anchors per drafter forward (default: 64 on CPU; on GPU sized to ~2 GB).")]
+    "--anchor-batch", min=1, help="Anchors per drafter forward (default: from the shapes, ceil(4 x hidden / B) within 4 GiB of logits and scores; the same on every device).")]
 TapChunk = Annotated[int, typer.Option(
     "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill.")]
 GenerationBatch = Annotated[Optional[int], typer.Option(
-    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU, from free memory on GPU, at most 64).")]
+    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the whole prompt set).")]
 Kernels = Annotated[str, typer.Option(
     "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
 # temperature > 0 (sampling.py): the same five options on run, doctor and track
 Temperature = Annotated[float, typer.Option(
-    "--temperature", help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live (run), "
+    "--temperature", help="Sampling temperature; > 0: the offline estimate (acceptance teacher-forced on sampled "
+                          "continuations).")]
+TemperatureRun = Annotated[float, typer.Option(
+    "--temperature", help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live, "
                           "z-lab's loop with rejection sampling.")]
 TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Top-k at temperature > 0 (0: off), target and drafter.")]
 DraftPolicy = Annotated[str, typer.Option(
     "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (its "
-                           "greedy tokens, accepted with probability p); run also takes both.")]
+                           "greedy tokens, accepted with probability p).")]
+DraftPolicyRun = Annotated[str, typer.Option(
+    "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0), argmax (its "
+                           "greedy tokens, accepted with probability p) or both (each drafter under each).")]
 Samples = Annotated[int, typer.Option(
     "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k).")]
+
+# the serving decision (core/speedup.py): run takes these three
+DraftLengths = Annotated[Optional[str], typer.Option(
+    "--draft-lengths", help="3,7,15 or all: also replay each drafter with a block of k + 1 (what a server with "
+                            "num_speculative_tokens = k runs), one tap pass for all; tau and every metric per k.")]
+Accelerator = Annotated[Optional[str], typer.Option(
+    "--accelerator", help="Expected speedup from the roofline model of the target's and drafter's configs on this "
+                          "accelerator (`dflash-eval plan` lists them).")]
+StepTimesFile = Annotated[Optional[Path], typer.Option(
+    "--step-times", help="Expected speedup from your step times (JSON: {\"label\", \"target\": [{\"batch\", "
+                         "\"tokens\", \"seconds\"}], \"drafter\": [...]}, e.g. from `vllm bench forward`).")]
+
+# where acceptance is lost (core/breakdown.py) and the serving window (model/masks.py)
+DepthBuckets = Annotated[Optional[str], typer.Option(
+    "--depth-buckets", help="Edges of the context-depth buckets every metric is also split by, in tokens of the "
+                            "anchor's position: 0,512,2048,... (K = 1024; default 1K,2K,4K,8K,16K,32K).")]
+DraftWindow = Annotated[Optional[int], typer.Option(
+    "--draft-window", min=1, help="The drafter sees only the last W context rows before each anchor, on every layer, "
+                                  "as SGLang's --speculative-dflash-draft-window-size serves it.")]
+
+ContextTokens = Annotated[Optional[int], typer.Option(
+    "--context-tokens", min=64, help="With --prompts repo:PATH or stdlib: tokens of each packed prompt (default 8192).")]
+MaxContext = Annotated[str, typer.Option(
+    "--max-context", help="A prompt + --max-new-tokens past the target's positions: refuse (by name) or truncate "
+                          "(repo:/stdlib prompts packed shorter, with a warning).")]
 
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,

@@ -37,7 +37,7 @@ def prompts_show(
     source: str = typer.Argument(..., help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH."),
     prompt_id: Optional[str] = typer.Option(None, "--id", help="Only this prompt."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Tokenizer whose chat template to apply (default: the demo target's)."),
-    thinking: bool = typer.Option(False, "--thinking/--no-thinking"),
+    thinking: bool = typer.Option(False, "--thinking/--no-thinking", help="The chat template's thinking flag."),
     limit: int = typer.Option(3, "--limit", min=1, help="How many prompts to show (without --id)."),
 ) -> None:
     """Print what will be sent to the target for a prompt set, after the chat template."""

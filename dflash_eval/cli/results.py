@@ -22,12 +22,14 @@ def report(
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from ..core.paths import writable_file
     from ..render.terminal import render_report
-    from ..core.results import interpreting, read_run, read_samples
+    from ..core.results import interpreting, read_run
+    from ..core.run_rows import run_rows
 
     if html is not None:
         writable_file(html, "--html")
     run = read_run(run_dir, partial=partial)
-    rows = read_samples(run_dir / "samples.jsonl")
+    with interpreting(run_dir):
+        rows = run_rows(run_dir, run)
     console = stdout_console()
     _incomplete_banner(console, run)
     with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
@@ -56,7 +58,7 @@ def diff(
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML file."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap interval and the permutation test."),
     partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
@@ -104,12 +106,13 @@ def show(
     worst: Optional[int] = typer.Option(None, "--worst", min=1, help="The K blocks with the shortest accepted prefix."),
     first: Optional[int] = typer.Option(None, "--first", min=1, help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, help="K blocks at random."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the --random choice."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from ..render.terminal import SAMPLE_LEGEND, render_blocks
-    from ..core.results import interpreting, read_run, read_samples
+    from ..core.results import interpreting, read_run
+    from ..core.run_rows import run_rows
     from ..core.samples import select_blocks
 
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
@@ -122,7 +125,7 @@ def show(
         names = [d["name"] for d in run["drafters"]]
         if drafter is not None and drafter not in names:
             raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
-        rows = read_samples(run_dir / "samples.jsonl")
+        rows = run_rows(run_dir, run)
         if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
             raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
         if first is None and worst is None and sample is None and prompt is None:

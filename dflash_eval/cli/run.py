@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .common import _safe, fail, reports_input_errors, stdout_console
+from .progress import reporter_for
 from .root import app
 
 
@@ -41,14 +42,22 @@ def run(
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
-    temperature: opt.Temperature = 0.0,
+    temperature: opt.TemperatureRun = 0.0,
     top_p: opt.TopP = 1.0,
     top_k: opt.TopK = 0,
-    draft_policy: opt.DraftPolicy = "sample",
+    draft_policy: opt.DraftPolicyRun = "sample",
     samples: opt.Samples = 1,
     shard: Optional[str] = typer.Option(None, "--shard", help="I/N: evaluate shard I of N of the prompts (balanced by length) into --out; `dflash-eval merge` joins the N shard folders."),
     device_map: Optional[str] = typer.Option(None, "--device-map", help="auto, balanced or sequential: split a target too large for one device over several (accelerate); drafters run where the input embedding is."),
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device budget, e.g. 0=70GiB,1=70GiB,cpu=200GiB."),
+    draft_lengths: opt.DraftLengths = None,
+    accelerator: opt.Accelerator = None,
+    step_times: opt.StepTimesFile = None,
+    depth_buckets: opt.DepthBuckets = None,
+    draft_window: opt.DraftWindow = None,
+    context_tokens: opt.ContextTokens = None,
+    max_context: opt.MaxContext = "refuse",
+    dist_timeout: float = typer.Option(6 * 3600.0, "--dist-timeout", min=1, help="Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's time (a failing rank ends the job at once)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from ..commands.evaluate import RunOptions
@@ -57,21 +66,23 @@ def run(
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
     console = stdout_console()
-    reporter = RichReporter(console)
+    reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
                          generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, shard=shard, device_map=device_map,
-                         max_memory=max_memory,
-                         overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
+                         max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,
+                         step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
+                         context_tokens=context_tokens, max_context=max_context,
+                         dist_timeout=dist_timeout, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     from ..commands.distributed import launched_ranks
 
     rank, world = launched_ranks()
     if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
         console = Console(file=open(os.devnull, "w"), highlight=False)
-        reporter = RichReporter(console)
+        reporter = reporter_for(console)
     try:
         from ..commands.distributed import evaluate_launched
 
@@ -92,6 +103,9 @@ def run(
         from ..render.html import render_run_html, write_html
 
         write_html(out / "report.html", render_run_html(result, rows))
+        from ..pipeline.run_folder import record_written
+
+        record_written(out, "report.html")  # --overwrite removes it with the run, and nothing foreign
         written += ", report.html"
     console.print(_safe(written))
 

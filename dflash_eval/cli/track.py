@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import RichReporter, _safe, fail, reports_input_errors, stdout_console
+from .common import _safe, fail, reports_input_errors, stdout_console
+from .progress import reporter_for
 from .root import app
 
 
@@ -53,7 +54,7 @@ def track(
     from ..commands.track import Tracker, TrackOptions
 
     console = stdout_console()
-    reporter = RichReporter(console)
+    reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,

@@ -17,7 +17,8 @@ from typing import Any
 from ..core import compare as C
 from ..core import metrics as M
 from ..core.errors import InputError
-from ..core.results import read_run, read_samples
+from ..core.results import drafter_named, read_run
+from ..core.run_rows import run_rows
 from ..core.samples import BlockView, walk_blocks
 
 
@@ -47,16 +48,10 @@ def load_side(value: str, partial: bool = False) -> Side:
     head, sep, tail = value.rpartition(":")
     run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
     run = read_run(run_dir, partial=partial)
-    names = [d["name"] for d in run["drafters"]]
-    if name is None:
-        if len(names) != 1:
-            raise InputError(run_dir, f"holds {len(names)} drafters ({', '.join(names)}): say which, as {run_dir}:NAME")
-        name = names[0]
-    if name not in names:
-        raise InputError(run_dir, f"no drafter {name!r} in this run (drafters: {', '.join(names)})")
+    name = drafter_named(run, run_dir, name, f"say which, as {run_dir}:NAME")["name"]
     rows: dict[str, dict[str, Any]] = {}
     pooled: dict[str, M.AcceptanceCounts] = {}
-    for r in read_samples(run_dir / "samples.jsonl"):
+    for r in run_rows(run_dir, run):  # refused by name when duplicated, missing or torn
         if r["drafter"] != name:
             continue
         pid = r["prompt_id"]
@@ -153,6 +148,42 @@ def _estimate_diff(a: Side, b: Side, a_value: str, b_value: str, problems: list[
     }
 
 
+def _counts_at(side: Side, k: int, prompt_ids) -> M.AcceptanceCounts | None:
+    """A side's walks at draft length k over the prompts (samples pooled), or None when it has no such k."""
+    B = side.drafter["spec"]["block_size"]
+    if k == B - 1:
+        return side.counts_for(prompt_ids)
+    total = M.AcceptanceCounts(block_size=k + 1)
+    for pid in prompt_ids:
+        entry = (side.rows[pid].get("by_draft_length") or {}).get(str(k))
+        if entry is None:
+            return None
+        total = total + M.AcceptanceCounts.from_dict(entry["counts"])
+    return total
+
+
+def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[str, Any] | None:
+    """--draft-lengths on both sides: tau paired over prompts at each k both measured, and the expected
+    speedups' best k per batch side by side (same step-time model or flagged)."""
+    ks_a = {e["k"] for e in a.drafter.get("by_draft_length") or []}
+    ks_b = {e["k"] for e in b.drafter.get("by_draft_length") or []}
+    pairs = []
+    for k in sorted(ks_a & ks_b):
+        ca, cb = _counts_at(a, k, common), _counts_at(b, k, common)
+        if ca is not None and cb is not None and ca.steps and cb.steps:
+            pairs.append({"k": k, "tau_macro_a": M.tau_macro(ca), "tau_macro_b": M.tau_macro(cb),
+                          "delta_tau_macro": C.delta_tau(ca, cb, kind="macro", seed=seed).to_dict()})
+    sa, sb = a.drafter.get("speedup"), b.drafter.get("speedup")
+    speed = None
+    if sa and sb:
+        best_b = {x["batch"]: x for x in sb["best"]}
+        speed = {"label_a": sa["label"], "label_b": sb["label"], "same_model": sa["inputs"] == sb["inputs"],
+                 "best": [{"batch": x["batch"], "k_a": x["k"], "speedup_a": x["speedup"],
+                           "k_b": best_b[x["batch"]]["k"], "speedup_b": best_b[x["batch"]]["speedup"]}
+                          for x in sa["best"] if x["batch"] in best_b]}
+    return {"pairs": pairs, "speedup": speed} if pairs or speed else None
+
+
 def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float = 0.001, top: int = 3,
          seed: int = 0, partial: bool = False) -> dict[str, Any]:
     a, b = load_side(a_value, partial), load_side(b_value, partial)
@@ -160,6 +191,9 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
     if problems and not force:
         raise InputError(None, f"unfair comparison of {a_value} and {b_value}: " + "; ".join(problems)
                          + " (use --force to compare anyway)")
+    if not set(a.rows) & set(b.rows):  # even --force cannot pair prompts that only one side has
+        raise InputError(None, f"{a_value} and {b_value} have no prompt in common ({len(a.rows)} and {len(b.rows)} "
+                               "prompts): nothing to pair; compare runs over the same prompts")
     if a.drafter["metrics"].get("estimate") or b.drafter["metrics"].get("estimate"):
         return _estimate_diff(a, b, a_value, b_value, problems, seed)
     common = sorted(set(a.rows) & set(b.rows))
@@ -197,4 +231,16 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
         "repetition": {"flagged_share_a": rep_a.get("flagged_share"), "flagged_share_b": rep_b.get("flagged_share")},
         "regressed": [e for e in examples if e["delta"] < 0], "improved": [e for e in examples if e["delta"] > 0],
         "verdict": C.verdict(macro, *_display_names(a, b)),
+        "draft_lengths": draft_length_diff(a, b, common, seed),
+        "by_depth": depth_diff(a, b, common, seed),  # where acceptance is lost (core/breakdown.py)
     }
+
+
+def depth_diff(a: Side, b: Side, common: list[str], seed: int) -> list[dict[str, Any]] | None:
+    """Pairs by depth bucket (A's edges), from the rows; greedy runs only (sampled rows pool K samples)."""
+    from ..core.breakdown import depth_pairs
+
+    if not a.drafter.get("by_depth") or any((s.run["provenance"].get("temperature") or 0) > 0 for s in (a, b)):
+        return None
+    return depth_pairs([a.rows[p] for p in common], [b.rows[p] for p in common], a.drafter["spec"]["block_size"],
+                       b.drafter["spec"]["block_size"], a.drafter.get("depth_edges") or (), seed)

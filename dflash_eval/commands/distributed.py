@@ -2,16 +2,21 @@
 
 Each rank evaluates one shard of the prompts (`--shard rank/N`, balanced by length) on its own device
 (cuda:LOCAL_RANK on GPU, the CPU otherwise) into `OUT.shards/rank-R`, the ranks meet at a barrier
-(torch.distributed: nccl on GPU, gloo on CPU), and rank 0 merges the shard folders into OUT exactly as
-`dflash-eval merge` does, so OUT equals what one process would have written (metrics and rows). The
-shard folders stay: rerunning the same command resumes each rank where it stopped. This module composes
-`api.evaluate` and `merging.merge`, which is why it sits with the interface, above the compositions.
+(torch.distributed: nccl bound to the rank's device on GPU, gloo on CPU), and rank 0 merges the shard
+folders into OUT exactly as `dflash-eval merge` does, so OUT equals what one process would have written
+(metrics and rows). The shard folders stay: rerunning the same command resumes each rank where it stopped.
+
+Waiting and failing: the barrier waits `--dist-timeout` seconds (default 6 h, not torch's 10 minutes: a
+resumed or longer shard finishes long after the others reach the barrier). A rank that fails does not
+meet the others at the barrier: it tears its process group down without waiting and exits with its error,
+and torchrun then stops the remaining ranks, so the job ends at once with that error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +33,24 @@ def shard_folder(out: Path, rank: int) -> Path:
     return Path(f"{out}.shards") / f"rank-{rank}"
 
 
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of one torchrun rank: cuda:LOCAL_RANK for auto (with CUDA) and cuda; the CPU for cpu and
+    auto without CUDA. A fixed cuda:N would put every rank on one GPU: refused by name."""
+    import torch
+
+    from ..core.errors import InputError
+
+    if device.startswith("cuda:"):
+        raise InputError(None, f"--device {device} under torchrun would put every rank on one GPU; give --device cuda "
+                               "(rank R runs on cuda:LOCAL_RANK) or limit the GPUs with CUDA_VISIBLE_DEVICES")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        if local_rank >= torch.cuda.device_count():
+            raise InputError(None, f"torchrun local rank {local_rank} but torch sees {torch.cuda.device_count()} CUDA "
+                                   "device(s): start at most one process per GPU")
+        return f"cuda:{local_rank}"
+    return "cpu" if device == "auto" else device
+
+
 def evaluate_launched(options, reporter=None) -> dict[str, Any]:
     """`api.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge."""
     from .evaluate import evaluate
@@ -38,15 +61,21 @@ def evaluate_launched(options, reporter=None) -> dict[str, Any]:
         return evaluate(options, reporter)
     if options.shard is not None:
         raise InputError(None, "--shard and torchrun both split the prompts: use one of them")
+    if options.device_map is not None:
+        raise InputError(None, "--device-map and torchrun: one target split over GPUs per rank is not supported; "
+                               "use one of them")
     import torch
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", rank))
-    use_cuda = torch.cuda.is_available() and options.device in ("auto", "cuda")
-    device = f"cuda:{local}" if use_cuda else ("cpu" if options.device == "auto" else options.device)
-    if use_cuda:
-        torch.cuda.set_device(local)
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    device = rank_device(options.device, local)
+    timeout = timedelta(seconds=float(options.dist_timeout))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=torch.device(device), timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
+    failed = True
     try:
         mine = dataclasses.replace(options, shard=f"{rank}/{world}", out=shard_folder(options.out, rank), device=device)
         result = evaluate(mine, reporter)
@@ -57,6 +86,17 @@ def evaluate_launched(options, reporter=None) -> dict[str, Any]:
             result = merge([shard_folder(options.out, r) for r in range(world)], options.out,
                            overwrite=options.overwrite, argv=options.argv)
         dist.barrier()
+        failed = False
         return result
     finally:
-        dist.destroy_process_group()
+        _leave(dist, failed)
+
+
+def _leave(dist, failed: bool) -> None:
+    """Tear the process group down; after a failure without waiting for the other ranks (nccl's abort)."""
+    if failed and dist.get_backend() == "nccl":
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+        if abort is not None:
+            abort()
+            return
+    dist.destroy_process_group()

@@ -64,7 +64,7 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
         best, res = max(gains, key=lambda pair: pair[0]["delta"]["estimate"])
         d = best["delta"]
         verdict = (f"behaves as if {res.variant.bug}: tau {tau0:.2f} -> {best['tau_macro']:.2f} when evaluated that way "
-                   f"(delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], p = {d['p_value']:.3g})")
+                   f"({C.paired_figure(d)})")
         finding = res.variant.name
     else:
         unused = [(r, res) for r, res in zip(rows[1:], results[1:])
@@ -120,7 +120,7 @@ def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: di
             out["finding"] = (f"behaves as if trained to predict layer {best}'s logits instead of the final layer's: "
                               f"its drafts agree with layer {best}'s logit lens {100 * rates[best]:.1f}% of the time, "
                               f"with the target's real next tokens (layer {final}) {100 * rates[final]:.1f}% "
-                              f"(delta {delta.estimate:+.3f} [{delta.low:.3f}, {delta.high:.3f}], p = {delta.p_value:.3g}); "
+                              f"({C.paired_figure(delta, 3)}); "
                               "check which hidden states the training labels come from")
     return out
 
@@ -148,8 +148,8 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
     out = []
     for name, bug, how, check, group_thinking, template, ids in groups:
         texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template)
-        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk)
-                        for p in prompts]
+        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk,
+                                           offload=True) for p in prompts]
         (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
                                       options.max_new_tokens, options.anchor_batch)
         delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
@@ -233,7 +233,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
             for k in range(options.samples if sampled else 1):
                 trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[(prompt.id, k)], layers,
                                                        sequence_chunk=options.tap_chunk, keep_hidden=sampled,
-                                                       sample=k if sampled else None))
+                                                       sample=k if sampled else None, offload=True))
                 reporter.advance("target pass", prompt.id)
     for traj in trajectories:  # before any drafter runs
         check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
@@ -274,8 +274,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
             best = max(wins, key=lambda c: c["delta"]["estimate"])
             d = best["delta"]
             text = (f"{best['bug']}: tau {results[0].tau():.2f} -> {best['tau_macro']:.2f} when evaluated on "
-                    f"continuations made {best['how']} (delta {d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}], "
-                    f"p = {d['p_value']:.3g})")
+                    f"continuations made {best['how']} ({C.paired_figure(d)})")
             gains = [r["delta"]["estimate"] for r in summary["variants"][1:] if r.get("delta")]
             if summary["finding"] is None or d["estimate"] > max(gains, default=0):
                 summary["verdict"], summary["finding"] = text, best["variant"]

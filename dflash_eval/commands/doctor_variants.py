@@ -77,8 +77,16 @@ def rope_variants(spec: DrafterSpec, target_rope: dict | None) -> list[Variant]:
 
 
 def _rope_text(rope: dict) -> str:
-    extra = {k: v for k, v in rope.items() if k not in ("rope_type", "rope_theta")}
-    return f"{rope.get('rope_type', 'default')}, theta {rope.get('rope_theta')}" + (f", {extra}" if extra else "")
+    """'yarn, theta 1000000.0, factor 4.0, original_max_position_embeddings 32768': readable, no Python dict."""
+    def value(v) -> str:
+        if isinstance(v, dict):
+            return "(" + ", ".join(f"{k} {value(x)}" for k, x in v.items()) + ")"
+        if isinstance(v, (list, tuple)):
+            return "/".join(value(x) for x in v)
+        return str(v)
+
+    extra = [f"{k} {value(v)}" for k, v in rope.items() if k not in ("rope_type", "rope_theta") and v is not None]
+    return ", ".join([str(rope.get("rope_type", "default")), f"theta {value(rope.get('rope_theta'))}", *extra])
 
 
 def table_variant(spec: DrafterSpec) -> list[Variant]:
@@ -141,17 +149,29 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         variants.append(Variant("sliding windows off", "trained with full attention where the config has windows",
                                 spec=replace(spec, layers=layers)))
     if spec.attention_config is not None:
-        from ..core.semantics import SEMANTICS, apply_semantics
+        from ..core.semantics import SEMANTICS, apply_semantics, rotary_dim, served_differences
 
         for rules in SEMANTICS:
             if rules == spec.semantics:
                 continue
             other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
-            if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap) != (
-                    spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap):
+            if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap,
+                    rotary_dim(spec.rope, spec.head_dim, rules)) != (
+                    spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap,
+                    rotary_dim(spec.rope, spec.head_dim, spec.semantics)):
+                served = served_differences(spec) if rules == "vllm" else []
                 variants.append(Variant(f"{rules} rules (--semantics {rules})",
+                                        ("served by vLLM 0.33 as it reads the checkpoint: " + "; ".join(served))
+                                        if served else
                                         f"trained under {rules}'s attention rules, not the {spec.semantics} rules "
                                         f"its {spec.format} format implies", spec=other))
+        served_dim = rotary_dim(spec.rope, spec.head_dim, "vllm")
+        if served_dim != rotary_dim(spec.rope, spec.head_dim, spec.semantics):  # the RoPE reading alone
+            variants.append(Variant(f"RoPE as vLLM serves it (rotates {served_dim} of {spec.head_dim} dims)",
+                                    f"served by vLLM 0.33, which honours partial_rotary_factor "
+                                    f"{spec.rope.get('partial_rotary_factor')}; trained rotating the whole head",
+                                    spec=replace(spec, semantics="vllm",
+                                                 semantics_source="doctor variant: vLLM's rotary, attention as configured")))
     variants.append(Variant("block positions +1", "trained with block position ids offset by one from the context's",
                             block_offset=1))
     variants.append(Variant("taps through final norm", "trained on post-norm target states (double norm)", final_norm=True))
@@ -223,8 +243,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
         drafts = []
         drafter.spec = variant.spec or configured
         saved_rotary, saved_tables = drafter.rotary, {}
-        if variant.rope is not None:
-            drafter.rotary = drafter.rotary_for(variant.rope)
+        if variant.rope is not None or drafter.spec.semantics != configured.semantics:  # rules set the rotary too
+            drafter.rotary = drafter.rotary_for(variant.rope or drafter.spec.rope)
         if variant.target_tables:
             saved_tables = {n: drafter._modules.pop(n) for n in ("embed_tokens", "lm_head") if n in drafter._modules}
         try:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..pipeline.continuations import continuations_for, sampled_continuations_for
+from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..core.options import Reporter, RunOptions, pause_after_prompt
-from ..pipeline.rows import estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
+from ..pipeline.rows import (add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder,
+                             trajectory_rows)
 from ..pipeline.run_folder import RunFolder
-from ..pipeline.scoring import kernels_context, load_drafters, score_live
+from ..pipeline.scoring import kernels_context, load_drafters, plain_decoding_seconds, score_live
 from ..pipeline.trajectories import capture_trajectory
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
@@ -32,19 +33,85 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
 
     reporter = reporter or Reporter()
     inputs = prepare_inputs(options)
-    folder = RunFolder(options.out, inputs.settings(options))
-    done_rows = folder.open(options.overwrite)
+    serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
+    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
+    folder.check(options.overwrite)  # a foreign folder or other settings: refused before the models load
     target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
                          allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())
-    with kernels_context(target, options):
-        return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows)
+    # every weight is validated (NaN/inf per tensor) before the folder is touched: created, resumed, replaced
+    from ..model.drafter import refuse_nonfinite
+
+    refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
+    drafters = load_drafters(inputs.entries, target)
+    done_rows = folder.open(options.overwrite)  # takes the folder's lock, held until the run ends
+    try:
+        with kernels_context(target, options):
+            return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows, serving, drafters)
+    finally:
+        folder.close()
+
+
+@dataclasses.dataclass
+class Serving:
+    """What the serving decision needs, resolved up front: the draft lengths per drafter and the source of
+    step times (a file, a roofline accelerator, or none: live mode then measures them)."""
+
+    draft_lengths: dict[str, tuple[int, ...]]
+    step_times: dict[str, Any] | None = None  # drafter name -> core.speedup.StepTimes (file or roofline)
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def measure_live(self, options: RunOptions) -> bool:
+        """Live mode with draft lengths and no other step times: time a plain decoding step per prompt."""
+        return options.mode == "live" and any(self.draft_lengths.values()) and self.step_times is None
+
+
+def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
+    from ..core.errors import InputError
+    from ..core.speedup import parse_draft_lengths, read_step_times
+
+    lengths = {e.name: parse_draft_lengths(options.draft_lengths, e.spec.block_size, name=e.name)
+               for e in inputs.entries}
+    if options.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
+        raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
+                               "not replayed per draft length)")
+    if options.accelerator is not None and options.step_times is not None:
+        raise InputError(None, "give --accelerator (roofline step times) or --step-times FILE, not both")
+    times = None
+    if options.accelerator is not None:
+        times = {e.name: roofline_step_times(options, inputs, e) for e in inputs.entries}
+    if options.step_times is not None:
+        file_times = read_step_times(options.step_times)
+        times = {e.name: file_times for e in inputs.entries}
+    settings = {"draft_lengths": options.draft_lengths} if options.draft_lengths is not None else {}
+    return Serving(lengths, times, settings)
+
+
+def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
+    """The roofline model `plan` uses (core/roofline.py), on the target's and this drafter's configs, at the
+    mean context of a step: the prompts' mean length plus half the generation cap."""
+    import json
+
+    from ..core.speedup import roofline_step_times as build
+
+    lengths = [len(ids) for ids in inputs.prompt_ids().values()]
+    context = round(sum(lengths) / max(len(lengths), 1) + options.max_new_tokens / 2)
+    from ..core.errors import InputError
+
+    config = json.loads((inputs.target_path / "config.json").read_text())
+    try:
+        return build(options.accelerator, config, entry.spec, context)
+    except InputError as exc:  # the roofline names the key; the file is the target's config
+        raise InputError(None if exc.problem.startswith("--accelerator") else inputs.target_path / "config.json",
+                         exc.problem) from None
 
 
 def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, folder: RunFolder, target,
-                     done_rows: list[dict[str, Any]]) -> dict[str, Any]:
+                     done_rows: list[dict[str, Any]], serving: Serving | None = None,
+                     drafters: dict | None = None) -> dict[str, Any]:
+    serving = serving or Serving({e.name: () for e in inputs.entries})
     from ..model.kernels import kernel_report, kernel_summary
 
-    drafters = load_drafters(inputs.entries, target)
+    drafters = drafters or load_drafters(inputs.entries, target)
     samples = range(options.samples)
     # held in memory: the file is only appended to
     all_rows = folder.keep_complete(done_rows, {(name, k) for name in drafters for k in samples})
@@ -56,21 +123,23 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
     estimate = sampled and options.mode == "trajectory"  # temperature > 0 offline: K sampled texts per prompt
     if estimate:
-        continuations, generated = sampled_continuations_for(target, pending, ids, options, inputs.thinking, reporter)
+        continuations, generated = sampled_continuations_for(target, pending, ids, options, inputs.thinking, reporter,
+                                                             universe=whole_prompt_set(options))
     else:
         continuations, generated = ({}, 0) if sampled else continuations_for(
-            target, pending, ids, options, inputs.thinking, inputs.responses, reporter)
+            target, pending, ids, options, inputs.thinking, inputs.responses, reporter, universe=whole_prompt_set(options))
     layers = sorted({t for d in drafters.values() for t in d.spec.taps})
     policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
                       for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
     kernels = kernel_summary(kernel_report(target.model))
 
-    def document() -> dict[str, Any]:
+    def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown (breakdown.py)
         return assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
-                        generated_count=generated, evaluated_count=len(pending))
+                        generated_count=generated, evaluated_count=len(pending), step_times=serving.step_times,
+                        content=inputs.content, breakdown=final)
 
     reporter.phase("prompts", len(pending))
     for prompt in pending:
@@ -81,7 +150,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
                 trajectory = capture_trajectory(target, prompt, ids[prompt.id], continuations[(prompt.id, k)], layers,
                                                 sequence_chunk=options.tap_chunk, keep_hidden=True, sample=k)
                 rows += estimate_rows(prompt, drafters, trajectory, target, policy_options.__getitem__)
-        elif options.mode == "trajectory":
+        elif options.mode == "trajectory":  # (with --draft-lengths the rows hold every k: rows.trajectory_rows)
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
@@ -93,11 +162,16 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
                     agree = None if sampled else (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                     rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), agree,
                                          sample=k if sampled else None))
+                    add_live_draft_lengths(rows[-1], target, d, ids[prompt.id], policy_options[name], prompt.id, k)
+            if serving.measure_live(options):
+                one = plain_decoding_seconds(target, next(iter(drafters.values())), ids[prompt.id], options)
+                for row in rows:
+                    row["one_token_step"] = one
         folder.append(finish_rows(rows, decode))
         all_rows.extend(rows)
         complete.add(prompt.id)
         if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
-            folder.write_partial(document(), len(complete), len(inputs.prompts))
+            folder.write_partial(document(final=False), len(complete), len(inputs.prompts))
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()

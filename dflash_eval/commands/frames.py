@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..core import metrics as M
 from ..core import results as R
+from ..core.run_rows import run_rows
 
 
 @dataclass
@@ -34,7 +35,7 @@ class RunFrames:
 def read_run(directory: str | Path, *, partial: bool = False) -> RunFrames:
     directory = Path(directory)
     run = R.read_run(directory, partial=partial)
-    rows = R.read_samples(directory / R.SAMPLES)
+    rows = run_rows(directory, run)  # duplicated, missing or torn rows refused by name
     with R.interpreting(directory):
         return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
 

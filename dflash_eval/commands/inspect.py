@@ -55,6 +55,12 @@ def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: s
         if semantics not in SEMANTICS:
             raise InputError(None, f"--semantics {semantics!r}: unknown rules (choose from {', '.join(SEMANTICS)})")
         spec = apply_semantics(spec, semantics, f"override: --semantics {semantics}")
+    from dataclasses import replace
+
+    from ..core.semantics import served_differences
+
+    spec = replace(spec, config_notes=(*spec.config_notes, *(f"served differently by vLLM 0.33: {d} (`doctor` scores "
+                                                              "both readings)" for d in served_differences(spec))))
     target_path: Path | None = None
     if target is not None:
         target_path = resolve_local_or_cached(target)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from ..core import results as R
+from ..core.run_rows import run_rows
 from ..pipeline.document import drafter_documents, self_consistency_of
 from ..core.errors import InputError, read_json_object
 from ..pipeline.run_folder import RunFolder, settings_differences
@@ -29,7 +29,10 @@ def _read_shard(path: Path) -> dict[str, Any]:
         raise InputError(path, "is not a shard (made without --shard I/N)")
     if not state.get("complete") or not (path / R.RUN_JSON).is_file():
         raise InputError(path, "is an unfinished shard: rerun its `dflash-eval run --shard` command to finish it")
-    return {"path": path, "settings": settings, "run": R.read_run(path), "rows": R.read_samples(path / R.SAMPLES)}
+    run = R.read_run(path)
+    with R.interpreting(path):
+        rows = run_rows(path, run)  # a torn, cut or duplicated shard is refused by name, never merged short
+    return {"path": path, "settings": settings, "run": run, "rows": rows}
 
 
 def _entry(drafter: dict[str, Any]) -> SimpleNamespace:
@@ -108,6 +111,9 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
     folder = RunFolder(out, {**base, "prompts": all_prompts})
     folder.open(overwrite)
-    R.atomic_write(out / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in rows))
-    folder.finish(document)
+    try:
+        folder.write_rows(rows)
+        folder.finish(document)
+    finally:
+        folder.close()
     return document

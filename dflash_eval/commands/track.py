@@ -175,6 +175,7 @@ class Tracker:
             fingerprint = view.fingerprints[found.name]
             if fingerprint in self.done:  # the same weights seen before (touched, copied or renamed)
                 self.identities[(key, found.identity)] = fingerprint
+                self.status.pop(key, None)  # evaluated already: no longer "waiting"
                 continue
             self.status.pop(key, None)
             ready.append((found, view))
@@ -201,8 +202,12 @@ class Tracker:
 
             run = self.options.run
             self.reporter.note(f"loading target {self.base.target_path}")
-            self.target = load_target(str(self.base.target_path), device=run.device, dtype=run.dtype,
-                                      allow_accelerated_on_cpu=run.kernels == "torch", **self.base.resolved.placement())
+            target = load_target(str(self.base.target_path), device=run.device, dtype=run.dtype,
+                                 allow_accelerated_on_cpu=run.kernels == "torch", **self.base.resolved.placement())
+            from ..model.drafter import refuse_nonfinite
+
+            refuse_nonfinite(target.model.state_dict().items(), self.base.target_path)  # NaN/inf weights, by tensor
+            self.target = target
         return self.target
 
     def _item(self, role: str, view: Inputs, found: checkpoint_scan.Found | None) -> _Item:
@@ -285,6 +290,12 @@ class Tracker:
             row = track_row(item.role, item.view.entries[0], item.fingerprint, item.label, document["drafters"][0],
                             step=found.step if found else None, step_source=found.step_source if found else "",
                             identity=found.identity if found else ())
+            if found is not None:  # the trainer's own logged metrics at this step, beside the measured tau
+                from ..formats.trainer_logs import trainer_values
+
+                trainer = trainer_values(self.options.sources, found.step, found.path)
+                if trainer is not None:
+                    row["trainer"] = trainer
             self.on_row(row, self.reference_tau())
             self.folder.append(row)  # last: a kill before this line redoes the checkpoint from its run folder
             self.rows.append(row)
@@ -331,5 +342,8 @@ class Tracker:
 def track(options: TrackOptions, reporter: Reporter | None = None, **callbacks) -> Tracker:
     """Run the tracker (library entry point of `dflash-eval track`); returns it, rows and all."""
     tracker = Tracker(options, reporter, **callbacks)
-    tracker.run()
+    try:
+        tracker.run()
+    finally:
+        tracker.folder.close()  # the track folder's lock (held while it runs)
     return tracker

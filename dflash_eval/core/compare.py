@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -42,16 +42,42 @@ _TIE_TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class Delta:
-    """tau(B) - tau(A) with its paired-bootstrap interval [low, high], permutation p-value and prompt count."""
+    """tau(B) - tau(A) with its paired-bootstrap interval [low, high], permutation p-value and prompt count:
+    `n` prompts paired (steps on both sides) of the `total` the comparison was asked about."""
 
     estimate: float
     low: float
     high: float
     p_value: float
     n: int
+    total: int | None = field(default=None, compare=False)  # None: not known (a Delta made by hand)
+
+    @property
+    def too_few(self) -> bool:
+        """Fewer pairs than an exact permutation test needs to reach p < 0.05 (n < 6): no interval or p
+        means anything then, and none is shown."""
+        from .metrics import smallest_attainable_p
+
+        return smallest_attainable_p(self.n) >= 0.05
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        if self.total is None:
+            del data["total"]
+        return data
+
+
+def paired_figure(delta: Delta | dict, digits: int = 2) -> str:
+    """The one way a paired delta is written out: estimate, interval and p, and how many prompts it pairs
+    of how many; over too few pairs (n < 6) the estimate alone, saying so, never a verdict-shaped line."""
+    d = delta.to_dict() if isinstance(delta, Delta) else delta
+    n, total = d.get("n"), d.get("total")
+    pairs = f"{n} of {total} prompts paired" if total is not None and total != n else f"{n} prompts paired"
+    if Delta(0, 0, 0, 1, n or 0).too_few:
+        return (f"delta {d['estimate']:+.{digits}f} over {pairs}: too few pairs for an interval or a p-value "
+                "(6 or more needed)")
+    p = "p < 0.001" if d["p_value"] < 0.001 else f"p = {d['p_value']:.3g}"
+    return f"delta {d['estimate']:+.{digits}f} [{d['low']:.{digits}f}, {d['high']:.{digits}f}], {p}, {pairs}"
 
 
 def paired_prompts(a: AcceptanceCounts, b: AcceptanceCounts) -> list[str]:
@@ -81,6 +107,7 @@ def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0
     `common_only`: pair the prompts both have (doctor's context variants make new continuations, and a
     prompt whose continuation ends at once has no step there); otherwise different prompt sets are refused."""
     only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+    total = len(a.keys() | b.keys())
     if (only_a or only_b) and common_only:
         a, b = ({k: v for k, v in d.items() if k in a.keys() & b.keys()} for d in (a, b))
     elif only_a or only_b:
@@ -89,7 +116,7 @@ def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0
     if not ids:
         raise ValueError("no prompt has steps in both A and B; nothing to compare")
     table = np.array([(*a[pid], *b[pid]) for pid in ids], dtype=float)
-    return _delta_from_table(table, kind=kind, seed=seed)
+    return _delta_from_table(table, kind=kind, seed=seed, total=total)
 
 
 def _statistic(kind: str, s_a, t_a, s_b, t_b) -> np.ndarray:
@@ -108,17 +135,18 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
     """
     check_resampling(kind, level, n_resamples)
     _, table = _paired_arrays(a, b)
-    return _delta_from_table(table, kind=kind, n_resamples=n_resamples, seed=seed, level=level)
+    return _delta_from_table(table, kind=kind, n_resamples=n_resamples, seed=seed, level=level,
+                             total=len(a.per_prompt))
 
 
 def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
-                      level: float = 0.95) -> Delta:
+                      level: float = 0.95, total: int | None = None) -> Delta:
     s_a, t_a, s_b, t_b = table.T
     n = len(table)
     # Exactly zero when every prompt's tau agrees (integer cross-multiplication, no rounding).
     unchanged = (t_a * s_b == t_b * s_a) if kind == "macro" else (table[:, :2] == table[:, 2:]).all(axis=1)
     if unchanged.all():
-        return Delta(estimate=0.0, low=0.0, high=0.0, p_value=1.0, n=n)
+        return Delta(estimate=0.0, low=0.0, high=0.0, p_value=1.0, n=n, total=total)
     estimate = float(_statistic(kind, s_a, t_a, s_b, t_b))
 
     rng = np.random.default_rng(seed)
@@ -136,7 +164,7 @@ def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: in
                           np.where(swap, s_a, s_b), np.where(swap, t_a, t_b))
     hits = int((np.abs(permuted) >= abs(estimate) * (1 - _TIE_TOLERANCE)).sum())
     p_value = hits / len(swap) if n <= EXACT_MAX_PROMPTS else (hits + 1) / (n_resamples + 1)
-    return Delta(estimate=estimate, low=float(low), high=float(high), p_value=min(1.0, p_value), n=n)
+    return Delta(estimate=estimate, low=float(low), high=float(high), p_value=min(1.0, p_value), n=n, total=total)
 
 
 def sign_test(differences: Sequence[float]) -> float:
@@ -201,9 +229,10 @@ def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0, a
 
     floor = smallest_attainable_p(delta.n)
     prompts = "prompt" if delta.n == 1 else "prompts"
+    of = f" of {delta.total}" if delta.total is not None and delta.total != delta.n else ""
     if floor >= alpha:
-        return (f"too few prompts for a verdict (n = {delta.n}, smallest attainable p = {floor:.3g} >= {alpha:g}): "
-                f"delta tau = {_signed(delta.estimate)} for {name_b} vs {name_a}")
+        return (f"too few prompts for a verdict (n = {delta.n}{of + ' paired' if of else ''}, smallest attainable "
+                f"p = {floor:.3g} >= {alpha:g}): delta tau = {_signed(delta.estimate)} for {name_b} vs {name_a}")
     significant = delta.p_value < alpha
     excludes_zero = delta.low > 0 or delta.high < 0
     if significant and delta.low > threshold and delta.low > 0:
@@ -216,7 +245,8 @@ def verdict(delta: Delta, name_a: str, name_b: str, *, threshold: float = 0.0, a
     why = (f"; the interval excludes 0 but the permutation test does not (p >= {alpha:g})"
            if relation == "is indistinguishable from" and excludes_zero and not significant else "")
     return (f"{name_b} {relation} {name_a}: delta tau = {_signed(delta.estimate)} "
-            f"[{round(delta.low, 2) + 0.0:.2f}, {round(delta.high, 2) + 0.0:.2f}] ({p}, {delta.n} {prompts}){why}")
+            f"[{round(delta.low, 2) + 0.0:.2f}, {round(delta.high, 2) + 0.0:.2f}] ({p}, {delta.n}{of} {prompts}"
+            f"{' paired' if of else ''}){why}")
 
 
 def per_prompt_differences(a: AcceptanceCounts, b: AcceptanceCounts) -> list[tuple[str, float, float, float]]:

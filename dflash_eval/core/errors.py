@@ -25,22 +25,35 @@ class InputError(Exception):
         return f"{self.path}: {self.problem}" if self.path else self.problem
 
 
-def read_json_object(path: Path, *, missing: str) -> dict:
-    """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
+def loads(text: str):
+    """`json.loads`, with every way it can fail as a ValueError whose message is one readable phrase:
+    invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert."""
     import json
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
+
+
+def read_json_object(path: Path, *, missing: str) -> dict:
+    """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
+    try:
+        data = loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(path, missing) from None
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text (expected JSON)") from None
-    except RecursionError:
-        raise InputError(path, "invalid JSON: nested too deeply") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a folder, not a JSON file") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise InputError(path, f"invalid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InputError(path, "invalid JSON: not an object")
     return data

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import delta_tau_per_prompt
+from .compare import Delta, delta_tau_per_prompt, paired_figure
 
 MIN_EXPLAINED = 0.5  # below this share, the best variant explains only part of the gap (said so)
 
@@ -32,6 +32,14 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
     gap = delta_tau_per_prompt(base, reference, seed=seed)
     ids = sorted(p for p in base if base[p][0] > 0 and reference.get(p, (0, 0))[0] > 0
                  and all(v[1].get(p, (0, 0))[0] > 0 for v in variants))  # prompts every side has steps on
+    if Delta(0, 0, 0, 1, len(ids)).too_few:  # no share of a gap can be estimated on fewer than 6 pairs
+        rows = [{"variant": name, "closed": delta_tau_per_prompt(base, per_prompt, seed=seed, common_only=True).to_dict(),
+                 "share": None, "share_ci": None, "significant": False, "bug": bug, "check": check}
+                for name, per_prompt, bug, check in variants]
+        paragraph = (f"{base_name} vs {reference_name}: {paired_figure(gap)}; only {len(ids)} of {len(base)} prompts "
+                     "have steps on every side, too few to explain a gap")
+        return {"base": base_name, "reference": reference_name, "gap": gap.to_dict(), "variants": rows,
+                "explained_by": None, "paragraph": paragraph, "paired_prompts": len(ids)}
     t_base, t_ref = _taus(base, ids), _taus(reference, ids)
     draws = np.random.default_rng(seed).integers(0, len(ids), size=(n_resamples, len(ids)))
     gap_draws = (t_ref[draws] - t_base[draws]).mean(axis=1)
@@ -50,20 +58,20 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
     explained = [r for r in rows if r["significant"] and r["share"] is not None and r["share"] > 0]
     best = max(explained, key=lambda r: r["share"]) if explained else None
     if not significant_gap:
-        paragraph = (f"{base_name} is not significantly behind {reference_name} (gap {gap.estimate:+.2f} "
-                     f"[{gap.low:.2f}, {gap.high:.2f}], p = {gap.p_value:.3g}): there is no gap to explain.")
+        paragraph = (f"{base_name} is not significantly behind {reference_name} (gap: {paired_figure(gap)}): there "
+                     "is no gap to explain.")
     elif best is None:
-        paragraph = (f"{base_name} trails {reference_name} by {gap.estimate:.2f} tau [{gap.low:.2f}, {gap.high:.2f}], "
+        paragraph = (f"{base_name} trails {reference_name} by {gap.estimate:.2f} tau ({paired_figure(gap)}), "
                      "and no classic train/eval mismatch closes any of it: the difference most likely lies in "
                      "training itself (data, length, capacity, learning rate), not in how the drafter is evaluated.")
     else:
         ci = best["share_ci"]
         part = "most of" if best["share"] > MIN_EXPLAINED else "part of"
-        paragraph = (f"{base_name} trails {reference_name} by {gap.estimate:.2f} tau [{gap.low:.2f}, {gap.high:.2f}]. "
+        paragraph = (f"{base_name} trails {reference_name} by {gap.estimate:.2f} tau ({paired_figure(gap)}). "
                      f"Most likely it was {best['bug']}: evaluated that way ({best['variant']}) it closes {part} the "
                      f"gap, {100 * best['share']:.0f}%" + (f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
                      + f". Check {best['check']}."
                      + ("" if best["share"] > MIN_EXPLAINED else
                         " The rest of the gap is not explained by any variant: look at training itself as well."))
     return {"base": base_name, "reference": reference_name, "gap": gap.to_dict(), "variants": rows,
-            "explained_by": best["variant"] if best else None, "paragraph": paragraph}
+            "explained_by": best["variant"] if best else None, "paragraph": paragraph, "paired_prompts": len(ids)}

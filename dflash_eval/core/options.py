@@ -54,6 +54,20 @@ class RunOptions:
     max_memory: str | None = None  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
     shard: str | None = None  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
     context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
+    dist_timeout: float = 6 * 3600.0  # torchrun: seconds a rank waits for the others (the slowest shard)
+    # serving decision (speedup.py): "3,7,15" or "all": each drafter also replayed with a block of k + 1 for
+    # each k; step times for the expected speedup from a roofline accelerator or a JSON file (live: measured)
+    draft_lengths: str | None = None
+    accelerator: str | None = None
+    step_times: Path | None = None
+    # where acceptance is lost (breakdown.py): depth bucket edges "0,512,2048" (default 1K..32K); the drafter
+    # sees only the last W context rows, as SGLang's --speculative-dflash-draft-window-size serves it
+    depth_buckets: str | None = None
+    draft_window: int | None = None
+    # long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts of N tokens; "refuse" or "truncate"
+    # prompts that would pass the target's positions
+    context_tokens: int | None = None
+    max_context: str = "refuse"
 
 
 def parse_max_memory(value: str | None) -> dict | None:

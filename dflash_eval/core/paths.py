@@ -26,7 +26,15 @@ def _check_place(path: Path, what: str) -> None:
     for root in SPECIAL_ROOTS:
         if resolved == root or root in resolved.parents:
             raise InputError(path, f"is on the special filesystem {root}; choose a normal folder for {what}")
-    parent = _nearest_existing(resolved.parent if not resolved.exists() else resolved)
+    if resolved.is_symlink() and not resolved.exists():
+        raise InputError(path, f"is a symbolic link to {os.readlink(resolved)}, which does not exist; remove the "
+                               f"link or point it at a folder for {what}")
+    for above in resolved.parents:  # a file where a folder must be: "File exists" later, named here instead
+        if above.is_symlink() and not above.exists():
+            raise InputError(path, f"cannot be created: {above} is a dangling symbolic link")
+        if above.exists():
+            break
+    parent = _nearest_existing(resolved if resolved.is_dir() else resolved.parent)
     if not parent.is_dir():
         raise InputError(path, f"cannot be created: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -47,6 +55,8 @@ def writable_file(path: Path, what: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(path, f"is a folder; {what} must be a file path (e.g. {path / 'report.html'})")
+    if path.exists() and not path.is_file():
+        raise InputError(path, f"exists and is not a regular file; {what} must be a file path")
     if path.exists() and not os.access(path, os.W_OK):
         raise InputError(path, f"exists and is not writable ({what})")
     _check_place(path, what)

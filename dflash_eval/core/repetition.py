@@ -33,6 +33,7 @@ caller's (drop their ids from the AcceptanceCounts).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -177,14 +178,24 @@ class BlockFlags:
         object.__setattr__(self, "degenerate", any(getattr(self, name) for name in DETECTORS))
 
 
+def _quoted(ids: Sequence[int], pieces: Sequence[str] | None) -> str:
+    """Tokens as a reader recognises them: their decoded text, quoted with escapes ('"\\n    "'), when the
+    pieces are known; else the ids."""
+    if pieces is not None and len(pieces) >= len(ids):
+        return json.dumps("".join(pieces[:len(ids)]), ensure_ascii=False)
+    return f"token {ids[0]}" if len(ids) == 1 else f"tokens {list(ids)}"
+
+
 def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Sequence[int] | None = None,
                prev_reference: Sequence[int] | None = None, *,
-               thresholds: Thresholds = DEFAULT_THRESHOLDS) -> BlockFlags:
+               thresholds: Thresholds = DEFAULT_THRESHOLDS, pieces: Sequence[str] | None = None,
+               prev_pieces: Sequence[str] | None = None) -> BlockFlags:
     """Which detectors fire on `block` (drafted slots 1..L-1) against `reference` (the target's tokens there).
 
     prev_block / prev_reference: the previous walk step's block and reference (both or neither). Only the
     slots both lists cover are judged; a detector fires only when the draft shows its pattern clearly more
     strongly than the reference and the pattern holds a slot where the draft differs from the target.
+    pieces / prev_pieces: the blocks' decoded tokens, one string per id: the reasons then quote text, not ids.
     """
     if (prev_block is None) != (prev_reference is None):
         raise ValueError("give prev_block and prev_reference together")
@@ -206,10 +217,12 @@ def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Seque
             if long_enough and length - target_span >= t.min_excess:
                 unit, where = draft[start:start + period], f"slots {start + 1}..{start + length}"
                 if period == 1:
+                    shown = _quoted(unit, pieces[start:start + 1] if pieces is not None else None)
                     hit("run", range(start, start + length),
-                        f"token {unit[0]} x{length} at {where} (target's longest run: {target_span})")
+                        f"{shown} x{length} at {where} (target's longest run: {target_span})")
                 else:
-                    hit("period", range(start, start + length), f"unit {unit} x{length // period} at {where} "
+                    shown = _quoted(unit, pieces[start:start + period] if pieces is not None else None)
+                    hit("period", range(start, start + length), f"{shown} x{length // period} at {where} "
                         f"(target's longest span with period {period}: {target_span})")
     n = t.ngram
     extra, target_extra = repeated_ngrams(draft, n), repeated_ngrams(ref, n)
@@ -230,7 +243,8 @@ def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Seque
             prev_draft = [int(x) for x in prev_block[:k]]
             shifts = _rotations(prev_draft, draft[:k]) - _rotations([int(x) for x in prev_reference[:k]], ref[:k])
             if shifts:
-                hit("same_draft", range(k), f"previous draft again (rotation {min(shifts)} of {prev_draft})")
+                shown = _quoted(prev_draft, prev_pieces[:k] if prev_pieces is not None else None)
+                hit("same_draft", range(k), f"previous draft again (rotation {min(shifts)} of {shown})")
     wrong = {i for i in range(m) if draft[i] != ref[i]}
     fired = {name: entry for name, entry in hits.items() if entry[0] & wrong}
     return BlockFlags(**{name: True for name in fired},

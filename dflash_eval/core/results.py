@@ -11,6 +11,8 @@ DIR/run.json
         argv             the command line
         created          UTC timestamp of the final write
         target           {"name", "path", "fingerprint", "model_type", "num_layers", "hidden_size", "vocab_size"}
+        inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
+                         target_config, target_weights, tokenizer_files, chat_template, responses_file
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
         chat_template_hash  sha256 of the chat template string
         enable_thinking  the flag passed to the chat template
@@ -24,11 +26,14 @@ DIR/run.json
         dtype, device    the target's and drafters' compute dtype and device
         kernels          operation -> bound function for Gated-DeltaNet layers ({} for dense targets)
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
+        draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
+                         as SGLang serves --speculative-dflash-draft-window-size (masks.block_masks); null: all
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
         continuations    "generated", "responses:<file>" or "sampled (K per prompt)"
         self_consistency {"agree", "total"}: continuation tokens equal to the full-forward argmax
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
-        prompts          {"source", "count", "sets": {set: count}}
+        prompts          {"source", "count", "sets": {set: count}}; repo:PATH / stdlib add context_tokens
+                         (the packing budget) and max_context (refuse / truncate: long_prompts.py)
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
@@ -49,6 +54,30 @@ DIR/run.json
                         accepted_outside_flagged (mean n per block), flagged_prompts (>= 25% of blocks),
                         tau_macro_without_flagged_prompts, counts (RepetitionCounts.to_dict)
         live            (live mode) {"steps", "seconds", "prefill_seconds"}
+        by_draft_length (with --draft-lengths) one object per draft length k, ascending, each from its OWN
+                        replay (live: loop) with a block of k + 1 slots, as a server with
+                        num_speculative_tokens = k drafts (bidirectional attention in the block: never the
+                        full block's walk cut at k): k, block_size (k + 1), metrics (as above, over slots
+                        1..k), counts (merged AcceptanceCounts of those walks); the last object is the
+                        checkpoint's own block (k = B - 1, "checkpoint_block": true, = metrics/counts above)
+        speedup         (with --accelerator, --step-times, or live mode with --draft-lengths) the expected
+                        speedup, a MODEL (speedup.py): model (the formula), source ("roofline", "file",
+                        "measured"), label (one line: the model and its inputs), inputs (the step times
+                        or what the roofline was fed), batches ([1, 4, 16, 64] unless the source has
+                        others), target_seconds_one_token (per batch), rows [{k, block, tokens_per_step
+                        (tau_micro at k), speedup (per batch, null where a step time is unknown),
+                        target_seconds, drafter_seconds}], best [{batch, k, speedup}]
+        depth_edges     the inner edges of the depth buckets (--depth-buckets; default 1K..32K, K = 1024)
+        by_depth        where acceptance is lost (breakdown.py): one object per bucket of the anchor's absolute
+                        position, every bucket even when empty (runs pair by bucket): bucket ("1K-2K", "32K+"),
+                        from, to (null: no bound), metrics (as above), counts (that bucket's AcceptanceCounts:
+                        the walk steps anchored there and, trajectory mode, the anchors there for marginal)
+        by_segment      the same per segment of the token slot 1 predicts (text_kinds.py): segment (thinking,
+                        answer_prose, answer_code, tool_call), metrics, counts; only segments that occur
+        by_token_class  the same per class of that token: token_class (whitespace, newline, identifier,
+                        keyword, number, string, operator, comment, word, special, other), metrics, counts.
+                        Each split's counts add up exactly to `counts` (checked when written); live rows have
+                        no marginal per part (breakdown_note says so); run.partial.json has no split
         draft_policy    (temperature > 0) "sample" or "argmax"; with --draft-policy both every drafter appears
                         twice, as NAME@sample and NAME@argmax
         At temperature > 0 a prompt's K samples are pooled into one unit (metrics.pool_samples): per-prompt
@@ -66,16 +95,29 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
     walk_drafted        slots that could count at each step (B-1, fewer at the end)
     walk_drafts         drafted target token ids at each step (slots 1..)
     anchor_accepted     n(a) for every anchor a = prompt_len .. T-2 (trajectory mode)
+    anchor_slot_correct per anchor a = prompt_len .. T-2 (trajectory mode), an integer whose bit k-1 is set
+                        when slot k was right (slots 1 .. min(B-1, T-1-a) are scored): breakdown.py's marginal
     continuation_ids    the target's continuation (token ids) the drafts were scored against
     continuation_pieces each continuation token decoded alone (token boundaries stay visible)
     walk_draft_pieces   each walk step's drafted tokens, decoded alone
     walk_flags          per walk step, the repetition detectors that fired (empty list when clean)
     repetition          this row's RepetitionCounts
     counts              this row's AcceptanceCounts (walk + all-anchor marginal counts)
+    by_draft_length     (with --draft-lengths) {"k": {walk_anchors, walk_accept_lengths, walk_drafted,
+                        anchor_accepted (trajectory) or step_seconds / draft_seconds / verify_seconds (live),
+                        counts}} per shorter draft length k < B - 1
+    draft_seconds, verify_seconds  (live) per step: the drafter's pass, the target's verify forward
+    one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
+                        one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 
 DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible
     acceptance_at_pos_{i} (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i},
-    marginal_at_pos_{i} for i = 1..B-1.
+    marginal_at_pos_{i} for i = 1..B-1; with --draft-lengths one more row per shorter k, named NAME@k=K;
+    one more row per depth bucket, segment and token class: NAME@depth=1K-2K, NAME@segment=thinking,
+    NAME@token_class=identifier (breakdown.csv_rows).
+
+DIR/written.json    every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes
+DIR/run.lock        the lock (filelock) the writing process holds; a second writer is refused by name
 
 A track folder (`dflash-eval track --out DIR`, trackdir.py):
 
@@ -114,6 +156,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics as M
+from .errors import InputError
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -124,10 +167,19 @@ STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write beside, then rename: a crash never leaves a half-written result file."""
+    """Write beside, then rename: a crash never leaves a half-written result file. A write the system
+    refuses (disk full, quota) removes its temporary file and is one line naming the file."""
+    from .errors import InputError
+
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _marginal_or_empty(counts: M.AcceptanceCounts) -> list[float | None]:
@@ -138,7 +190,8 @@ def _marginal_or_empty(counts: M.AcceptanceCounts) -> list[float | None]:
 def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, Any]:
     """Every number shown for a drafter, from its counts (divide last)."""
     if not counts.steps:
-        return {"steps": 0, "tau_macro": None, "tau_micro": None, "tau_macro_ci": None, "reach": [],
+        return {"steps": 0, "tau_macro": None, "tau_micro": None, "tau_macro_ci": None,
+                "tau_macro_ci_note": "n/a (no steps: every continuation ended at once)", "reach": [],
                 "conditional": [], "marginal": _marginal_or_empty(counts),
                 "histogram": counts.accept_length_histogram, "token_acceptance_rate": None}
     prompts = len(counts.per_prompt)
@@ -164,6 +217,13 @@ def per_position_csv(drafters: list[dict[str, Any]]) -> str:
         # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
         return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
                          [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
+    # --draft-lengths: one more row per shorter draft length k, named NAME@k=K (its own replay, block k + 1)
+    drafters = [row for d in drafters for row in [d, *({"name": f"{d['name']}@k={e['k']}", "metrics": e["metrics"]}
+                                                       for e in d.get("by_draft_length") or []
+                                                       if not e.get("checkpoint_block"))]]
+    from .breakdown import csv_rows
+
+    drafters = [row for d in drafters for row in [d, *csv_rows(d)]]  # by depth, segment, token class
     return _slot_csv(drafters, ["tau_macro", "tau_micro"], [("reach", "acceptance_at_pos"),
                                                             ("conditional", "conditional_at_pos"),
                                                             ("marginal", "marginal_at_pos")])
@@ -188,16 +248,49 @@ def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: lis
     return out.getvalue()
 
 
-def read_samples(path: Path) -> list[dict[str, Any]]:
-    """Rows of a samples file; a torn last line (killed mid-write) is dropped, not fatal."""
-    rows = []
+def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any]]:
+    """The rows of a samples (or track) file, each a JSON object on its own line; a line that is not is one
+    InputError naming the file and the line, and so is a row given twice (same prompt, drafter, sample).
+
+    `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
+    "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
+    that prompt is redone or not shown yet). A missing file is no rows; readers that need rows say so."""
+    from .errors import InputError, loads
+
+    path = Path(path)
     if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
+        return []
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"is not UTF-8 text (byte {exc.start}); edited or damaged?") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    lines = text.split("\n")
+    rows: list[dict[str, Any]] = []
+    first: dict[tuple, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = number == len(lines)  # no newline after it
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+            row = loads(line)
+        except ValueError as exc:
+            if last and torn_tail == "drop":
+                break
+            what = "is torn (cut mid-write)" if last else f"is not JSON ({exc})"
+            raise InputError(path, f"line {number} {what}; the file was damaged or edited") from None
+        if not isinstance(row, dict):
+            raise InputError(path, f"line {number} is not a JSON object")
+        if "prompt_id" in row:
+            key = json.dumps([row.get("prompt_id"), row.get("drafter"), row.get("sample") or 0])
+            if key in first:
+                sample = f" sample {row['sample']!r}" if row.get("sample") else ""
+                raise InputError(path, f"line {number} repeats prompt {row['prompt_id']!r} of drafter "
+                                       f"{row.get('drafter')!r}{sample} (first on line {first[key]}); two runs wrote "
+                                       "into one folder, or it was edited")
+            first[key] = number
+        rows.append(row)
     return rows
 
 
@@ -224,7 +317,10 @@ def incomplete_message(directory: Path) -> str:
     except (OSError, json.JSONDecodeError):
         state = {}
     total = len((state.get("settings") or {}).get("prompts") or []) or "?"
-    done = len({str(row.get("prompt_id")) for row in read_samples(directory / SAMPLES) if isinstance(row, dict)})
+    try:
+        done = len({str(row.get("prompt_id")) for row in read_samples(directory / SAMPLES, torn_tail="drop")})
+    except Exception:  # noqa: BLE001 - a damaged file still gets the message; its reader names the damage
+        done = "?"
     return (f"incomplete run: {done} of {total} prompts done; rerun the same `dflash-eval run` command to "
             "finish it")
 
@@ -241,12 +337,31 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
                              + ("" if partial or not (directory / PARTIAL_JSON).is_file()
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
+    from .errors import loads
+
     try:
-        data = json.loads(path.read_text())
+        data = loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"is not UTF-8 text (byte {exc.start})") from None
     except OSError:
         raise InputError(directory, "not a dflash-eval run directory (no run.json)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"invalid JSON at line {exc.lineno}") from None
+    except ValueError as exc:
+        raise InputError(path, f"invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InputError(path, f"is not a run document (a JSON {type(data).__name__}, expected an object)")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
     return data
+
+
+def drafter_named(run: dict[str, Any], run_dir: Path, name: str | None, ask: str) -> dict[str, Any]:
+    """The run document's entry for drafter `name`; without a name the run must hold exactly one drafter.
+    Refused by name otherwise (`ask` says how to name one: "say which with --drafter NAME")."""
+    names = [d["name"] for d in run["drafters"]]
+    if name is None:
+        if len(names) != 1:
+            raise InputError(run_dir, f"holds {len(names)} drafters ({', '.join(names)}): {ask}")
+        name = names[0]
+    if name not in names:
+        raise InputError(run_dir, f"no drafter {name!r} in this run (drafters: {', '.join(names)})")
+    return next(d for d in run["drafters"] if d["name"] == name)

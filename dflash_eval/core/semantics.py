@@ -19,6 +19,9 @@ layer causal without a window, speculators fully bidirectional. z-lab also reads
 (block embeddings), `output_multiplier` and `final_logit_softcapping` (logits), from `dflash_config` first
 and the top level second (`_draft_value`); speculators reads none of them, nor does vLLM's DFlash drafter.
 
+RoPE: `partial_rotary_factor` is ignored by transformers' Qwen3 rotary (z-lab, speculators: the whole head
+rotates); vLLM rotates only its first int(head_dim * factor) dims (`rotary_dim`, ROTARY_SOURCE).
+
 A checkpoint's format picks its rule set by default; `--semantics` overrides it, and the choice and its
 reason are recorded in the spec (so in `inspect`, provenance and every report).
 """
@@ -111,14 +114,76 @@ def effective_scales(scales: Scales, semantics: str) -> tuple[float, float, floa
             float(cap) if cap is not None and float(cap) > 0 else None)
 
 
+ROTARY_SOURCE = ("vLLM 0.33.0 model_executor/layers/rotary_embedding/__init__.py (get_rope: rotary_dim = "
+                 "int(head_size * partial_rotary_factor)), base.py (forward_static: rotates [..., :rotary_dim], "
+                 "passes the rest); transformers 5 Qwen3RotaryEmbedding.compute_default_rope_parameters (whole head)")
+
+
+def rotary_dim(rope: dict, head_dim: int, semantics: str) -> int:
+    """How many leading dims of each head RoPE rotates. vLLM honours `partial_rotary_factor` (a top-level key is
+    moved into rope_parameters by its `patch_rope_parameters`); transformers' Qwen3 default rotary, which z-lab's
+    code and speculators' trainer run, ignores it and rotates the whole head."""
+    factor = rope.get("partial_rotary_factor")
+    if semantics != "vllm" or factor is None:
+        return head_dim
+    return int(head_dim * float(factor))
+
+
+def _rotary_checked(spec: "DrafterSpec", semantics: str) -> tuple[str, ...]:
+    """Refuse what is not implemented by name; the note that says how the key is read under these rules."""
+    from .errors import InputError
+
+    notes = tuple(n for n in spec.config_notes if not n.startswith("partial_rotary_factor"))
+    factor = spec.rope.get("partial_rotary_factor")
+    if factor is None or float(factor) == 1.0:
+        return notes
+    kind = spec.rope.get("rope_type", spec.rope.get("type", "default"))
+    if kind != "default":
+        raise InputError(spec.path, f"config key 'partial_rotary_factor'={factor} with rope_type {kind!r} is not "
+                                    "implemented (only the default RoPE)")
+    served = rotary_dim(spec.rope, spec.head_dim, "vllm")
+    if not 0 < float(factor) <= 1 or served == 0 or served % 2:
+        raise InputError(spec.path, f"config key 'partial_rotary_factor'={factor} gives an odd or empty rotary "
+                                    f"dimension for head_dim {spec.head_dim}")
+    if semantics == "vllm":
+        return (*notes, f"partial_rotary_factor {factor}: RoPE rotates the first {served} of {spec.head_dim} dims "
+                        "of each head, the rest pass unrotated (vLLM get_rope)")
+    return (*notes, f"partial_rotary_factor {factor} ignored: transformers' Qwen3 rotary rotates the whole head "
+                    f"({spec.head_dim} dims); vLLM serves it rotating {served} (--semantics vllm)")
+
+
 def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSpec":
     """The same checkpoint evaluated under `semantics`; `why` says who chose it (format default, override)."""
     if spec.attention_config is None:
         raise ValueError("this spec records no attention config to derive rules from")
     layers, causality = layers_under(spec.attention_config, semantics)
-    embed_scale, multiplier, cap = effective_scales(spec.scales, semantics)
+    # DFlash2: vLLM 0.33's qwen3_dflash2.py applies dflash_config's scales whatever the attention rules
+    # (the same defaults and cap rule as z-lab's); a speculators DFlash2 checkpoint declares none
+    embed_scale, multiplier, cap = effective_scales(spec.scales, "zlab" if spec.is_dflash2 else semantics)
     return replace(spec, layers=layers, causality_source=causality, semantics=semantics, semantics_source=why,
-                   embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap)
+                   embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap,
+                   config_notes=_rotary_checked(spec, semantics))
+
+
+def served_differences(spec: "DrafterSpec") -> list[str]:
+    """Every known way vLLM 0.33 serves this checkpoint differently from how it was trained and scored offline."""
+    out = []
+    factor = spec.rope.get("partial_rotary_factor")
+    if factor is not None and float(factor) != 1.0:
+        out.append(f"partial_rotary_factor {factor}: vLLM rotates {rotary_dim(spec.rope, spec.head_dim, 'vllm')} of "
+                   f"{spec.head_dim} dims of each head, transformers (z-lab, speculators' trainer) the whole head")
+    if spec.attention_config is not None:
+        if set(spec.attention_config.layer_types) == {"sliding_attention", "full_attention"}:
+            out.append("sliding and full layers mixed: vLLM 0.33 serves this drafter only on the V2 model runner "
+                       "(qwen3_dflash.py _resolve_layer_attention)")
+        if spec.semantics != "vllm":
+            ours = [(x.window, x.causal_in_block, x.window_from) for x in spec.layers]
+            theirs = [(x.window, x.causal_in_block, x.window_from)
+                      for x in layers_under(spec.attention_config, "vllm")[0]]
+            changed = [str(i) for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+            if changed:
+                out.append(f"vLLM's attention rules differ from {spec.semantics}'s on layer(s) {', '.join(changed)}")
+    return out
 
 
 def other_semantics(semantics: str) -> str:

@@ -61,6 +61,17 @@ class DrafterSpec:
     output_multiplier: float = 1.0  # logits x this (z-lab output_multiplier)
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (z-lab final_logit_softcapping)
     config_notes: tuple[str, ...] = field(default=())  # keys read with a default or ignored under the rules
+    # DFlash2 only (None for DFlash; formats/dflash2.py): the grouped dynamic causal convolutions around each
+    # layer's attention and MLP (taps over the slots of a block, channels per dynamic kernel), and the
+    # candidate selector (rank of its low-rank edge term, unary candidates reranked per slot)
+    conv_kernel_size: int | None = None
+    conv_group_size: int | None = None
+    selector_rank: int | None = None
+    selector_top_k: int | None = None
+
+    @property
+    def is_dflash2(self) -> bool:
+        return self.selector_top_k is not None
 
     @property
     def speculators_taps(self) -> tuple[int, ...]:

@@ -21,8 +21,9 @@ from ..core.attention import AttentionConfig, Scales
 from ..core.errors import InputError
 from ..core.semantics import FORMAT_SEMANTICS, apply_semantics
 from ..core.spec import DrafterSpec
+from . import dflash2
 from .files import CONFIG_NAME, TensorMeta, read_config, read_weight_metadata
-from .validation import TargetInfo, first_failure, validate
+from .validation import TargetInfo, check_rope, first_failure, number, validate
 
 
 # Weights a speculators checkpoint may carry for training only; never used at inference.
@@ -61,7 +62,7 @@ def _architectures(config: dict[str, Any], path: Path) -> list:
 def detect_format(config: dict[str, Any], path: Path) -> str:
     if config.get("speculators_model_type") is not None:
         if config["speculators_model_type"] != "dflash":
-            raise InputError(path, f"not a DFlash checkpoint: speculators_model_type is {config['speculators_model_type']!r}")
+            dflash2.refuse_other_type(config["speculators_model_type"], path)
         return "speculators"
     if "dflash_config" in config or "DFlashDraftModel" in _architectures(config, path):
         return "zlab"
@@ -136,8 +137,8 @@ def _scales(config: dict[str, Any], dflash: dict[str, Any], path: Path) -> Scale
     values = {}
     for key in ("input_embedding_scale", "output_multiplier", "final_logit_softcapping"):
         value = dflash.get(key, config.get(key))
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise InputError(path, f"config key {key!r}={value!r} is not a number")
+        if value is not None:  # a scale of 0, a negative cap or NaN would silently wreck every logit
+            number(value, key, path, low=0, low_open=True)
         values[key] = None if value is None else float(value)
     return Scales(**values)
 
@@ -152,13 +153,23 @@ def _refuse_unimplemented(body: dict[str, Any], path: Path) -> None:
         raise InputError(path, "config key 'use_qk_norm'=false is not implemented")
 
 
-def _rope_parameters(body: dict[str, Any]) -> dict[str, Any]:
-    """Normalize rope_theta / rope_scaling / rope_parameters through transformers' own Qwen3Config."""
+def _rope_parameters(body: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
+    """Normalize rope_theta / rope_scaling / rope_parameters through transformers' own Qwen3Config, then check
+    every number in the result (`check_rope`: transformers accepts a NaN theta or a negative factor)."""
     from transformers import Qwen3Config  # local import: keeps `inspect --help` fast
 
-    keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings")
+    if body.get("rope_theta") is not None:
+        number(body["rope_theta"], f"{where}rope_theta", path, low=0, low_open=True)
+    for key in ("rope_scaling", "rope_parameters"):  # checked as given too: transformers warns on a bad factor
+        if body.get(key) is not None and not isinstance(body[key], dict):
+            raise InputError(path, f"config key '{where}{key}'={body[key]!r} is not an object")
+        if body.get(key) is not None:
+            check_rope(body[key], path, where, theta_required=False)
+    keys = ("rope_theta", "rope_scaling", "rope_parameters", "max_position_embeddings", "partial_rotary_factor")
     config = Qwen3Config(**{k: body[k] for k in keys if body.get(k) is not None})
-    return dict(config.rope_parameters)
+    rope = dict(config.rope_parameters)
+    check_rope(rope, path, where)
+    return rope
 
 
 def _positive(body: dict[str, Any], key: str, path: Path, where: str, default: Any = None) -> int:
@@ -194,16 +205,14 @@ def _body_spec_fields(body: dict[str, Any], path: Path, where: str) -> dict[str,
         rms_norm_eps=float(eps),
         attention_bias=bias,
         vocab_size=_positive(body, "vocab_size", path, where),
-        rope=_rope_parameters(body),
+        rope=_rope_parameters(body, path, where),
         max_position_embeddings=_positive(body, "max_position_embeddings", path, where, 32768),
     )
 
 
-def _optional_int(config: dict[str, Any], key: str, path: Path) -> int | None:
+def _optional_int(config: dict[str, Any], key: str, path: Path, low: int | None = None) -> int | None:
     value = config.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InputError(path, f"config key {key!r}={value!r} is not an integer")
-    return value
+    return None if value is None else number(value, key, path, integer=True, low=low)
 
 
 def zlab_default_taps(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -242,7 +251,7 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
         if config.get("num_target_layers") is None:
             raise InputError(path, "missing config key 'dflash_config.target_layer_ids' (and no num_target_layers "
                                    "for z-lab's default rule)")
-        taps = zlab_default_taps(_optional_int(config, "num_target_layers", path), fields["num_layers"])
+        taps = zlab_default_taps(_optional_int(config, "num_target_layers", path, 1), fields["num_layers"])
         notes.append(f"target_layer_ids absent: z-lab's default rule gives {taps}")
     if not isinstance(taps, list) or not taps or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
         raise InputError(path, f"config key 'target_layer_ids'={taps!r} is not a non-empty list of integers")
@@ -250,9 +259,11 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
     if block_size is None:
         block_size = 16
         notes.append("block_size absent: z-lab's default 16")
+    number(block_size, "block_size", path, integer=True, low=1)
     mask_id = draft_value("mask_token_id")
     if mask_id is None:
         raise InputError(path, "missing config key 'dflash_config.mask_token_id'")
+    number(mask_id, "mask_token_id", path, integer=True, low=0)
     attention = attention_config(config, fields["num_layers"], path, "zlab", dflash)
     if attention.dflash_causal is not None:
         notes.append(f"dflash_config.causal={attention.dflash_causal}: read by vLLM only (not by z-lab's code)")
@@ -261,7 +272,7 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
         target_hidden_size=fields["hidden_size"],
         draft_vocab_size=fields["vocab_size"],
         taps=tuple(int(t) for t in taps),
-        num_target_layers=_optional_int(config, "num_target_layers", path),
+        num_target_layers=_optional_int(config, "num_target_layers", path, 1),
         block_size=int(block_size), mask_token_id=int(mask_id),
         layers=(), causality_source="",
         embedding_source="target", lm_head_source="target", has_d2t=False,
@@ -290,12 +301,27 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     aux = _require(config, "aux_hidden_state_layer_ids", path)
     if not isinstance(aux, list) or not aux or not all(isinstance(k, int) and not isinstance(k, bool) for k in aux):
         raise InputError(path, f"config key 'aux_hidden_state_layer_ids'={aux!r} is not a non-empty list of integers")
-    block_size = int(_require(config, "block_size", path))
-    method = ((config.get("speculators_config") or {}).get("proposal_methods") or [{}])[0]
-    spec_tokens = method.get("speculative_tokens")
+    block_size = number(_require(config, "block_size", path), "block_size", path, integer=True, low=1)
+    number(_require(config, "mask_token_id", path), "mask_token_id", path, integer=True, low=0)
+    for key in ("draft_vocab_size", "target_hidden_size"):
+        if config.get(key) is not None:
+            number(config[key], key, path, integer=True, low=1)
+    speculators = config.get("speculators_config") or {}
+    if not isinstance(speculators, dict):
+        raise InputError(path, f"config key 'speculators_config'={speculators!r} is not an object (expected "
+                               "{\"proposal_methods\": [...], \"verifier\": {...}})")
+    methods = speculators.get("proposal_methods") or [{}]
+    if not isinstance(methods, list) or not all(isinstance(m, dict) for m in methods):
+        raise InputError(path, "config key 'speculators_config.proposal_methods' is not a list of objects")
+    spec_tokens = methods[0].get("speculative_tokens")
+    if spec_tokens is not None:
+        number(spec_tokens, "speculators_config.proposal_methods[0].speculative_tokens", path, integer=True, low=1)
     if spec_tokens is not None and spec_tokens not in (block_size - 1, block_size):
         raise InputError(path, f"speculators_config speculative_tokens={spec_tokens} matches neither block_size-1 nor block_size ({block_size})")
-    verifier = ((config.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    verifier_section = speculators.get("verifier") or {}
+    if not isinstance(verifier_section, dict):
+        raise InputError(path, "config key 'speculators_config.verifier' is not an object")
+    verifier = verifier_section.get("name_or_path")
     if verifier is not None and not isinstance(verifier, str):
         raise InputError(path, f"config key 'speculators_config.verifier.name_or_path'={verifier!r} is not a string")
     flags = dict(body)  # a body is_causal (a converted z-lab config) is read only under z-lab / vLLM rules
@@ -333,11 +359,16 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
     """Config and weight headers -> spec (raises InputError on unreadable or unknown checkpoints)."""
     directory = Path(directory)
     config = read_config(directory)
+    dflash2_settings = None
+    if dflash2.is_dflash2(config):  # DFlash2: its own keys read there, the rest by the DFlash readers
+        config, dflash2_settings = dflash2.base_config(config, directory / CONFIG_NAME)
     fmt = detect_format(config, directory / CONFIG_NAME)
     weights, owners = read_weight_metadata(directory)
     builder = spec_from_zlab if fmt == "zlab" else spec_from_speculators
     try:
         spec = builder(config, directory, weights)
+        if dflash2_settings is not None:
+            spec = dflash2.finish_spec(spec, dflash2_settings, directory / CONFIG_NAME)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure here is a config value of the wrong type or range

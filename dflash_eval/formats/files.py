@@ -1,6 +1,8 @@
 """A checkpoint's files, read without loading a tensor: where a folder's weights are (one file, an index's shards,
-loose files), each safetensors header checked against the bytes the file holds, the content fingerprint,
-and a name resolved to a local folder or the offline Hugging Face cache."""
+loose files), each safetensors header checked against the bytes the file holds (known dtypes, offsets that
+match the shapes), NaN/inf found per tensor on the raw bits, the content fingerprints (a checkpoint's, and of
+everything a run depends on: `target_content`), and a name resolved to a local folder or the offline Hugging
+Face cache."""
 
 from __future__ import annotations
 
@@ -23,14 +25,53 @@ SINGLE_WEIGHTS = "model.safetensors"
 INDEX_WEIGHTS = "model.safetensors.index.json"
 
 
+# bytes per element of every dtype the safetensors format defines; anything else is refused by name
+DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+               "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # weights dflash-eval computes with (no scales, no dequantization)
+# non-finite <=> every exponent bit set: (unsigned view, exponent mask) per float dtype
+_EXPONENT = {"F16": ("<u2", 0x7C00), "BF16": ("<u2", 0x7F80), "F32": ("<u4", 0x7F800000),
+             "F64": ("<u8", 0x7FF0000000000000)}
+
+
 @dataclass(frozen=True)
 class TensorMeta:
     shape: tuple[int, ...]
     dtype: str
+    offsets: tuple[int, int] = (0, 0)  # [begin, end) in the data section (after the header)
+    file: Path | None = None  # the safetensors file holding it (set by read_weight_metadata)
+
+
+def _entry(path: Path, name: str, entry: Any) -> TensorMeta:
+    """One header entry, checked: a known dtype, a shape of non-negative integers, offsets that hold exactly
+    shape x element size bytes."""
+    def bad(problem: str) -> InputError:
+        return InputError(path, f"corrupted safetensors file: tensor {name!r} {problem}")
+
+    if not isinstance(entry, dict):
+        raise bad("has a header entry that is not an object")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in DTYPE_SIZES:
+        raise bad(f"has the unknown dtype {dtype!r} (safetensors dtypes: {', '.join(DTYPE_SIZES)})")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise bad(f"has the shape {shape!r}, not a list of non-negative integers")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]):
+        raise bad(f"has the data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
+    size = DTYPE_SIZES[dtype]
+    for d in shape:
+        size *= d
+    if offsets[1] - offsets[0] != size:
+        raise bad(f"holds {offsets[1] - offsets[0]} bytes, but shape {shape} of {dtype} needs {size}")
+    return TensorMeta(tuple(shape), dtype, (offsets[0], offsets[1]))
 
 
 def read_safetensors_header(path: Path) -> dict[str, TensorMeta]:
-    """Parse a safetensors header and check that the file holds every byte the header promises."""
+    """Parse a safetensors header and check every entry (`_entry`) and that the file holds every byte the
+    header promises."""
+    from ..core.errors import loads
+
     try:
         size = path.stat().st_size
         with path.open("rb") as handle:
@@ -40,40 +81,65 @@ def read_safetensors_header(path: Path) -> dict[str, TensorMeta]:
             (header_len,) = struct.unpack("<Q", prefix)
             if header_len > size - 8:
                 raise InputError(path, f"corrupted or truncated safetensors file: header claims {header_len} bytes, file has {size}")
-            header = json.loads(handle.read(header_len))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            header = loads(handle.read(header_len).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(path, f"corrupted safetensors file: unreadable header ({exc.__class__.__name__})") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
     if not isinstance(header, dict):
         raise InputError(path, "corrupted safetensors file: header is not a JSON object")
-    tensors: dict[str, TensorMeta] = {}
-    data_end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            tensors[name] = TensorMeta(tuple(int(d) for d in entry["shape"]), str(entry["dtype"]))
-            data_end = max(data_end, int(entry["data_offsets"][1]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            raise InputError(path, f"corrupted safetensors file: bad header entry for {name!r}") from None
+    tensors = {name: _entry(path, name, entry) for name, entry in header.items() if name != "__metadata__"}
+    data_end = max((t.offsets[1] for t in tensors.values()), default=0)
     if 8 + header_len + data_end > size:
         raise InputError(path, f"truncated safetensors file: needs {8 + header_len + data_end} bytes, has {size}")
     return tensors
 
 
+def nonfinite_tensors(path: Path, tensors: dict[str, TensorMeta] | None = None) -> list[str]:
+    """Names of the floating tensors in a safetensors file holding a NaN or an infinity, found on the raw
+    bits (every exponent bit set) through a read-only memory map: no tensor is loaded, no torch needed."""
+    import numpy as np
+
+    tensors = read_safetensors_header(path) if tensors is None else tensors
+    bad: list[str] = []
+    with path.open("rb") as handle:
+        (header_len,) = struct.unpack("<Q", handle.read(8))
+    base = 8 + header_len
+    if not any(t.dtype in _EXPONENT and t.offsets[1] > t.offsets[0] for t in tensors.values()):
+        return bad
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    chunk = 1 << 24  # bytes per step: bounded memory on any tensor size
+    for name, meta in tensors.items():
+        if meta.dtype not in _EXPONENT:
+            continue
+        view, mask = _EXPONENT[meta.dtype]
+        begin, end = base + meta.offsets[0], base + meta.offsets[1]
+        for start in range(begin, end, chunk):
+            values = data[start:min(end, start + chunk)].view(view)
+            if np.any((values & mask) == mask):
+                bad.append(name)
+                break
+    del data
+    return bad
+
+
 def weight_files(directory: str | Path) -> list[Path]:
     """The safetensors files of a checkpoint: one file, or the shards listed by the index."""
+    from ..core.errors import read_json_object
+
     directory = Path(directory)
     single = directory / SINGLE_WEIGHTS
     index = directory / INDEX_WEIGHTS
     if single.is_file():
         return [single]
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise InputError(index, "not a valid safetensors index (no weight_map)") from None
+        weight_map = read_json_object(index, missing="index missing").get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InputError(index, "not a valid safetensors index: 'weight_map' is not an object of tensor -> file")
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str) or not shard or Path(shard).is_absolute() or ".." in Path(shard).parts:
+                raise InputError(index, f"not a valid safetensors index: weight_map[{name!r}] = {shard!r} is not a "
+                                        "file name inside the folder")
         files = sorted({directory / shard for shard in weight_map.values()})
         for file in files:
             if not file.is_file():
@@ -90,9 +156,11 @@ def weight_files(directory: str | Path) -> list[Path]:
 def read_weight_metadata(directory: Path) -> tuple[dict[str, TensorMeta], dict[str, Path]]:
     metas: dict[str, TensorMeta] = {}
     owners: dict[str, Path] = {}
+    from dataclasses import replace
+
     for file in weight_files(directory):
         for name, meta in read_safetensors_header(file).items():
-            metas[name] = meta
+            metas[name] = replace(meta, file=file)
             owners[name] = file
     return metas, owners
 
@@ -132,3 +200,79 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
         except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
             raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline lookup)") from None
     raise InputError(name_or_path, "no such file or directory")
+
+
+def file_digest(path: Path, cache_dir: str | Path | None = None) -> str:
+    """sha256 of a file's bytes. With `cache_dir`, remembered in CACHE/fingerprints.json under the file's
+    identity (absolute path, size, mtime_ns, ctime_ns, inode): any write to the file changes its ctime, so a
+    remembered digest is never a stale one, and a 50 GB target is read once, not on every run."""
+    import hashlib
+
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}"
+    memo = Path(cache_dir) / "fingerprints.json" if cache_dir is not None else None
+    known: dict[str, str] = {}
+    if memo is not None and memo.is_file():
+        try:
+            known = json.loads(memo.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            known = {}
+        if isinstance(known, dict) and isinstance(known.get(key), str):
+            return known[key]
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+    value = digest.hexdigest()
+    if memo is not None:
+        try:  # best effort: a cache that cannot be written only costs a re-read next time
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            known = {k: v for k, v in (known if isinstance(known, dict) else {}).items() if isinstance(v, str)}
+            known[key] = value
+            tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known), encoding="utf-8")
+            tmp.replace(memo)
+        except OSError:
+            pass
+    return value
+
+
+def files_digest(files: list[Path], cache_dir: str | Path | None = None) -> str:
+    """One sha256 over (name, content digest) of each file, in the given order: a set of files as one value."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{Path(file).name}:{file_digest(file, cache_dir)};".encode())
+    return digest.hexdigest()
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+
+
+def target_content(target: Path, responses: Path | None, chat_template: str | None,
+                   cache_dir: str | Path | None = None) -> dict[str, str | None]:
+    """sha256 of what a result depends on besides the drafters (fingerprinted apart) and the prompts (their
+    text is in the settings): the target's config and generation config, its weights, its tokenizer files,
+    the chat template as loaded, the --responses file. A run's settings hold these (a resume after any of
+    them changed is refused, naming it) and so does its provenance."""
+    import hashlib
+
+    target = Path(target)
+    configs = [target / n for n in ("config.json", "generation_config.json") if (target / n).is_file()]
+    tokenizer = [target / n for n in TOKENIZER_FILES if (target / n).is_file()]
+    return {
+        "target_config": files_digest(configs, cache_dir),
+        "target_weights": files_digest(weight_files(target), cache_dir),
+        "tokenizer_files": files_digest(tokenizer, cache_dir),
+        "chat_template": hashlib.sha256((chat_template or "").encode()).hexdigest(),
+        "responses_file": file_digest(Path(responses)) if responses else None,
+    }

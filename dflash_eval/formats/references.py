@@ -155,6 +155,18 @@ def resolve_recorded_verifier(drafter_dir: str | Path, name_or_path: str,
     raise InputError(drafter_dir, problem)
 
 
+def verifier_warning(drafter_dir: str | Path, name_or_path: str, name: str, target: Path) -> str | None:
+    """With an explicit --target, which always wins: a warning when the drafter's recorded verifier is another
+    folder or cannot be found here (a checkpoint trained elsewhere records the trainer's path); None when it
+    is the target itself."""
+    try:
+        verifier = resolve_recorded_verifier(drafter_dir, name_or_path).resolve()
+    except InputError:
+        return (f"drafter {name} records verifier {name_or_path}, which is not found here; evaluating against "
+                f"--target {target} as given")
+    return None if verifier == Path(target) else f"drafter {name} records verifier {verifier}, but --target is {target}"
+
+
 def _norm_dataset(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())  # "MT_Bench" == "mt-bench"
 

@@ -1,12 +1,110 @@
 """Validation of a normalized drafter spec against its weights' headers and the target's config: every check
-`inspect` shows and loading enforces (present, expected and correctly shaped weights, taps, vocabulary, mask id)."""
+`inspect` shows and loading enforces (present, expected and correctly shaped weights, taps, vocabulary, mask id),
+and of every number a config supplies (`number`, `check_rope`, `check_target_config`): finite, in range, and
+integral where it counts something, so that a NaN theta or a -4 scaling factor is refused by name instead of
+collapsing acceptance to 1.00 in silence."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from ..core.errors import InputError
 from ..core.spec import DrafterSpec
-from .files import TensorMeta
+from .dflash2 import weight_shapes as dflash2_weight_shapes
+from .files import FLOAT_DTYPES, TensorMeta, nonfinite_tensors
+
+MAX_BLOCK_SIZE = 1024  # DFlash drafters use 8-16; a block's masks grow as B^2 per anchor, so more is refused
+
+
+def number(value: Any, key: str, path: Path | str, *, integer: bool = False, low: float | None = None,
+           high: float | None = None, low_open: bool = False) -> Any:
+    """`value` of config key `key` if it is a finite number (an integer when `integer`: 8.7 is never read
+    as 8) within [low, high] (low excluded when `low_open`); else one InputError naming the key."""
+    kind = "an integer" if integer else "a finite number"
+    ok = not isinstance(value, bool) and (isinstance(value, int) if integer else isinstance(value, (int, float)))
+    if ok and not integer:
+        ok = math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            bounds.append(f"<= {high:g}")
+        shown = repr(value) if not isinstance(value, str) or len(value) < 40 else repr(value[:37] + "...")
+        raise InputError(path, f"config key {key!r}={shown} is not {kind}" + (f" {' and '.join(bounds)}" if bounds else ""))
+    return value
+
+
+ROPE_NUMBERS = ("factor", "attention_factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor",
+                "partial_rotary_factor", "mscale", "mscale_all_dim", "original_max_position_embeddings")
+
+
+def check_rope(rope: dict[str, Any], path: Path | str, where: str = "", theta_required: bool = True) -> None:
+    """RoPE parameters (as transformers normalized them): a rope type transformers implements, a finite
+    positive theta, a scaling factor >= 1 (transformers' own rule, which it only warns about), every other
+    number finite."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+        raise InputError(path, f"config key '{where}rope_parameters.rope_type'={kind!r} is not a RoPE type transformers "
+                               f"implements ({', '.join(['default', *ROPE_INIT_FUNCTIONS])})")
+    if theta_required or "rope_theta" in rope:
+        number(rope.get("rope_theta"), f"{where}rope_theta", path, low=0, low_open=True)
+    for key, value in rope.items():
+        name = f"{where}rope_parameters.{key}"
+        if key in ("rope_type", "type", "rope_theta") or (key not in ROPE_NUMBERS
+                                                           and (value is None or isinstance(value, bool))):
+            continue
+        if key == "factor":
+            number(value, name, path, low=1)
+        elif key in ("original_max_position_embeddings",):
+            number(value, name, path, integer=True, low=1)
+        elif isinstance(value, list):
+            for item in value:
+                number(item, name, path)
+        else:
+            number(value, name, path)
+
+
+TARGET_SIZES = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "intermediate_size")
+
+
+def check_target_config(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A target's config.json, checked before anything is loaded: `text_config` an object when present, the
+    sizes positive integers, max_position_embeddings and rope_theta in range. Returns the language-model part."""
+    text = config.get("text_config", config)
+    where = "text_config." if "text_config" in config else ""
+    if text is None:
+        text, where = config, ""
+    if not isinstance(text, dict):
+        raise InputError(path, f"config key 'text_config' is {type(text).__name__}, not an object")
+    for key in TARGET_SIZES:
+        if key in text:
+            number(text[key], where + key, path, integer=True, low=1)
+        elif key != "intermediate_size":
+            raise InputError(path, f"missing config key {where + key!r}")
+    if text.get("max_position_embeddings") is not None:
+        number(text["max_position_embeddings"], where + "max_position_embeddings", path, integer=True, low=1)
+    if text.get("rope_theta") is not None:
+        number(text["rope_theta"], where + "rope_theta", path, low=0, low_open=True)
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = text.get(key)
+        if rope is not None and not isinstance(rope, dict):
+            raise InputError(path, f"config key '{where}{key}' is not an object")
+        for name, value in (rope or {}).items():
+            if name == "factor":
+                number(value, f"{where}{key}.factor", path, low=1)
+            elif name == "rope_theta" or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                number(value, f"{where}{key}.{name}", path)
+    return text
 
 
 @dataclass(frozen=True)
@@ -61,6 +159,7 @@ def expected_weights(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
         shapes["lm_head.weight"] = (spec.draft_vocab_size, h)
     if spec.has_d2t:
         shapes["d2t"] = (spec.draft_vocab_size,)
+    shapes.update(dflash2_weight_shapes(spec))  # convolutions and candidate selector (DFlash2 only)
     return shapes
 
 
@@ -84,7 +183,22 @@ def validate(spec: DrafterSpec, weights: dict[str, TensorMeta], target: TargetIn
     wrong_shape = [f"{n} {weights[n].shape} != {s}" for n, s in expected.items()
                    if n in weights and n != "fc.weight" and weights[n].shape != s]
     checks.append(Check("weight shapes", not wrong_shape, wrong_shape[0] if wrong_shape else "all match the config"))
-    checks.append(Check("block size >= 2", spec.block_size >= 2, f"block_size={spec.block_size}"))
+    wanted = {n: ("I64", "I32") if n == "d2t" else FLOAT_DTYPES for n in expected}
+    wrong_dtype = [f"{n} is {weights[n].dtype}" for n in expected if n in weights and weights[n].dtype not in wanted[n]]
+    checks.append(Check("weight dtypes (float; d2t integer)", not wrong_dtype,
+                        f"{wrong_dtype[0]}: quantized or integer weights are not supported (never cast)" if wrong_dtype
+                        else "all " + "/".join(sorted({weights[n].dtype for n in expected if n in weights}))))
+    by_file: dict[Path, dict[str, TensorMeta]] = {}
+    for n in expected:
+        if n in weights and weights[n].file is not None:
+            by_file.setdefault(weights[n].file, {})[n] = weights[n]
+    nonfinite = [n for file, metas in sorted(by_file.items()) for n in nonfinite_tensors(file, metas)]
+    checks.append(Check("weights finite (no NaN or inf)", not nonfinite,
+                        f"{nonfinite[0]} holds NaN or infinite values" + (f" (and {len(nonfinite) - 1} more tensors)"
+                                                                          if len(nonfinite) > 1 else "")
+                        if nonfinite else f"{sum(len(m) for m in by_file.values())} tensors scanned"))
+    checks.append(Check(f"block size in 2..{MAX_BLOCK_SIZE}", 2 <= spec.block_size <= MAX_BLOCK_SIZE,
+                        f"block_size={spec.block_size}"))
     checks.append(Check("mask token id in drafter vocab", 0 <= spec.mask_token_id < spec.vocab_size,
                         f"mask_token_id={spec.mask_token_id}, vocab_size={spec.vocab_size}"))
     checks.append(Check("taps are distinct and >= 0", min(spec.taps) >= 0 and len(set(spec.taps)) == len(spec.taps),
@@ -107,3 +221,14 @@ def validate(spec: DrafterSpec, weights: dict[str, TensorMeta], target: TargetIn
 
 def first_failure(checks: list[Check]) -> Check | None:
     return next((c for c in checks if not c.ok), None)
+
+
+def check_target_files(target: Path) -> None:
+    """A target's config numbers (`check_target_config`) and weight headers (truncation, unknown dtypes,
+    offsets that do not match a shape), before anything is loaded or written."""
+    from ..core.errors import read_json_object
+    from .files import read_weight_metadata
+
+    config_file = Path(target) / "config.json"
+    check_target_config(read_json_object(config_file, missing="not a model folder: no config.json"), config_file)
+    read_weight_metadata(Path(target))

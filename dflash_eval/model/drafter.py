@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core.spec import DrafterSpec
+from .dflash2 import CandidateSelector, GroupedDynamicConv, layer_forward_blocks
 
 
 class RMSNorm(nn.Module):
@@ -48,7 +49,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [heads, T, head_dim]; cos/sin: [T, head_dim]."""
+    """x: [heads, T, head_dim]; cos/sin: [T, rotary_dim]. A rotary_dim below head_dim rotates the leading dims
+    only and passes the rest (vLLM's partial_rotary_factor: core.semantics.rotary_dim)."""
+    rotary = cos.shape[-1]
+    if rotary < x.shape[-1]:
+        part = x[..., :rotary]
+        return torch.cat((part * cos + rotate_half(part) * sin, x[..., rotary:]), dim=-1)
     return x * cos + rotate_half(x) * sin
 
 
@@ -138,13 +144,21 @@ class DrafterLayer(nn.Module):
         self.self_attn = DrafterAttention(spec)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = DrafterMLP(spec)
+        self.dflash2 = spec.is_dflash2
+        if self.dflash2:  # convolutions around attention and MLP (model/dflash2.py)
+            self.attention_conv = GroupedDynamicConv(spec.hidden_size, spec.conv_kernel_size, spec.conv_group_size)
+            self.mlp_conv = GroupedDynamicConv(spec.hidden_size, spec.conv_kernel_size, spec.conv_group_size)
 
     def forward(self, x, ctx, rope_ctx, rope_block, mask):
+        if self.dflash2:
+            raise NotImplementedError("DFlash2 convolves over the slots of each block: use forward_blocks")
         # input_layernorm applies to the block stream only, never to ctx (primer section 1)
         x = x + self.self_attn(self.input_layernorm(x), ctx, rope_ctx, rope_block, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def forward_blocks(self, x, context, rope_block, masks):
+        if self.dflash2:
+            return layer_forward_blocks(self, x, context, rope_block, masks)
         x = x + self.self_attn.forward_blocks(self.input_layernorm(x), context, rope_block, masks)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -153,7 +167,6 @@ class DFlashDrafter(nn.Module):
     def __init__(self, spec: DrafterSpec):
         super().__init__()
         from transformers import Qwen3Config
-        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
         self.spec = spec
         self.fc = nn.Linear(spec.fc_in_features, spec.hidden_size, bias=False)
@@ -166,12 +179,14 @@ class DFlashDrafter(nn.Module):
             self.lm_head = nn.Linear(spec.hidden_size, spec.draft_vocab_size, bias=False)
         if spec.has_d2t:
             self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
+        if spec.is_dflash2:
+            self.candidate_selector = CandidateSelector(spec)
         # RoPE frequencies (every rope_type HF knows) come from transformers itself; not a parameter.
         rope_config = Qwen3Config(hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
                                   head_dim=spec.head_dim, rope_parameters=dict(spec.rope),
                                   max_position_embeddings=spec.max_position_embeddings)
         self.rope_config = rope_config
-        self.rotary = Qwen3RotaryEmbedding(rope_config)
+        self.rotary = self.rotary_for(spec.rope, device=None)
         # The target's tables, when the checkpoint does not carry its own (kept out of state_dict).
         self._target_tables: dict[str, nn.Module] = {}
 
@@ -187,6 +202,9 @@ class DFlashDrafter(nn.Module):
         if key not in self._target_tables:
             raise RuntimeError("drafter uses the target's embedding/lm_head: call attach_target() first")
         return self._target_tables[key]
+
+    def lm_head_table(self) -> nn.Module:
+        return self._table("lm_head", "lm_head")
 
     def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Block embeddings, times z-lab's `input_embedding_scale` when the rules apply it."""
@@ -213,15 +231,21 @@ class DFlashDrafter(nn.Module):
         """[C, n_taps * H_target] concatenated taps -> [C, H] context features."""
         return self.hidden_norm(self.fc(taps))
 
-    def rotary_for(self, rope: dict) -> nn.Module:
-        """A rotary embedding with other RoPE parameters (the doctor's RoPE variants), on this drafter's device."""
+    def rotary_for(self, rope: dict, device: str | torch.device | None = "drafter") -> nn.Module:
+        """A rotary embedding with these RoPE parameters (the doctor's RoPE variants too), on this drafter's device.
+        Its frequencies span the dims the rules rotate (`rotary_dim`: all of the head, or under vLLM's rules
+        int(head_dim * partial_rotary_factor), with the frequencies of a head that size, as vLLM's get_rope)."""
         from transformers import Qwen3Config
         from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
+        from ..core.semantics import rotary_dim
+
         config = Qwen3Config(hidden_size=self.spec.hidden_size, num_attention_heads=self.spec.num_attention_heads,
-                             head_dim=self.spec.head_dim, rope_parameters=dict(rope),
+                             head_dim=rotary_dim(rope, self.spec.head_dim, self.spec.semantics),
+                             rope_parameters={k: v for k, v in rope.items() if k != "partial_rotary_factor"},
                              max_position_embeddings=self.spec.max_position_embeddings)
-        return Qwen3RotaryEmbedding(config).to(self.fc.weight.device)
+        rotary = Qwen3RotaryEmbedding(config)
+        return rotary if device is None else rotary.to(self.fc.weight.device if device == "drafter" else device)
 
     def _rope(self, like: torch.Tensor, positions: torch.Tensor):
         cos, sin = self.rotary(like, positions.view(1, -1))
@@ -265,13 +289,47 @@ class DFlashDrafter(nn.Module):
         return self.norm(x)
 
 
+def nonfinite_tensors(named, chunk: int = 1 << 24) -> list[str]:
+    """Names of the floating tensors (name, tensor) holding a NaN or an infinity; checked in chunks of
+    elements, so a 600M-element embedding never needs a second copy of itself; meta tensors are skipped."""
+    bad = []
+    for name, tensor in named:
+        if not tensor.is_floating_point() or tensor.device.type == "meta":
+            continue
+        flat = tensor.detach().reshape(-1)
+        if any(not bool(torch.isfinite(part).all()) for part in flat.split(chunk)):
+            bad.append(name)
+    return bad
+
+
+def refuse_nonfinite(named, where) -> None:
+    """One InputError naming the first tensor with NaN or infinite values (a damaged or diverged checkpoint
+    would otherwise score tau 1.00 without a word)."""
+    from ..core.errors import InputError
+
+    bad = nonfinite_tensors(named)
+    if bad:
+        raise InputError(where, f"tensor {bad[0]!r} holds NaN or infinite values"
+                                + (f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else "")
+                                + "; the weights are damaged or diverged")
+
+
 def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu", dtype=torch.float32) -> DFlashDrafter:
-    """Build the module and load the checkpoint strictly (names were validated against the spec)."""
+    """Build the module and load the checkpoint strictly (names were validated against the spec); a float
+    weight with NaN or inf values is refused by name, and so is a weight that is not float (never cast)."""
     from safetensors.torch import load_file
+
+    from ..core.errors import InputError
 
     state: dict[str, torch.Tensor] = {}
     for file in weight_files:
-        state.update(load_file(str(file)))
+        loaded = load_file(str(file))
+        for name, tensor in loaded.items():
+            if name not in spec.ignored_weights and name != "d2t" and not tensor.is_floating_point():
+                raise InputError(file, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}: quantized "
+                                       "or integer weights are not supported (they would have to be cast)")
+        refuse_nonfinite(((n, t) for n, t in loaded.items() if n not in spec.ignored_weights), file)
+        state.update(loaded)
     for name in spec.ignored_weights:
         state.pop(name, None)
     with torch.device("meta"):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .dflash2 import candidate_probs, walk_drafts
 from .drafter import DFlashDrafter
 from .masks import block_positions, layer_block_masks, layer_masks
 
@@ -52,7 +53,16 @@ def dense_draft_logits(
 
 
 @torch.inference_mode()
-def draft_logits(
+def draft_logits(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchors: Sequence[int],
+                 block_lengths: Sequence[int], **options) -> torch.Tensor:
+    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it),
+    flattened in block order (N = sum of block lengths); see `draft_hidden` for the layout and options."""
+    hidden, valid = draft_hidden(drafter, ctx, tokens, anchors, block_lengths, **options)
+    return drafter.logits(hidden[valid])
+
+
+@torch.inference_mode()
+def draft_hidden(
     drafter: DFlashDrafter,
     ctx: torch.Tensor,
     tokens: torch.Tensor,
@@ -63,9 +73,8 @@ def draft_logits(
     position_offset: int = 0,
     block_offset: int = 0,
     context_kv=None,
-) -> torch.Tensor:
-    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it),
-    flattened in block order (N = sum of block lengths).
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(final hidden states [A, L, H] of the blocks padded to the longest, valid [A, L]: the real slots).
 
     ctx: [C, H] = drafter.context(taps) for sequence positions 0..C-1 (C may exceed an anchor: the mask
     hides rows at and after it); tokens: [>= max anchor + 1] committed ids; context_kv: the drafter's
@@ -83,11 +92,26 @@ def draft_logits(
     visible = min(ctx.shape[0], max(anchors) + 1)
     context_kv = [(k[:, :visible], v[:, :visible]) for k, v in context_kv]
     masks = layer_block_masks(drafter.spec.layers, anchors, block_lengths, visible,
-                              anchor_in_context=anchor_in_context, device=device)
+                              anchor_in_context=anchor_in_context, device=device,
+                              draft_window=getattr(drafter, "draft_window", None))  # scoring.windowed
     # block_offset moves the block's positions relative to the context's (doctor's position variant);
     # position_offset moves both, which RoPE cannot see (kept for completeness of the layout)
     positions = (torch.as_tensor(list(anchors), device=device)[:, None] + torch.arange(L, device=device)[None, :]
                  + position_offset + block_offset)
     hidden = drafter.forward_blocks(context_kv, drafter.embed(ids).to(ctx.dtype), positions, masks)
     valid = torch.arange(L, device=device)[None, :] < torch.as_tensor(list(block_lengths), device=device)[:, None]
-    return drafter.logits(hidden[valid])
+    return hidden, valid
+
+
+@torch.inference_mode()
+def walk_block(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchor: int, length: int,
+               temperature: float = 0.0, generator: torch.Generator | None = None,
+               vocab: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A DFlash2 drafter's draft for one block (the live loop): (drafts [length - 1], and at T > 0 the
+    draft distribution [length - 1, vocab]: the candidates' softmax(score / T), 0 elsewhere)."""
+    hidden, _ = draft_hidden(drafter, ctx, tokens, [anchor], [length])
+    anchor_ids = tokens[anchor:anchor + 1].to(ctx.device)
+    drafts, ids, realized = walk_drafts(drafter, hidden, anchor_ids, temperature, generator)
+    q = candidate_probs(ids[0], realized[0], temperature, vocab or drafter.spec.vocab_size) if temperature > 0 else None
+    return drafts[0], q
+

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .dflash2 import candidate_probs, teacher_forced_scores
 from .drafter import DFlashDrafter
 from .engine import anchor_chunks
 from .sampling import Sampling, sampling_probs, to_target_vocab
@@ -28,9 +29,13 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
     """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
     T = int(tokens.shape[0])
     out: list[list[float]] = []
+    dflash2 = drafter.spec.is_dflash2  # q: the candidates' softmax(score / T) given the text's previous token
     for chunk, lengths, logits in anchor_chunks(drafter, drafter.context(taps), tokens, prompt_len, max_new_tokens,
                                                 shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
-                                                anchor_in_context=anchor_in_context, block_offset=block_offset):
+                                                anchor_in_context=anchor_in_context, block_offset=block_offset,
+                                                hidden=dflash2):
+        if dflash2:
+            logits = logits[0][logits[1]]  # the slots' hidden states, in the logits' flattened order
         rows, positions, owners = [], [], []
         offset = 0
         for index, (a, length) in enumerate(zip(chunk, lengths)):
@@ -46,7 +51,13 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
             where = torch.tensor(positions[part:part + ROWS_PER_PASS], device=hidden.device)
             p = sampling_probs(lm_head(hidden[where]), sampling)
             slot_logits = logits[pick]
-            if sampling.draft_policy == "argmax":
+            if dflash2:
+                ids, scores = teacher_forced_scores(drafter, slot_logits, tokens[where.cpu()].to(slot_logits.device))
+                if sampling.draft_policy == "argmax":
+                    alpha = p.gather(-1, ids.gather(-1, scores.argmax(-1, keepdim=True)).to(p.device))[:, 0]
+                else:
+                    alpha = torch.minimum(p, candidate_probs(ids, scores, sampling.temperature, p.shape[-1]).to(p.device)).sum(-1)
+            elif sampling.draft_policy == "argmax":
                 drafted = drafter.to_target_ids(slot_logits.argmax(-1)).to(p.device)
                 alpha = p.gather(-1, drafted[:, None])[:, 0]
             else:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .drafter import DFlashDrafter
-from .drafting import draft_logits
+from .drafting import draft_logits, walk_block
 from .engine import block_length
 from .sampling import Sampling, draw, rejection_step, sampling_probs, to_target_vocab
 from .target import Target, cached_step, stop_token_ids
@@ -40,6 +40,9 @@ class LiveResult:
     walk_drafted: list[int] = field(default_factory=list)  # slots that could count (inside the output)
     walk_drafts: list[list[int]] = field(default_factory=list)  # drafted target ids per step
     step_seconds: list[float] = field(default_factory=list)
+    # parts of each step (speedup.py): the drafter's pass, and the target's verify forward over the block
+    draft_seconds: list[float] = field(default_factory=list)
+    verify_seconds: list[float] = field(default_factory=list)
     prefill_seconds: float = 0.0
 
     @property
@@ -48,8 +51,10 @@ class LiveResult:
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for every GPU (a target split over devices runs its layers on several) before reading a clock."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
 
 
 @torch.inference_mode()
@@ -73,7 +78,11 @@ def live_generate(
         raise ValueError("live_generate at temperature > 0 needs a generator (sampling.generator_for)")
     result = LiveResult(prompt_len=p, tokens=list(prompt))
     started = time.perf_counter()
+    # one device for everything the loop compares or draws from: the input embedding's, where the generator
+    # lives (on a target split over GPUs the logits come back on the lm_head's device)
+    home = target.device
     tap_states, logits, cache = cached_step(target, torch.tensor(prompt), taps, None)
+    logits = logits.to(home)
     vocab = logits.shape[-1]
     _sync(target.device)
     result.prefill_seconds = time.perf_counter() - started
@@ -87,17 +96,28 @@ def live_generate(
         room = cap_end - 1 - a
         length = block_length(a, cap_end, B, shorter_final_block)
         ctx = torch.cat(ctx_rows)
-        slot_logits = draft_logits(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])[1:]
         q = None
-        if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
-            drafted = drafter.to_target_ids(slot_logits.argmax(-1))
+        if drafter.spec.is_dflash2:  # the serving walk (model/dflash2.py); q: the candidates' distribution
+            walk_t = 0.0 if greedy or sampling.draft_policy == "argmax" else sampling.temperature
+            drafted, q = walk_block(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), a, length,
+                                    walk_t, generator, vocab)
         else:
-            q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), vocab)
-            drafted = draw(q, generator)
+            slot_logits = draft_logits(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])[1:].to(home)
+            if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
+                drafted = drafter.to_target_ids(slot_logits.argmax(-1))
+            else:
+                q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), vocab)
+                drafted = draw(q, generator)
         drafts = drafted.tolist()
+        _sync(target.device)
+        drafted_at = time.perf_counter()
         snapshot = copy.deepcopy(cache)
         block = [result.tokens[a], *drafts]
+        verify_started = time.perf_counter()
         verify_taps, verify_logits, cache = cached_step(target, torch.tensor(block), taps, cache)
+        verify_logits = verify_logits.to(home)
+        _sync(target.device)
+        verified_at = time.perf_counter()
         if greedy:
             posterior = verify_logits.argmax(-1).tolist()
             n = 0
@@ -105,7 +125,7 @@ def live_generate(
                 n += 1
             following = posterior[n]
         elif drafts:
-            n, following = rejection_step(drafted.to(verify_logits.device), q,
+            n, following = rejection_step(drafted.to(home), q,
                                           sampling_probs(verify_logits, sampling), generator)
         else:  # a one-token block (at the cap): the target's next token only
             n, following = 0, int(draw(sampling_probs(verify_logits[-1:], sampling), generator)[0])
@@ -127,6 +147,8 @@ def live_generate(
         result.walk_accept_lengths.append(len(committed))
         result.walk_drafts.append(drafts)
         result.step_seconds.append(time.perf_counter() - started)
+        result.draft_seconds.append(drafted_at - started)
+        result.verify_seconds.append(verified_at - verify_started)
         a += n + 1
     end = len(result.tokens)
     for anchor, drafts in zip(result.walk_anchors, result.walk_drafts):

@@ -89,10 +89,15 @@ def block_masks(
     *,
     anchor_in_context: bool = False,
     device: torch.device | str = "cpu",
+    draft_window: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same rule as `anchor_block_mask`, laid out per block for the linear-cost attention
     (drafter.DFlashDrafter.forward_blocks): context [A, L, C] and own block [A, L, L], L = max length.
-    Slots past a block's length are padding: invisible as keys (their query rows are never read)."""
+    Slots past a block's length are padding: invisible as keys (their query rows are never read).
+
+    `draft_window` W (--draft-window): on every layer, on top of its own rule, only the last W context rows
+    before the anchor (a - W <= p < a), as SGLang serves `--speculative-dflash-draft-window-size` (its
+    draft KV cache keeps the min(a, W) newest committed rows, positions stay absolute; page size 1)."""
     A, L = len(anchors), max(block_lengths)
     a = torch.as_tensor(list(anchors), dtype=torch.long, device=device)[:, None, None]  # [A, 1, 1]
     j = torch.arange(L, device=device)
@@ -115,6 +120,8 @@ def block_masks(
                 same_block = same_block & (-offset < W)[None]
         else:
             visible_ctx = visible_ctx & (ctx >= a - W)
+    if draft_window is not None:
+        visible_ctx = visible_ctx & (ctx >= a - draft_window)
     # a padding slot sees itself, so no row is fully masked (a NaN there would reach real slots through
     # 0 * NaN in the next layer); real slots still never see padding
     padding = ~real_key.transpose(1, 2)  # [A, L, 1]: this query row is padding
@@ -124,11 +131,12 @@ def block_masks(
 
 def layer_block_masks(layers: Sequence[LayerAttention], anchors: Sequence[int], block_lengths: Sequence[int],
                       context_len: int, *, anchor_in_context: bool = False,
-                      device: torch.device | str = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+                      device: torch.device | str = "cpu",
+                      draft_window: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`block_masks` per drafter layer; layers that attend alike share the same tensors."""
     built: dict[LayerAttention, tuple[torch.Tensor, torch.Tensor]] = {}
     for layer in layers:
         if layer not in built:
             built[layer] = block_masks(anchors, block_lengths, context_len, layer,
-                                       anchor_in_context=anchor_in_context, device=device)
+                                       anchor_in_context=anchor_in_context, device=device, draft_window=draft_window)
     return [built[layer] for layer in layers]

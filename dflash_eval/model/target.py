@@ -180,30 +180,58 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         if importlib.util.find_spec("accelerate") is None:
             raise InputError(None, "--device-map needs the accelerate package (pip install accelerate)")
         extra = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    else:  # straight onto the device: never the whole model staged in host RAM first
+        extra = {"device_map": {"": dev}}
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
-    report = kernel_report(model)
-    accelerated = [k for k in report if k.accelerated]
-    if accelerated and dev.type != "cuda" and not allow_accelerated_on_cpu:
-        k = accelerated[0]
-        raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
-                               "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
-                               "for a CPU run (torch fallback)")
+    refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
     if dev.type == "cpu":
         _quiet_cpu_fallback_advice()
-    if device_map is None:
-        model.to(dev)
-    else:  # dispatched: inputs, taps and drafters live where the input embedding is
-        placed = (getattr(model, "hf_device_map", None) or {})
-        first = next((v for k, v in placed.items() if "embed_tokens" in k), "cpu")
-        dev = torch.device(f"cuda:{first}" if isinstance(first, int) else ("cpu" if first == "disk" else first))
+    if device_map is not None:  # dispatched: inputs, taps and drafters live where the input embedding is
+        dev = input_device(model)
     model.eval().requires_grad_(False)
     return Target(model=model, tokenizer=tokenizer, name=str(name_or_path), path=path, device=dev,
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
                   layers=decoder_layers(model))
+
+
+def refuse_accelerated_on_cpu(model: nn.Module, path: Path, dev: torch.device, allowed: bool) -> None:
+    """One line instead of a Triton crash: a Gated-DeltaNet layer bound to an fla kernel on a CPU run."""
+    accelerated = [k for k in kernel_report(model) if k.accelerated]
+    if accelerated and dev.type != "cuda" and not allowed:
+        k = accelerated[0]
+        raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
+                               "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
+                               "for a CPU run (torch fallback)")
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where input ids, taps and drafters go: the input embedding's device. When accelerate offloaded the
+    embedding (its weight on `meta`), the device its hook runs it on, from `hf_device_map` (the longest
+    entry that contains the embedding; "disk" and "cpu" mean the CPU). A target that fits one device has no
+    `hf_device_map` at all: its embedding's weight says where it is."""
+    embedding = model.get_input_embeddings()
+    placed = getattr(model, "hf_device_map", None) or {}
+    if embedding.weight.device.type != "meta" or not placed:
+        return embedding.weight.device
+    name = next((n for n, m in model.named_modules() if m is embedding), "")
+    owners = [k for k in placed if k == "" or name == k or name.startswith(k + ".")]
+    if not owners:
+        return embedding.weight.device
+    where = placed[max(owners, key=len)]
+    if isinstance(where, int):
+        return torch.device(f"cuda:{where}")
+    return torch.device("cpu" if where == "disk" else where)
+
+
+def output_cache(output):
+    """The cache a forward returned: `cache` on transformers >= 5.2x (reading `past_key_values` there logs a
+    deprecation), `past_key_values` on earlier 5.x."""
+    fields = getattr(type(output), "__dataclass_fields__", {})
+    return output.cache if "cache" in fields else output.past_key_values
 
 
 @dataclass
@@ -264,7 +292,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
             if cache is not None:
                 kwargs[_cache_keyword(base)] = cache
             out = base(input_ids=ids[:, start:start + step], **kwargs)
-            cache = out.past_key_values if kwargs["use_cache"] else None
+            cache = output_cache(out) if kwargs["use_cache"] else None
             hidden_parts.append(out.last_hidden_state[0].to(target.device))
             tap_parts.append(read_taps())
     hidden = torch.cat(hidden_parts)
@@ -287,7 +315,7 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
     with hooked_layers(target, taps) as read_taps:
         out = target.model(input_ids=ids, **kwargs)
         tap_states = read_taps()
-    return tap_states, out.logits[0], out.past_key_values
+    return tap_states, out.logits[0], output_cache(out)
 
 
 @torch.inference_mode()

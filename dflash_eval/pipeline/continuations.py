@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -78,31 +79,93 @@ class ContinuationCache:
         tmp.replace(self.directory / f"{key}.json")
 
 
-@torch.inference_mode()
-def generation_batch_size(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int) -> int:
-    """Prompts generated together when `--generation-batch` is not given.
+def cache_bytes_per_sequence(config, dtype: torch.dtype, length: int) -> int:
+    """Bytes of one sequence's generation cache at `length` tokens, as transformers lays it out: keys and
+    values of every attention layer (model dtype), and per Gated-DeltaNet layer its conv state
+    ([conv dim, kernel], model dtype) and recurrent state ([value heads, key dim, value dim], float32, as
+    fla and the torch fallback both keep it). Checked against the real cache's bytes (tests)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = text.num_hidden_layers
+    types = list(getattr(text, "layer_types", None) or ["full_attention"] * layers)
+    linear = sum(1 for t in types if t == "linear_attention")
+    element = torch.finfo(dtype).bits // 8
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv = 2 * (layers - linear) * heads * head_dim * length * element
+    if not linear:
+        return kv
+    key_dim, value_dim = text.linear_key_head_dim, text.linear_value_head_dim
+    key_heads, value_heads = text.linear_num_key_heads, text.linear_num_value_heads
+    conv = (2 * key_heads * key_dim + value_heads * value_dim) * text.linear_conv_kernel_dim * element
+    recurrent = value_heads * key_dim * value_dim * 4
+    return kv + linear * (conv + recurrent)
 
-    CPU: 8 (on the fp32 test targets, dense and Gated-DeltaNet, batched output equals one-at-a-time
-    output token for token: tests/test_generation.py). CUDA: as many as half the free memory holds, from
-    the KV cache of the attention layers and the recurrent state of the Gated-DeltaNet ones at the longest
-    prompt + max_new_tokens, plus one step of logits; at most 64."""
-    if target.device.type != "cuda":
-        return 8
-    config = target.model.config.get_text_config()
-    layers = config.num_hidden_layers
-    types = list(getattr(config, "layer_types", None) or ["full_attention"] * layers)
-    attention_layers = sum(1 for t in types if t != "linear_attention")
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+MAX_GENERATION_BATCH = 64
+CPU_GENERATION_BATCH = 8
+
+
+def generation_batch_for(config, dtype: torch.dtype, prompt_lengths: Sequence[int], max_new_tokens: int,
+                         device_bytes: int, weight_bytes: int) -> int:
+    """Prompts per generation batch on an accelerator of `device_bytes` holding `weight_bytes` of weights:
+    half of what is left after the weights (the rest for activations and the allocator), divided by one
+    sequence's cache at the longest prompt + max_new_tokens plus two fp32 rows of logits; 1..64. Decided
+    from the total memory, never the free memory of the moment, so that every process of a run (a shard,
+    a rank, a resume) cuts the same batches."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
     length = max(prompt_lengths, default=0) + max_new_tokens
-    element = torch.finfo(target.dtype).bits // 8
-    kv = 2 * attention_layers * heads * head_dim * length * element
-    recurrent = (layers - attention_layers) * 4 * config.hidden_size * head_dim * 4  # generous fp32 state
-    logits = config.vocab_size * 4 * 2
-    free, _ = torch.cuda.mem_get_info(target.device)
-    return int(max(1, min(64, (free // 2) // max(1, kv + recurrent + logits))))
+    per_sequence = cache_bytes_per_sequence(text, dtype, length) + text.vocab_size * 4 * 2
+    room = max(0, int(device_bytes * 0.9) - weight_bytes) // 2
+    return int(max(1, min(MAX_GENERATION_BATCH, room // max(1, per_sequence))))
 
 
+def generation_batch_size(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int) -> int:
+    """Prompts generated together when `--generation-batch` is not given: 8 on CPU (where batched output
+    equals one-at-a-time output: tests/test_generation.py), on CUDA `generation_batch_for` the device's
+    total memory and the weights on it."""
+    if target.device.type != "cuda":
+        return CPU_GENERATION_BATCH
+    weights = sum(t.nbytes for t in [*target.model.parameters(), *target.model.buffers()] if t.device == target.device)
+    total = torch.cuda.get_device_properties(target.device).total_memory
+    return generation_batch_for(target.model.config, target.dtype, prompt_lengths, max_new_tokens, total, weights)
+
+
+def greedy_config(max_new_tokens: int, stops: Sequence[int], pad: int):
+    """A fresh greedy configuration: argmax every step, whatever the checkpoint's generation_config.json
+    says (sampling, temperature, repetition_penalty, no_repeat_ngram_size, min_new_tokens, bad words...)."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=list(stops), pad_token_id=pad)
+
+
+@contextmanager
+def only_this_config(model):
+    """transformers fills every field a passed configuration leaves unset from `model.generation_config`
+    (a checkpoint's repetition_penalty 1.3 would survive a fresh greedy configuration); during the call the
+    model's own configuration is the library default, so nothing is inherited."""
+    from transformers import GenerationConfig
+
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
+def _left_padded(target: Target, batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in batch)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=target.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=target.device)
+    return ids, mask
+
+
+def _pad_id(target: Target, stops: Sequence[int]) -> int:
+    pad = target.tokenizer.pad_token_id
+    return pad if pad is not None else stops[0]
+
+
+@torch.inference_mode()
 def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 1) -> list[list[int]]:
     """The target's greedy continuations (cut after the first stop token), `batch_size` prompts at a time,
     in the order given.
@@ -111,99 +174,198 @@ def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: in
     layers mask the pads, Gated-DeltaNet layers zero them before the recurrence (HF's
     `apply_mask_to_padding_states`), and positions count from each prompt's first real token, so a prompt
     generates the same tokens in a batch as alone (tested on fp32 CPU, dense and hybrid targets; the run's
-    self-consistency figure checks every continuation against one full forward anyway)."""
+    self-consistency figure checks every continuation against one full forward anyway). Greedy is greedy:
+    `greedy_config` under `only_this_config`, stop ids from the tokenizer and the checkpoint's config."""
     stops = stop_token_ids(target)
-    pad = target.tokenizer.pad_token_id
-    pad = pad if pad is not None else stops[0]
+    pad = _pad_id(target, stops)
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
     results: dict[int, list[int]] = {}
     for start in range(0, len(order), batch_size):
         members = order[start:start + batch_size]
-        batch = [prompts[i] for i in members]
-        width = max(len(p) for p in batch)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=target.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=target.device)
-        out = target.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                                    eos_token_id=stops, pad_token_id=pad, temperature=None, top_p=None, top_k=None)
-        for index, row in zip(members, out[:, width:].tolist()):
+        ids, mask = _left_padded(target, [prompts[i] for i in members], pad)
+        with only_this_config(target.model):
+            out = target.model.generate(input_ids=ids, attention_mask=mask,
+                                        generation_config=greedy_config(max_new_tokens, stops, pad))
+        for index, row in zip(members, out[:, ids.shape[1]:].tolist()):
             results[index] = cut_at_stop(row, stops)
     return [results[i] for i in range(len(prompts))]
 
 
+def generation_plan(lengths: dict[str, int], batch: int) -> list[list[str]]:
+    """The generation batches of a whole prompt set: prompts sorted by length (ties by id), cut every
+    `batch`. A prompt is always generated with the same companions (the same padded shapes, so in bf16 the
+    same near-tie argmaxes), whichever shard, rank, resume or --limit asks for it."""
+    order = sorted(lengths, key=lambda pid: (lengths[pid], pid))
+    return [order[i:i + batch] for i in range(0, len(order), batch)]
+
+
+def whole_prompt_set(options) -> list[Prompt] | None:
+    """Every prompt of `--prompts`, before --limit, --shard or torchrun's split: what generation plans over."""
+    from .long_prompts import is_long_source, packed_set
+    from .prompts import load_prompts
+
+    return packed_set(options.prompts) if is_long_source(options.prompts) else load_prompts(options.prompts)
+
+
+def _planned_batches(target, prompts: list[Prompt], ids, options, thinking, universe, item_ids, missing):
+    """The plan's batches that hold something missing: (members, their prompt ids) with the companions
+    of the whole prompt set (`universe`; default the prompts given) tokenized as the run would."""
+    universe = list(universe) if universe is not None else list(prompts)
+    known = dict(ids)
+    for prompt in universe:
+        if prompt.id not in known:
+            known[prompt.id] = prompt_ids(target.tokenizer, prompt, thinking)
+    lengths = {item: len(known[item_ids(item)]) for item in _items(universe, item_ids)}
+    batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+    for members in generation_plan(lengths, batch):
+        if any(m in missing for m in members):
+            yield members, [known[item_ids(m)] for m in members]
+
+
+def _items(universe: list[Prompt], item_ids) -> list:
+    return [item for p in universe for item in item_ids.items_of(p)] if hasattr(item_ids, "items_of") else [p.id for p in universe]
+
+
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
-                      reporter, *, template: str = "chat") -> tuple[dict[str, list[int]], int]:
+                      reporter, *, template: str = "chat", universe: list[Prompt] | None = None
+                      ) -> tuple[dict[str, list[int]], int]:
     """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
-    continuations, from the on-disk cache or generated (and cached); and how many were generated."""
+    continuations, from the on-disk cache or generated (and cached); and how many were generated.
+
+    Generation follows `generation_plan` over `universe` (the whole prompt set, before --shard, torchrun's
+    split, --limit or a resume; default the prompts given): a missing prompt is generated in its planned
+    batch, with its companions, which are cached too."""
     if responses is not None:
         missing = [p.id for p in prompts if p.id not in responses]
         if missing:
             raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
         return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
     cache = ContinuationCache(options.cache_dir)
-    # template "raw" (doctor's raw-prompt variant: the text without the chat template) is cached apart
-    keys = {p.id: cache.key(target, p.text if template == "chat" else f"\x1e{template}\x1e{p.text}", thinking,
-                            options.max_new_tokens) for p in prompts}
-    found = {p.id: cache.get(keys[p.id]) for p in prompts}
-    todo = [p for p in prompts if found[p.id] is None]
-    batch = options.generation_batch or generation_batch_size(target, [len(ids[p.id]) for p in todo],
-                                                              options.max_new_tokens)
+    if template != "chat":  # doctor's raw-prompt variant: the text without the chat template, cached apart
+        universe = None
+    texts = {p.id: p.text for p in (universe or [])} | {p.id: p.text for p in prompts}
+
+    def key(pid: str) -> str:
+        text = texts[pid] if template == "chat" else f"\x1e{template}\x1e{texts[pid]}"
+        return cache.key(target, text, thinking, options.max_new_tokens)
+
+    found = {p.id: cache.get(key(p.id)) for p in prompts}
+    todo = {p.id for p in prompts if found[p.id] is None}
     reporter.phase("generate", len(todo))
-    todo.sort(key=lambda p: len(ids[p.id]))  # similar lengths share a batch: the least padding
-    for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
-        for prompt, cont in zip(chunk, generate_greedy(target, [ids[p.id] for p in chunk], options.max_new_tokens, batch)):
-            cache.put(keys[prompt.id], cont)
-            found[prompt.id] = cont
-            reporter.advance("generate", prompt.id)
+    for members, member_ids in _planned_batches(target, prompts, ids, options, thinking, universe, lambda m: m, todo):
+        for pid, cont in zip(members, generate_greedy(target, member_ids, options.max_new_tokens, len(members))):
+            if pid in todo or cache.get(key(pid)) is None:
+                cache.put(key(pid), cont)
+            if pid in todo:
+                found[pid] = cont
+                reporter.advance("generate", pid)
     return found, len(todo)  # type: ignore[return-value]
 
 
 @torch.inference_mode()
 def generate_sampled(target: Target, prompt: list[int], max_new_tokens: int, sampling, generator) -> list[int]:
-    """One sampled continuation: the target alone, token by token with its cache, each token drawn from
-    `sampling_probs` of its logits (z-lab's processing) with `generator`; cut after the first stop token.
-    This is the text the speculative loop commits in distribution (the rejection rule keeps it exact)."""
+    """One sampled continuation, one prompt alone (the oracle `generate_sampled_batch` is tested against):
+    the target token by token with its cache, each token drawn from `sampling_probs` of its logits (z-lab's
+    processing) with `generator`; cut after the first stop token."""
     from ..model.sampling import draw, sampling_probs
-    from ..model.target import _cache_keyword
+    from ..model.target import _cache_keyword, output_cache
 
     stops = set(stop_token_ids(target))
     ids = torch.tensor([prompt], device=target.device)
     out = target.model(input_ids=ids, use_cache=True)
     continuation: list[int] = []
     for _ in range(max_new_tokens):
-        token = int(draw(sampling_probs(out.logits[0, -1:], sampling), generator)[0])
+        probs = sampling_probs(out.logits[0, -1:], sampling)
+        token = int(draw(probs.to(generator.device), generator)[0])
         continuation.append(token)
         if token in stops or len(continuation) == max_new_tokens:
             break
         out = target.model(input_ids=torch.tensor([[token]], device=target.device), use_cache=True,
-                           **{_cache_keyword(target.model): out.past_key_values})
+                           **{_cache_keyword(target.model): output_cache(out)})
     return continuation
 
 
-def sampled_continuations_for(target, prompts: list[Prompt], ids, options, thinking,
-                              reporter) -> tuple[dict[tuple[str, int], list[int]], int]:
+def _draw_per_row(sampling, generators):
+    """A logits processor that draws each row's next token with that row's own generator (z-lab's
+    processing, `draw`) and leaves only it finite, so that greedy generation commits exactly the draw."""
+    from transformers import LogitsProcessor
+
+    from ..model.sampling import draw, sampling_probs
+
+    class DrawPerRow(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            chosen = [draw(sampling_probs(scores[i:i + 1], sampling).to(g.device), g)[0] for i, g in enumerate(generators)]
+            out = torch.full_like(scores, float("-inf"))
+            out[torch.arange(len(chosen), device=scores.device), torch.stack(chosen).to(scores.device)] = 0.0
+            return out
+
+    return DrawPerRow()
+
+
+@torch.inference_mode()
+def generate_sampled_batch(target: Target, prompts: list[list[int]], max_new_tokens: int, sampling,
+                           generators: list[torch.Generator]) -> list[list[int]]:
+    """Sampled continuations of several prompts in one left-padded batch, row i drawn with generators[i]:
+    each row gets the tokens `generate_sampled` gives it alone (tested in fp32)."""
+    from transformers import LogitsProcessorList
+
+    stops = stop_token_ids(target)
+    pad = _pad_id(target, stops)
+    ids, mask = _left_padded(target, prompts, pad)
+    with only_this_config(target.model):
+        out = target.model.generate(input_ids=ids, attention_mask=mask,
+                                    generation_config=greedy_config(max_new_tokens, stops, pad),
+                                    logits_processor=LogitsProcessorList([_draw_per_row(sampling, generators)]))
+    return [cut_at_stop(row, stops) for row in out[:, ids.shape[1]:].tolist()]
+
+
+class _SampleItems:
+    """(prompt id, k) items of a sampled run: the plan's units."""
+
+    def __init__(self, samples: int):
+        self.samples = samples
+
+    def items_of(self, prompt: Prompt) -> list[tuple[str, int]]:
+        return [(prompt.id, k) for k in range(self.samples)]
+
+    def __call__(self, item: tuple[str, int]) -> str:
+        return item[0]
+
+
+def sampled_continuations_for(target, prompts: list[Prompt], ids, options, thinking, reporter, *,
+                              universe: list[Prompt] | None = None) -> tuple[dict[tuple[str, int], list[int]], int]:
     """K sampled continuations per prompt ((prompt id, k) -> ids), cached like the greedy ones under a key
-    that adds the sampling settings, the seed and k; and how many were generated."""
+    that adds the sampling settings, the seed and k; and how many were generated. Batched like the greedy
+    ones (`generation_plan` over (prompt, k) of the whole prompt set), each (prompt, k) with its generator."""
     from ..model.sampling import generator_for, sampling_of
 
     sampling = sampling_of(options)
     cache = ContinuationCache(options.cache_dir)
+    texts = {p.id: p.text for p in (universe or [])} | {p.id: p.text for p in prompts}
+
+    def key(item: tuple[str, int]) -> str:
+        return sha256_text("\x1f".join([cache.key(target, texts[item[0]], thinking, options.max_new_tokens),
+                                        json.dumps(sampling.to_dict(), sort_keys=True), str(options.seed),
+                                        str(item[1])]))
+
     found: dict[tuple[str, int], list[int]] = {}
-    todo = []
+    todo = set()
     for prompt in prompts:
         for k in range(options.samples):
-            key = sha256_text("\x1f".join([cache.key(target, prompt.text, thinking, options.max_new_tokens),
-                                           json.dumps(sampling.to_dict(), sort_keys=True), str(options.seed), str(k)]))
-            hit = cache.get(key)
+            hit = cache.get(key((prompt.id, k)))
             if hit is None:
-                todo.append((prompt, k, key))
+                todo.add((prompt.id, k))
             else:
                 found[(prompt.id, k)] = hit
     reporter.phase("sample", len(todo))
-    for prompt, k, key in todo:
-        cont = generate_sampled(target, ids[prompt.id], options.max_new_tokens, sampling,
-                                generator_for(options.seed, prompt.id, k, target.device))
-        cache.put(key, cont)
-        found[(prompt.id, k)] = cont
-        reporter.advance("sample", prompt.id)
+    items = _SampleItems(options.samples)
+    for members, member_ids in _planned_batches(target, prompts, ids, options, thinking, universe, items, todo):
+        generators = [generator_for(options.seed, pid, k, target.device) for pid, k in members]
+        for item, cont in zip(members, generate_sampled_batch(target, member_ids, options.max_new_tokens, sampling,
+                                                              generators)):
+            if item in todo or cache.get(key(item)) is None:
+                cache.put(key(item), cont)
+            if item in todo:
+                found[item] = cont
+                reporter.advance("sample", item[0])
     return found, len(todo)

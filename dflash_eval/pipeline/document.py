@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import metrics as M
 from ..core import results as R
+from ..core.breakdown import breakdown_documents, parse_depth_buckets
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
 
@@ -80,23 +81,81 @@ def self_consistency_of(rows: list[dict[str, Any]]) -> tuple[int, int]:
     return agree, total
 
 
-def drafter_documents(options, entries, rows, fingerprints, block_sizes) -> list[dict[str, Any]]:
+def _pooled(rows: list[dict[str, Any]], block_size: int, counts_of) -> tuple[dict[str, M.AcceptanceCounts], M.AcceptanceCounts]:
+    """Per-prompt counts (a prompt's K samples pooled into one unit: metrics.pool_samples) and their sum."""
+    per_prompt: dict[str, M.AcceptanceCounts] = {}
+    for r in rows:
+        counts = M.AcceptanceCounts.from_dict(counts_of(r))
+        pid = r["prompt_id"]
+        per_prompt[pid] = M.pool_samples(per_prompt[pid], counts) if pid in per_prompt else counts
+    merged = M.AcceptanceCounts(block_size=block_size)
+    for counts in per_prompt.values():
+        merged = merged + counts
+    return per_prompt, merged
+
+
+def draft_length_documents(rows: list[dict[str, Any]], block_size: int, merged: M.AcceptanceCounts,
+                           seed: int, metrics: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """`by_draft_length`: per draft length k the walks' counts (a block of k + 1 slots, replayed or looped
+    on its own) merged over prompts and their metrics; k = B - 1 is the checkpoint's own run."""
+    ks = sorted({int(k) for r in rows for k in (r.get("by_draft_length") or {})})
+    if not ks:
+        return None
+    out = []
+    for k in ks:
+        missing = [r["prompt_id"] for r in rows if str(k) not in (r.get("by_draft_length") or {})]
+        if missing:
+            raise ValueError(f"prompt {missing[0]} has no walk at draft length {k}")
+        _, counts = _pooled(rows, k + 1, lambda r: r["by_draft_length"][str(k)]["counts"])
+        out.append({"k": k, "block_size": k + 1, "metrics": R.metrics_summary(counts, seed=seed),
+                    "counts": counts.to_dict()})
+    out.append({"k": block_size - 1, "block_size": block_size, "checkpoint_block": True,
+                "metrics": metrics, "counts": merged.to_dict()})
+    return out
+
+
+def measured_step_times(rows: list[dict[str, Any]], block_size: int, device: str):
+    """Live mode: the step times its loop measured (batch 1), per draft length, or None without a timed
+    plain decoding step."""
+    from ..core.speedup import measured_step_times as build
+
+    one = [r["one_token_step"] for r in rows if r.get("one_token_step")]
+    if not one:
+        return None
+    per_k: dict[int, list[float]] = {}
+    for r in rows:
+        parts = [(block_size - 1, r)] + [(int(k), e) for k, e in (r.get("by_draft_length") or {}).items()]
+        for k, source in parts:
+            total = per_k.setdefault(k, [0.0, 0.0, 0])
+            total[0] += sum(source.get("verify_seconds", []))
+            total[1] += sum(source.get("draft_seconds", []))
+            total[2] += len(source.get("verify_seconds", []))
+    base = (sum(o["seconds"] for o in one), sum(o["steps"] for o in one))
+    return build({k: tuple(v) for k, v in per_k.items()}, base,
+                 f"measured by --mode live on {device}, batch 1 ({base[1]} plain decoding steps timed)")
+
+
+def speedup_document(by_k: list[dict[str, Any]] | None, metrics: dict[str, Any], block_size: int, times):
+    from ..core.speedup import speedup_table
+
+    taus = ({d["k"]: d["metrics"]["tau_micro"] for d in by_k} if by_k else {block_size - 1: metrics["tau_micro"]})
+    taus = {k: t for k, t in taus.items() if t is not None}
+    return speedup_table(taus, times) if taus else None
+
+
+def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times=None,
+                      device: str = "", breakdown: bool = True) -> list[dict[str, Any]]:
     """Each drafter's run.json object from its rows (sorted in prompt order): counts merged exactly,
-    metrics divided here. `merge` rebuilds shard runs through the same function."""
+    metrics divided here. `merge` rebuilds shard runs through the same function. step_times: drafter
+    name -> speedup.StepTimes for the expected speedup (live mode measures its own when not given)."""
     drafter_objects = []
     for entry in entries:
         mine = [r for r in rows if r["drafter"] == entry.name]
         if any("estimate" in r for r in mine) or (options.temperature > 0 and options.mode == "trajectory"):
             drafter_objects.append(_estimate_object(entry, fingerprints, mine, block_sizes, options))
             continue
-        per_prompt: dict[str, M.AcceptanceCounts] = {}
-        for r in mine:  # the K samples of a prompt (temperature > 0) pool into one unit: metrics.pool_samples
-            counts = M.AcceptanceCounts.from_dict(r["counts"])
-            pid = r["prompt_id"]
-            per_prompt[pid] = M.pool_samples(per_prompt[pid], counts) if pid in per_prompt else counts
-        merged = M.AcceptanceCounts(block_size=block_sizes[entry.name])
-        for counts in per_prompt.values():
-            merged = merged + counts
+        # the K samples of a prompt (temperature > 0) pool into one unit: metrics.pool_samples
+        per_prompt, merged = _pooled(mine, block_sizes[entry.name], lambda r: r["counts"])
         by_set = M.by_prompt_set(per_prompt, {r["prompt_id"]: r["prompt_set"] for r in mine}) if per_prompt else {}
         obj = {
             "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
@@ -111,12 +170,39 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes) -> list
         if options.mode == "live":
             obj["live"] = {"steps": merged.steps, "seconds": sum(sum(r.get("step_seconds", [])) for r in mine),
                            "prefill_seconds": sum(r.get("prefill_seconds", 0.0) for r in mine)}
+        if breakdown:  # by depth, segment, token class (not in run.partial.json: breakdown.py)
+            obj.update(breakdown_documents(mine, block_sizes[entry.name], merged,
+                                           lambda c: R.metrics_summary(c, seed=options.seed),
+                                           parse_depth_buckets(getattr(options, "depth_buckets", None))))
+        by_k = draft_length_documents(mine, block_sizes[entry.name], merged, options.seed, obj["metrics"])
+        if by_k:
+            obj["by_draft_length"] = by_k
+        times = (step_times or {}).get(entry.name) or (
+            measured_step_times(mine, block_sizes[entry.name], device) if options.mode == "live" else None)
+        if times is not None and merged.steps:
+            obj["speedup"] = speedup_document(by_k, obj["metrics"], block_sizes[entry.name], times)
         drafter_objects.append(obj)
     return drafter_objects
 
 
+def batching_provenance(options, drafters: dict) -> dict[str, Any]:
+    """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
+    the whole prompt set: a shard, rank, resume or --limit generates each prompt with the same companions)
+    and the anchors per drafter forward (from the shapes, never the free memory). The bf16 invariance
+    measured on the test targets is in the README ("bf16 and batching")."""
+    from ..model.engine import MAX_ANCHOR_BATCH
+
+    anchors = {name: options.anchor_batch or min(MAX_ANCHOR_BATCH, -(-4 * d.spec.hidden_size // d.spec.block_size))
+               for name, d in drafters.items()}
+    return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
+            "generation_plan": "whole prompt set, sorted by length",
+            "anchor_batch": anchors, "anchor_batch_rule": "given" if options.anchor_batch else
+            "ceil(4 x hidden / B), at most 4 GiB of one chunk's logits and scores"}
+
+
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
-              block_sizes, generated_count: int, evaluated_count: int) -> dict[str, Any]:
+              block_sizes, generated_count: int, evaluated_count: int, step_times=None,
+              content: dict[str, Any] | None = None, breakdown: bool = True) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -129,7 +215,8 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     for p in prompts:
         sets[p.set] = sets.get(p.set, 0) + 1
     agree, total = self_consistency_of(rows)
-    drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes)
+    drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times,
+                                        device=str(target.device), breakdown=breakdown)
     text = target.model.config.get_text_config()
     return {
         "schema_version": R.SCHEMA_VERSION,
@@ -140,6 +227,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
                        "model_type": getattr(text, "model_type", None), "num_layers": target.info.num_layers,
                        "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
+            "inputs": content,  # sha256 of each input file set the numbers depend on (formats.files.target_content)
             "tokenizer_hash": tokenizer_hash(target.tokenizer),
             "chat_template_hash": chat_template_hash(target.tokenizer),
             "enable_thinking": thinking,
@@ -149,7 +237,11 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                           "generator": "torch.Generator per (seed, prompt id, sample), shared by the drafters"}
                          if options.temperature > 0 else None),
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
+            "numerics": batching_provenance(options, drafters),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
+            "draft_lengths": options.draft_lengths,
+            # SGLang's --speculative-dflash-draft-window-size: the last W context rows (masks.block_masks)
+            "draft_window": getattr(options, "draft_window", None),
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
             # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such
@@ -157,7 +249,10 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "self_consistency": {"agree": agree, "total": total},
             # with --responses the same count measures how far the external continuations are greedy
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
-            "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets},
+            "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
+                        **({"context_tokens": getattr(options, "context_tokens", None) or 8192,
+                            "max_context": getattr(options, "max_context", "refuse")}
+                           if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},
             "warnings": warnings,
             # work done by this invocation (a resumed run counts only what it did itself)
             "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,

@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.checkpoints import checked_spec, read_spec
-from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached
+from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, target_content
+from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
+from .long_prompts import run_prompts
 from ..core.errors import InputError
+from ..core import breakdown
 from ..core.options import RunOptions
 from ..core.spec import DrafterSpec
 
@@ -45,7 +48,7 @@ def split_name(value: str) -> tuple[str, str | None]:
 
 def thinking_default(model_type: str) -> bool:
     # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
-    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_next")
+    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
@@ -127,7 +130,7 @@ def _repo_id_of(path: Path) -> str:
 
 def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, list[str]]:
     """Drafter folders, names and the target folder (given, or recorded by the drafters)."""
-    from ..formats.references import resolve_recorded_verifier, resolve_zlab_reference
+    from ..formats.references import resolve_recorded_verifier, resolve_zlab_reference, verifier_warning
 
     warnings: list[str] = []
     entries: list[DrafterEntry] = []
@@ -140,15 +143,12 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
             explicit.add(len(entries))
         entries.append(DrafterEntry(name or path.name, path, spec))
     _unique_names(entries, explicit)  # before anything else can fail: a name clash is the user's first fix
-    recorded = {}
-    for entry in entries:
-        if entry.spec.verifier:
-            recorded[entry.name] = resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
-    if options.target is not None:
+    recorded = {entry.name: resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
+                for entry in entries if entry.spec.verifier and options.target is None}
+    if options.target is not None:  # an explicit --target wins; a recorded verifier only earns a warning
         target_path = resolve_local_or_cached(options.target).resolve()
-        for name, verifier in recorded.items():
-            if verifier != target_path:
-                warnings.append(f"drafter {name} records verifier {verifier}, but --target is {target_path}")
+        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path)
+                                    for e in entries if e.spec.verifier) if w)
     elif recorded:
         distinct = set(recorded.values())
         if len(distinct) > 1:
@@ -176,9 +176,11 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
     Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
     file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
     are not integers inside the target's vocabulary."""
+    from ..core.errors import loads
+
     out: dict[str, list[int]] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:  # a BOM is allowed (as for prompts); lines end at "\n" only, so U+2028 inside a string is text
+        lines = [line.rstrip("\r") for line in Path(path).read_text(encoding="utf-8-sig").split("\n")]
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text") from None
     except OSError as exc:
@@ -188,9 +190,9 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise InputError(path, f"line {number}: not JSON; {expected}") from None
+            row = loads(line)
+        except ValueError as exc:
+            raise InputError(path, f"line {number}: not JSON ({exc}); {expected}") from None
         if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
             raise InputError(path, f"line {number}: {expected} (id a string)")
         key = str(row["id"])
@@ -244,6 +246,8 @@ class Inputs:
     _ids: dict[str, list[int]] | None = field(default=None, repr=False)
     all_prompts: list[Prompt] | None = None  # with --shard: every prompt of the run, of which `prompts` is a shard
     resolved: Resolved | None = None  # the parsed options (device, dtype, shard, placement)
+    # content fingerprints of every file a result depends on besides the drafters (`content_fingerprints`)
+    content: dict[str, str | None] = field(default_factory=dict)
 
     def prompt_ids(self) -> dict[str, list[int]]:
         """Every prompt through the target's chat template: tokenized once, the ids the length check saw."""
@@ -260,8 +264,9 @@ class Inputs:
             "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
             "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
             "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
-            "tap_chunk": options.tap_chunk,
+            "tap_chunk": options.tap_chunk, **({"draft_window": options.draft_window} if options.draft_window else {}),
             "semantics": {e.name: e.spec.semantics for e in self.entries},
+            **self.content,  # target weights/config, tokenizer, chat template, responses: by content
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
                if options.temperature > 0 else {}),
             # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
@@ -269,6 +274,24 @@ class Inputs:
                           "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
                if options.shard else {}),
         }
+
+
+MIN_TEMPERATURE = 1e-30  # float32 logits / temperature stay finite for |logit| < 3e8 (1e-45: inf, then NaN)
+
+
+def check_sampling_numbers(options: RunOptions) -> None:
+    """--temperature / --top-p finite and in range: NaN compares false everywhere (it ran greedy and wrote NaN
+    into run.json), inf flattens every distribution, a denormal temperature overflows the logits."""
+    import math
+
+    t = options.temperature
+    if not math.isfinite(t):
+        raise InputError(None, f"--temperature must be a finite number (got {t})")
+    if 0 < t < MIN_TEMPERATURE:
+        raise InputError(None, f"--temperature {t:g} is below {MIN_TEMPERATURE:g}, where logits / temperature "
+                               "overflow; use --temperature 0 for greedy decoding")
+    if not math.isfinite(options.top_p):
+        raise InputError(None, f"--top-p must be a finite number in (0, 1] (got {options.top_p})")
 
 
 def check_options(options: RunOptions) -> Resolved:
@@ -285,7 +308,12 @@ def check_options(options: RunOptions) -> Resolved:
         raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
     from ..model.sampling import sampling_of
 
+    check_sampling_numbers(options)
     sampling_of(options).check()
+    if options.cache_dir is not None:
+        from ..core.paths import writable_dir
+
+        writable_dir(Path(options.cache_dir), "--cache-dir")
     shard = parse_shard(options.shard) if options.shard is not None else None
     if options.device_map is not None and options.device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
         raise InputError(None, f"unknown --device-map {options.device_map!r} (auto, balanced, balanced_low_0 or sequential)")
@@ -302,48 +330,50 @@ def check_options(options: RunOptions) -> Resolved:
         raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
+    breakdown.check_options(options)  # --depth-buckets, --draft-window
     return Resolved(str(device), str(dtype).removeprefix("torch."), shard, options.device_map, max_memory)
 
 
 def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, info) -> Inputs:
     """`base` (target, prompts, tokenizer, thinking) with one more checkpoint as its only drafter: what
     `run --drafter PATH` resolves for it, validated the same way (the tracker's view of each checkpoint)."""
-    from ..formats.references import resolve_recorded_verifier
-
     spec, _, _ = read_spec(path)
     entry = DrafterEntry(name, path, spec)
     entry.spec, _ = checked_spec(path, info)
     apply_semantics_overrides([entry], options.semantics)
+    from ..formats.references import verifier_warning
+
     warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
     if spec.verifier:
-        verifier = resolve_recorded_verifier(path, spec.verifier).resolve()
-        if verifier != base.target_path:
-            warnings.append(f"drafter {name} records verifier {verifier}, but --target is {base.target_path}")
+        warning = verifier_warning(path, spec.verifier, name, base.target_path)
+        if warning:
+            warnings.append(warning)
     warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
     return Inputs([entry], base.target_path, base.model_type, base.prompts, base.thinking, base.tokenizer,
-                  base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids, resolved=base.resolved)
+                  base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids, resolved=base.resolved,
+                  content=base.content)
 
 
 def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     """Resolve and validate everything; nothing is written and no model is loaded."""
-    from .prompts import load_prompts
     from ..model.target import check_prompt_lengths, load_tokenizer, target_info
 
     resolved = check_options(options)
     entries, target_path, warnings = resolve_drafters(options)
     if one_drafter and len(entries) != 1 + bool(options.reference):
         raise InputError(None, "doctor examines one drafter at a time")
+    check_target_files(target_path)
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
     apply_semantics_overrides(entries, options.semantics)
     if options.draft_policy == "both":
         entries = split_draft_policies(entries)
-    prompts = load_prompts(options.prompts, options.limit, options.prompt_seed)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
     thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)
     warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
+    prompts = run_prompts(options, tokenizer, thinking, target_path, warnings)  # repo:, stdlib: long_prompts.py
     inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings, resolved=resolved)
     check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
     if resolved.shard:
@@ -358,4 +388,5 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
             raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
                                                 f"{len(prompts)} prompts have none)")
     inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
+    inputs.content = target_content(target_path, options.responses, tokenizer.chat_template, options.cache_dir)
     return inputs

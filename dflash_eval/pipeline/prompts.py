@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.errors import loads as json_loads
 
 @dataclass(frozen=True)
 class Prompt:
@@ -173,9 +174,9 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(origin, f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            row = json_loads(line)
+        except ValueError as exc:
+            raise InputError(origin, f"line {number}: not valid JSON ({exc})") from None
         try:
             prompt = _row_prompt(row, default_set)
         except ValueError as exc:
@@ -195,8 +196,8 @@ def read_prompts_file(path: str | Path) -> list[Prompt]:
     try:
         content = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise InputError(path, "cannot read prompts: no such file (prompt sources: " + ", ".join(PROMPT_SETS)
-                         + ", a FILE.jsonl or dir:PATH)") from None
+        raise InputError(path, "cannot read prompts: no such file (" + _did_you_mean(str(path)) + "prompt sources: "
+                         + ", ".join(PROMPT_SETS) + ", a FILE.jsonl or dir:PATH)") from None
     except IsADirectoryError:
         raise InputError(path, f"is a directory; for code-completion prompts from its files use dir:{path}") from None
     except OSError as exc:
@@ -222,8 +223,16 @@ def prompt_set(name: str) -> list[Prompt]:
     if name == "demo":
         return demo_prompts()
     if name not in PROMPT_SETS:
-        raise InputError(name, "unknown prompt set (known: " + ", ".join(PROMPT_SETS) + ")")
+        raise InputError(name, "unknown prompt set (" + _did_you_mean(name) + "known: " + ", ".join(PROMPT_SETS) + ")")
     return list(_packaged_set(name))
+
+
+def _did_you_mean(source: str) -> str:
+    """'did you mean humaneval? ' when `source` is a near miss of a set name (case or a typo), else ''."""
+    import difflib
+
+    close = difflib.get_close_matches(source.lower(), list(PROMPT_SETS), n=1, cutoff=0.7)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 # --- dir:PATH ------------------------------------------------------------------------------------------

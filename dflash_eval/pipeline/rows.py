@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import metrics as M
+from ..core.breakdown import slot_bits
 from .prompts import Prompt
 
 
@@ -41,19 +42,46 @@ def trajectory_row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: 
         "continuation_len": len(cont), "continuation_ids": cont, "walk_anchors": result.walk_anchors,
         "walk_accept_lengths": result.walk_accept_lengths, "walk_drafted": result.walk_drafted,
         "walk_drafts": [result.drafts[index[a]] for a in result.walk_anchors],
-        "anchor_accepted": result.accepted, "self_consistency": list(agree),
+        "anchor_accepted": result.accepted, "anchor_slot_correct": slot_bits(result.slot_correct),
+        "self_consistency": list(agree),
         "counts": row_counts(prompt.id, B, walk_n, result.walk_drafted, result.slot_correct).to_dict(),
     }
 
 
+def draft_length_entry(prompt_id: str, name: str, k: int, result, continuation_len: int,
+                       live: bool = False) -> dict[str, Any]:
+    """A row's walk at draft length k (a block of k + 1 slots), with its counts: `by_draft_length[k]`."""
+    check_committed(prompt_id, f"{name} at k = {k}", result.walk_accept_lengths, continuation_len)
+    walk_n = [n - 1 for n in result.walk_accept_lengths]
+    entry = {"walk_anchors": result.walk_anchors, "walk_accept_lengths": result.walk_accept_lengths,
+             "walk_drafted": result.walk_drafted}
+    if live:
+        entry.update(step_seconds=result.step_seconds, draft_seconds=result.draft_seconds,
+                     verify_seconds=result.verify_seconds)
+    else:
+        entry["anchor_accepted"] = result.accepted
+    entry["counts"] = row_counts(prompt_id, k + 1, walk_n, result.walk_drafted,
+                                 None if live else result.slot_correct).to_dict()
+    return entry
+
+
 def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list[dict[str, Any]]:
-    """Every drafter scored on one trajectory (the replay), one row each: run's and track's inner loop."""
-    from .scoring import score_on_trajectory
+    """Every drafter scored on one trajectory (the replay), one row each: run's and track's inner loop;
+    with --draft-lengths each row also holds the replays at the shorter draft lengths (same taps)."""
+    from .scoring import score_at_draft_lengths, score_on_trajectory
 
     agree = trajectory.self_consistency()
     cont = trajectory.continuation
-    return [trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, options),
-                           trajectory.prompt_len, cont, agree) for name, d in drafters.items()]
+    rows = []
+    for name, d in drafters.items():
+        row = trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, options),
+                             trajectory.prompt_len, cont, agree)
+        by_k = score_at_draft_lengths(d, trajectory, options)
+        if by_k:
+            row["by_draft_length"] = {str(k): draft_length_entry(prompt.id, name, k, result, len(cont))
+                                      for k, result in by_k.items()}
+        rows.append(row)
+    return rows
 
 
 def estimate_rows(prompt: Prompt, drafters: dict, trajectory, target, options_of) -> list[dict[str, Any]]:
@@ -94,23 +122,40 @@ def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, agree, sample:
         "walk_anchors": live.walk_anchors,
         "walk_accept_lengths": live.walk_accept_lengths, "walk_drafted": live.walk_drafted,
         "walk_drafts": live.walk_drafts, "step_seconds": live.step_seconds, "prefill_seconds": live.prefill_seconds,
+        "draft_seconds": live.draft_seconds, "verify_seconds": live.verify_seconds,
         **({"live_agrees_with_greedy": list(agree)} if agree is not None else {}),
         "counts": row_counts(prompt.id, B, walk_n, live.walk_drafted, None).to_dict(),
     }
 
 
-def add_repetition(row: dict[str, Any]) -> None:
-    """Repetition flags per walk step (reasons, empty when clean) and the row's repetition counts."""
+def add_live_draft_lengths(row: dict[str, Any], target, drafter, prompt_ids: list[int], options, prompt_id: str,
+                           sample: int) -> None:
+    """Live mode with --draft-lengths: the loop run again at each shorter k (a block of k + 1 slots), on the
+    same random stream (prompt, sample) at temperature > 0; each walk and its timings into the row."""
+    from .scoring import at_draft_length, draft_lengths_of, score_live
+
+    entries = {}
+    for k in draft_lengths_of(drafter, options):
+        live = score_live(target, at_draft_length(drafter, k), prompt_ids, options, prompt_id, sample)
+        entries[str(k)] = draft_length_entry(prompt_id, row["drafter"], k, live, len(live.continuation), live=True)
+    if entries:
+        row["by_draft_length"] = entries
+
+
+def add_repetition(row: dict[str, Any], decode=None) -> None:
+    """Repetition flags per walk step (reasons, empty when clean; quoting decoded text when `decode` is
+    given) and the row's repetition counts."""
     from ..core import repetition
 
     p, cont = row["prompt_len"], row["continuation_ids"]
     blocks = row["walk_drafts"]
     references = [cont[a - p + 1: a - p + 1 + len(b)] for a, b in zip(row["walk_anchors"], blocks)]
     accepted = [min(n - 1, len(b)) for n, b in zip(row["walk_accept_lengths"], blocks)]
-    flags, prev, prev_ref = [], None, None
+    flags, prev, prev_ref, prev_pieces = [], None, None, None
     for block, ref in zip(blocks, references):
-        flags.append(repetition.flag_block(block, ref, prev, prev_ref))
-        prev, prev_ref = block, ref
+        pieces = decode(block) if decode is not None else None
+        flags.append(repetition.flag_block(block, ref, prev, prev_ref, pieces=pieces, prev_pieces=prev_pieces))
+        prev, prev_ref, prev_pieces = block, ref, pieces
     row["walk_flags"] = [list(f.reasons) for f in flags]
     row["repetition"] = (repetition.count_walk(row["prompt_id"], blocks, references, accepted, flags=flags).to_dict()
                          if blocks and all(blocks) else None)
@@ -136,7 +181,7 @@ def finish_rows(rows: list[dict[str, Any]], decode) -> list[dict[str, Any]]:
         if "walk_drafts" not in row:  # an estimate row (temperature > 0, offline): no walk to judge
             row["continuation_pieces"] = decode(row["continuation_ids"])
             continue
-        add_repetition(row)
+        add_repetition(row, decode)
         row["continuation_pieces"] = decode(row["continuation_ids"])
         row["walk_draft_pieces"] = [decode(d) for d in row["walk_drafts"]]
     return rows

@@ -3,14 +3,16 @@ message that names what differs. Stages never touch the folder's files directly.
 
 Layout (results.py documents each file): `run_state.json` (settings, their digest, complete flag),
 `samples.jsonl` (rows, appended per prompt), `run.partial.json` while unfinished, then `run.json` and
-`per_position.csv`.
+`per_position.csv`; `written.json` lists every file dflash-eval wrote there (so `--overwrite` removes those
+and nothing else) and `run.lock` is the lock one writer holds while it works (filelock: a second process
+writing into the same folder is refused, never interleaved).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,26 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 
 def _describe(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
+    """A setting's value as a person reads it: a digest by its first 8 hex digits, text bare, short."""
+    if isinstance(value, str) and len(value) >= 32 and all(c in "0123456789abcdef" for c in value):
+        return value[:8]
+    text = value if isinstance(value, str) else "none" if value is None else json.dumps(value, sort_keys=True)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dict_differences(key: str, a: dict, b: dict) -> list[str]:
+    """Per entry of a setting that is a mapping (drafter name -> fingerprint, name -> attention rules)."""
+    label = "drafter" if key == "drafters" else key
+    out = []
+    for name in sorted(set(a) | set(b), key=str):
+        if name not in a:
+            out.append(f"{label} {name}: added")
+        elif name not in b:
+            out.append(f"{label} {name}: removed")
+        elif a[name] != b[name]:
+            what = "other checkpoint files, fingerprint " if key == "drafters" else ""
+            out.append(f"{label} {name}: {what}{_describe(a[name])} -> {_describe(b[name])}")
+    return out
 
 
 def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -39,72 +59,223 @@ def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             where = (f"first difference at #{first} ({_describe(a[first][0]) if first < len(a) else 'none'} vs "
                      f"{_describe(b[first][0]) if first < len(b) else 'none'})")
             out.append(f"prompts: {len(a)} -> {len(b)} prompts, {where}")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            out.extend(_dict_differences(key, a, b))
         else:
             out.append(f"{key}: {_describe(a)} -> {_describe(b)}")
     return out
 
 
+WRITTEN = "written.json"  # the files dflash-eval wrote into a folder: what --overwrite may remove
+LOCK = "run.lock"
+# what older versions wrote, before written.json existed (removed by --overwrite there, and nothing else)
+KNOWN_FILES = (R.STATE, R.SAMPLES, R.PARTIAL_JSON, R.RUN_JSON, R.PER_POSITION, "report.html", "doctor.json",
+               WRITTEN, LOCK, "track_state.json", "track.jsonl", "track_log.jsonl", "track.csv", "track.html",
+               "track.lock")
+
+
+def record_written(folder: Path, *names: str) -> None:
+    """Add files (names relative to `folder`) to its written.json: the record `--overwrite` goes by."""
+    folder = Path(folder)
+    listed = set(written_files(folder) or ())
+    if set(names) <= listed:
+        return
+    R.atomic_write(folder / WRITTEN, json.dumps(sorted(listed | set(names) | {WRITTEN}), indent=0) + "\n")
+
+
+def written_files(folder: Path) -> list[str] | None:
+    """written.json's list, or None for a folder of an older version that has none."""
+    path = Path(folder) / WRITTEN
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InputError(path, "is not the list of files dflash-eval wrote (damaged or edited); remove the folder "
+                               "by hand or choose another --out") from None
+    if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
+        raise InputError(path, "is not a list of file names (damaged or edited)")
+    return data
+
+
+def remove_written(folder: Path, keep: tuple[str, ...] = ()) -> None:
+    """--overwrite: delete the files dflash-eval wrote into `folder` (written.json, or the names older
+    versions wrote), recursing into the run folders a track keeps under runs/; everything else stays."""
+    folder = Path(folder).resolve()
+    names = written_files(folder)
+    for name in sorted(KNOWN_FILES if names is None else names, reverse=True):  # deepest first
+        if name in keep:  # the lock this process holds: deleting it would let a second writer in
+            continue
+        path = (folder / name).resolve()
+        if folder not in path.parents:  # a record never reaches outside its folder
+            continue
+        if path.is_dir() and not path.is_symlink():
+            remove_written(path)
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when nothing foreign is left in it
+        elif path.is_file() or path.is_symlink():
+            path.unlink()
+
+
+class FolderLock:
+    """An exclusive, non-blocking lock on a result folder (the `filelock` package: an OS lock on LOCK, released
+    when the process ends however it ends). A second writer is refused by name, never interleaved."""
+
+    def __init__(self, folder: Path, name: str = LOCK):
+        from filelock import FileLock
+
+        self.folder = Path(folder)
+        self.name = name
+        self._lock = FileLock(str(self.folder / name), timeout=0)
+
+    def acquire(self) -> None:
+        from filelock import Timeout
+
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise InputError(self.folder, f"is in use: another dflash-eval process is writing into it (it holds "
+                                          f"{self.name}); wait for it to finish, or choose another --out") from None
+        except OSError as exc:
+            raise InputError(self.folder / self.name, f"cannot lock: {exc.strerror or exc}") from None
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            self._lock.release(force=True)
+
+
 class RunFolder:
-    """`--out`: created fresh, or resumed when it holds an unfinished run with the same settings."""
+    """`--out`: created fresh, or resumed when it holds an unfinished run with the same settings. Opened, it
+    holds the folder's lock until `finish` or `close`."""
 
     def __init__(self, path: Path, settings: dict[str, Any]):
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
+        self.lock = FolderLock(self.path)
 
-    def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
-        """Create, resume or refuse (naming each setting that differs); the rows already written.
-        `overwrite` replaces a folder that dflash-eval wrote, never a foreign one."""
+    def check(self, overwrite: bool = False) -> None:
+        """What `open` would refuse, found without writing anything or taking the lock (a foreign folder, a
+        run with other settings): called before the models load, so a refusal comes at once."""
         from ..core.paths import writable_dir
 
         writable_dir(self.path, "--out")
         state_path = self.path / R.STATE
-        if state_path.exists() and overwrite:
-            shutil.rmtree(self.path)
-        elif state_path.exists():
-            state = read_json_object(state_path, missing="run state missing")
-            if state.get("settings_hash") != self.digest:
-                differences = settings_differences(state.get("settings") or {}, self.settings)
-                detail = "; ".join(differences) if state.get("settings") else "settings not recorded (older run)"
-                raise InputError(self.path, f"already holds a run with different settings ({detail}); rerun with "
-                                            "the same settings to resume, --overwrite to replace it, or choose "
-                                            "another --out")
-            return R.read_samples(self.path / R.SAMPLES)
-        if self.path.exists() and any(self.path.iterdir()):
+        if state_path.exists():
+            if not overwrite:
+                self._check_settings(read_json_object(state_path, missing="run state missing"))
+        elif self.path.exists() and any(p.name not in (LOCK, WRITTEN) for p in self.path.iterdir()):
             raise InputError(self.path, "exists and is not a dflash-eval run folder (no run_state.json); choose "
                                         "another --out (--overwrite only replaces folders dflash-eval wrote)")
-        self.path.mkdir(parents=True, exist_ok=True)
+
+    def _check_settings(self, state: dict[str, Any]) -> None:
+        if state.get("settings_hash") != self.digest:
+            recorded = state.get("settings") if isinstance(state.get("settings"), dict) else None
+            differences = settings_differences(recorded or {}, self.settings)
+            detail = "; ".join(differences) if recorded else "settings not recorded (older run)"
+            raise InputError(self.path, f"already holds a run with different settings ({detail}); rerun with "
+                                        "the same settings to resume, --overwrite to replace it, or choose "
+                                        "another --out")
+
+    def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
+        """Create, resume or refuse (naming each setting that differs); the rows already written.
+        `overwrite` replaces what dflash-eval wrote into the folder, never a foreign file. Call it once every
+        input is validated: it is the first thing that touches the folder."""
+        from ..core.paths import writable_dir
+
+        writable_dir(self.path, "--out")
+        state_path = self.path / R.STATE
+        if state_path.exists():
+            self.lock.acquire()
+            try:
+                return self._reopen(overwrite)
+            except BaseException:
+                self.lock.release()
+                raise
+        if self.path.exists() and any(p.name not in (LOCK, WRITTEN) for p in self.path.iterdir()):
+            raise InputError(self.path, "exists and is not a dflash-eval run folder (no run_state.json); choose "
+                                        "another --out (--overwrite only replaces folders dflash-eval wrote)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(self.path, f"cannot create the folder: {exc.strerror or exc}") from None
+        self.lock.acquire()
+        if state_path.exists():  # another process created it between our look and our lock: theirs
+            self.lock.release()
+            raise InputError(self.path, "another dflash-eval process has just started a run in this folder; "
+                                        "choose another --out")
+        record_written(self.path, LOCK)
         self._write_state(complete=False)
         return []
+
+    def _reopen(self, overwrite: bool) -> list[dict[str, Any]]:
+        state = read_json_object(self.path / R.STATE, missing="run state missing")
+        if overwrite:
+            remove_written(self.path, keep=(LOCK,))
+            record_written(self.path, LOCK)
+            self._write_state(complete=False)
+            return []
+        self._check_settings(state)
+        rows = R.read_samples(self.path / R.SAMPLES, torn_tail="drop")
+        self._check_rows_belong(rows)
+        return rows
+
+    def _check_rows_belong(self, rows: list[dict[str, Any]]) -> None:
+        """Rows of a resumed run name only this run's prompts and drafters (anything else: edited, or another
+        run's file copied in), refused by name rather than mixed into the results."""
+        prompts = {str(p[0]) for p in self.settings.get("prompts") or []}
+        drafters = set(self.settings.get("drafters") or {})
+        for row in rows:
+            if str(row.get("prompt_id")) not in prompts:
+                raise InputError(self.path / R.SAMPLES, f"holds a row for prompt {row.get('prompt_id')!r}, which "
+                                                        "this run does not have; --overwrite to start again")
+            if drafters and row.get("drafter") not in drafters:
+                raise InputError(self.path / R.SAMPLES, f"holds a row of drafter {row.get('drafter')!r}, which this "
+                                                        "run does not have; --overwrite to start again")
+
+    def close(self) -> None:
+        self.lock.release()
 
     def keep_complete(self, rows: list[dict[str, Any]], expected: set) -> list[dict[str, Any]]:
         """Keep the rows of prompts every drafter finished (a torn prompt is redone); those rows.
         `expected`: the drafter names, or (name, sample) pairs when each prompt is sampled K times."""
         by_prompt: dict[str, set] = {}
         for row in rows:
-            key = row["drafter"] if all(isinstance(e, str) for e in expected) else (row["drafter"], row.get("sample", 0))
+            key = row["drafter"] if all(isinstance(e, str) for e in expected) else (row["drafter"], row.get("sample") or 0)
             by_prompt.setdefault(row["prompt_id"], set()).add(key)
         complete = {pid for pid, names in by_prompt.items() if names == expected}
         kept = [r for r in rows if r["prompt_id"] in complete]
-        R.atomic_write(self.path / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in kept))
+        self.write_rows(kept)
         return kept
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """samples.jsonl with exactly these rows (merge writes the joined shards' rows at once)."""
+        self._write(R.SAMPLES, "".join(json.dumps(r) + "\n" for r in rows))
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One prompt's rows, all drafters at once (resume relies on that)."""
-        with (self.path / R.SAMPLES).open("a") as sink:
-            sink.write("".join(json.dumps(r) + "\n" for r in rows))
-            sink.flush()
+        record_written(self.path, R.SAMPLES)
+        try:
+            with (self.path / R.SAMPLES).open("a", encoding="utf-8") as sink:
+                sink.write("".join(json.dumps(r) + "\n" for r in rows))
+                sink.flush()
+        except OSError as exc:
+            raise InputError(self.path / R.SAMPLES, f"cannot write: {exc.strerror or exc}") from None
 
     def write_partial(self, document: dict[str, Any], done: int, total: int) -> None:
-        R.atomic_write(self.path / R.PARTIAL_JSON,
-                       json.dumps({**document, "incomplete": {"done": done, "total": total}}, indent=1) + "\n")
+        self._write(R.PARTIAL_JSON, json.dumps({**document, "incomplete": {"done": done, "total": total}}, indent=1) + "\n")
 
     def finish(self, document: dict[str, Any]) -> None:
-        R.atomic_write(self.path / R.RUN_JSON, json.dumps(document, indent=1) + "\n")
+        self._write(R.RUN_JSON, json.dumps(document, indent=1) + "\n")
         (self.path / R.PARTIAL_JSON).unlink(missing_ok=True)
-        R.atomic_write(self.path / R.PER_POSITION, R.per_position_csv(document["drafters"]))
+        self._write(R.PER_POSITION, R.per_position_csv(document["drafters"]))
         self._write_state(complete=True)
+        self.close()
+
+    def _write(self, name: str, text: str) -> None:
+        record_written(self.path, name)
+        R.atomic_write(self.path / name, text)
 
     def _write_state(self, complete: bool) -> None:
-        R.atomic_write(self.path / R.STATE, json.dumps({"settings_hash": self.digest, "complete": complete,
-                                                         "settings": self.settings}))
+        self._write(R.STATE, json.dumps({"settings_hash": self.digest, "complete": complete,
+                                         "settings": self.settings}))

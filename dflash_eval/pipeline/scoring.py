@@ -28,10 +28,60 @@ def kernels_context(target, options: RunOptions):
     return torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()
 
 
+def at_draft_length(drafter, k: int):
+    """The same drafter (same weights, shared) drafting a block of k + 1 slots, as a server with
+    num_speculative_tokens = k runs it: the engine and the live loop read the block size from the spec.
+    k = B - 1 is the drafter itself."""
+    import copy
+    import dataclasses
+
+    if k + 1 == drafter.spec.block_size:
+        return drafter
+    view = copy.copy(drafter)  # shallow: parameters, buffers and the target's tables are shared, not copied
+    object.__setattr__(view, "spec", dataclasses.replace(drafter.spec, block_size=k + 1))
+    return view
+
+
+def windowed(drafter, options: RunOptions):
+    """The drafter as served with --draft-window W (masks.block_masks: only the last W context rows before
+    each anchor, on every layer); itself without the option. A shallow view, as `at_draft_length`."""
+    import copy
+
+    window = getattr(options, "draft_window", None)
+    if window is None:
+        return drafter
+    view = copy.copy(drafter)
+    object.__setattr__(view, "draft_window", int(window))
+    return view
+
+
 def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) -> DrafterOnPrompt:
+    drafter = windowed(drafter, options)
     return replay(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.prompt_len,
                   options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
                   anchor_batch=options.anchor_batch)
+
+
+def draft_lengths_of(drafter, options: RunOptions) -> tuple[int, ...]:
+    """The shorter draft lengths k < B - 1 this drafter is also replayed at (B - 1 is its own run)."""
+    from ..core.speedup import parse_draft_lengths
+
+    B = drafter.spec.block_size
+    return tuple(k for k in parse_draft_lengths(options.draft_lengths, B) if k < B - 1)
+
+
+def score_at_draft_lengths(drafter, trajectory: Trajectory, options: RunOptions) -> dict[int, DrafterOnPrompt]:
+    """The replay once per draft length k, on the same taps (no further target pass), each with a block of
+    k + 1 slots: drafts of a shorter block are not a prefix of the full block's (bidirectional attention)."""
+    ks = draft_lengths_of(drafter, options)
+    if not ks:
+        return {}
+    drafter = windowed(drafter, options)
+    taps = trajectory.taps(drafter.spec.taps)
+    ctx = drafter.context(taps)
+    return {k: replay(at_draft_length(drafter, k), taps, trajectory.tokens, trajectory.prompt_len,
+                      options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
+                      anchor_batch=options.anchor_batch, ctx=ctx) for k in ks}
 
 
 def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: RunOptions) -> list[list[float]]:
@@ -39,6 +89,7 @@ def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: Run
     from ..model.estimation import anchor_alphas
     from ..model.sampling import sampling_of
 
+    drafter = windowed(drafter, options)
     return anchor_alphas(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.hidden,
                          target.lm_head, trajectory.prompt_len, options.max_new_tokens, sampling_of(options),
                          shorter_final_block=options.final_block == "shorter", anchor_batch=options.anchor_batch)
@@ -56,6 +107,14 @@ def score_live(target, drafter, prompt_ids: list[int], options: RunOptions, prom
         from ..model.sampling import generator_for
 
         generator = generator_for(options.seed, prompt_id, sample, target.device)
-    return live_generate(target, drafter, prompt_ids, options.max_new_tokens,
+    return live_generate(target, windowed(drafter, options), prompt_ids, options.max_new_tokens,
                          shorter_final_block=options.final_block == "shorter", sampling=sampling,
                          generator=generator)
+
+
+def plain_decoding_seconds(target, drafter, prompt_ids: list[int], options: RunOptions) -> dict[str, float]:
+    """t_target(1) measured (speedup.py): the live loop with a block of one slot is plain greedy decoding,
+    one target forward per token; its verify forwards are timed ({seconds summed, steps})."""
+    live = live_generate(target, at_draft_length(drafter, 0), prompt_ids, options.max_new_tokens,
+                         shorter_final_block=options.final_block == "shorter")
+    return {"seconds": sum(live.verify_seconds), "steps": len(live.verify_seconds)}

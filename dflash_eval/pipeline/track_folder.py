@@ -10,6 +10,8 @@ Layout (results.py documents each field):
 - `runs/<label>/`: each checkpoint's own run folder, exactly what `dflash-eval run` writes for that
   checkpoint alone, so `report`, `show` and `diff` work on any point of the curve.
 - `track.csv`, `track.html`: rewritten after every batch.
+- `written.json`, `track.lock`: the files dflash-eval wrote (all `--overwrite` removes) and the lock one
+  tracker holds while it runs (a second tracker on the same folder is refused).
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ..core import results as R
 from ..core.errors import InputError, read_json_object
-from .run_folder import settings_differences, settings_hash
+from .run_folder import FolderLock, record_written, remove_written, settings_differences, settings_hash
 
 STATE = "track_state.json"
 ROWS = "track.jsonl"
@@ -31,6 +32,7 @@ LOG = "track_log.jsonl"
 RUNS = "runs"
 CSV = "track.csv"
 HTML = "track.html"
+LOCK = "track.lock"
 
 
 def now() -> str:
@@ -51,53 +53,75 @@ class TrackFolder:
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
+        self.lock = FolderLock(self.path, LOCK)
 
     def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
-        """Create, resume (same settings) or refuse naming what differs; the rows already written."""
+        """Create, resume (same settings) or refuse naming what differs; the rows already written. The folder
+        stays locked until `close` (or the process ends)."""
         from ..core.paths import writable_dir
 
         writable_dir(self.path, "--out")
         state_path = self.path / STATE
-        if state_path.exists() and overwrite:
-            shutil.rmtree(self.path)
-        elif state_path.exists():
-            state = read_json_object(state_path, missing="track state missing")
-            if state.get("settings_hash") != self.digest:
-                detail = "; ".join(settings_differences(state.get("settings") or {}, self.settings))
-                raise InputError(self.path, f"already holds a track with different settings ({detail}); rerun with "
-                                            "the same settings to continue it, --overwrite to replace it, or choose "
-                                            "another --out")
-            return self.rows()
-        if self.path.exists() and any(self.path.iterdir()):
+        if state_path.exists():
+            self.lock.acquire()
+            try:
+                state = read_json_object(state_path, missing="track state missing")
+                if overwrite:
+                    remove_written(self.path, keep=(LOCK,))
+                elif state.get("settings_hash") != self.digest:
+                    recorded = state.get("settings") if isinstance(state.get("settings"), dict) else {}
+                    detail = "; ".join(settings_differences(recorded, self.settings))
+                    raise InputError(self.path, f"already holds a track with different settings ({detail}); rerun "
+                                                "with the same settings to continue it, --overwrite to replace it, "
+                                                "or choose another --out")
+                else:
+                    return self.rows()
+            except BaseException:
+                self.lock.release()
+                raise
+        elif self.path.exists() and any(p.name not in (LOCK, "written.json") for p in self.path.iterdir()):
             raise InputError(self.path, "exists and is not a dflash-eval track folder (no track_state.json); choose "
                                         "another --out (--overwrite only replaces folders dflash-eval wrote)")
+        else:
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(self.path, f"cannot create the folder: {exc.strerror or exc}") from None
+            self.lock.acquire()
         (self.path / RUNS).mkdir(parents=True, exist_ok=True)
+        record_written(self.path, LOCK, RUNS, STATE, CSV, HTML)
         R.atomic_write(state_path, json.dumps({"settings_hash": self.digest, "settings": self.settings}))
         return []
+
+    def close(self) -> None:
+        self.lock.release()
 
     def rows(self) -> list[dict[str, Any]]:
         return read_rows(self.path)
 
     def append(self, row: dict[str, Any]) -> None:
-        with (self.path / ROWS).open("a") as sink:
+        record_written(self.path, ROWS)
+        with (self.path / ROWS).open("a", encoding="utf-8") as sink:
             sink.write(json.dumps(row) + "\n")
             sink.flush()
 
     def log(self, event: str, **fields: Any) -> None:
-        with (self.path / LOG).open("a") as sink:
+        record_written(self.path, LOG)
+        with (self.path / LOG).open("a", encoding="utf-8") as sink:
             sink.write(json.dumps({"time": now(), "event": event, **fields}) + "\n")
 
     def run_dir(self, label: str) -> Path:
+        record_written(self.path, f"{RUNS}/{label}")
         return self.path / RUNS / label
 
 
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """track.jsonl's rows; a torn last line (killed mid-write) is dropped (that checkpoint is redone)."""
-    return R.read_samples(Path(directory) / ROWS)
+    return R.read_samples(Path(directory) / ROWS, torn_tail="drop")
 
 
 def read_log(directory: Path) -> list[dict[str, Any]]:
-    return R.read_samples(Path(directory) / LOG)
+    return R.read_samples(Path(directory) / LOG, torn_tail="drop")
 
 
 def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str, Any], *, step: int | None,

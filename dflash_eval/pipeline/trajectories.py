@@ -6,7 +6,7 @@ later runs the target again (`target.tap_passes` counts the passes, and tests ho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,12 +14,34 @@ import torch
 from .prompts import Prompt
 
 
+class OffloadedLayers(Mapping):
+    """Layer outputs kept in host memory (pinned when CUDA is there), handed out on `device` one at a time.
+
+    doctor holds every prompt's taps of ~18 layers through all its variants: on a 27B target HumanEval at
+    2048 tokens is ~67 GB, twice that with the context variants, which no accelerator holds next to the
+    weights. Stored here, each variant moves only the layers of the trajectory it is scoring."""
+
+    def __init__(self, layers: dict[int, torch.Tensor], device: torch.device):
+        pin = torch.cuda.is_available()
+        self.stored = {t: (x.cpu().pin_memory() if pin else x.cpu()) for t, x in layers.items()}
+        self.device = torch.device(device)
+
+    def __getitem__(self, layer: int) -> torch.Tensor:
+        return self.stored[layer].to(self.device, non_blocking=True)
+
+    def __iter__(self):
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+
 @dataclass
 class Trajectory:
     prompt: Prompt
     prompt_len: int
     tokens: torch.Tensor  # [T] prompt + continuation ids (CPU)
-    layers: dict[int, torch.Tensor]  # target layer t -> [T, H] output of layer t (z-lab numbering)
+    layers: Mapping[int, torch.Tensor]  # target layer t -> [T, H] output of layer t (z-lab numbering)
     greedy: torch.Tensor  # [T] argmax of the same forward: greedy[p] predicts tokens[p + 1]
     hidden: torch.Tensor | None = None  # [T, H] final hidden states, kept for the estimate at temperature > 0
     sample: int | None = None  # k of K sampled continuations (temperature > 0)
@@ -45,13 +67,15 @@ class Trajectory:
 
 def capture_trajectory(target, prompt: Prompt, prompt_ids: list[int], continuation: list[int],
                        layers: Sequence[int], *, sequence_chunk: int | None = None, keep_hidden: bool = False,
-                       sample: int | None = None) -> Trajectory:
-    """The one target pass for `prompt` (and its sampled continuation k at temperature > 0)."""
+                       sample: int | None = None, offload: bool = False) -> Trajectory:
+    """The one target pass for `prompt` (and its sampled continuation k at temperature > 0); with `offload`
+    its layer outputs wait in host memory (`OffloadedLayers`) until they are read."""
     from ..model.target import capture_taps
 
     layers = sorted(set(layers))
     tokens = torch.tensor(prompt_ids + continuation)
     capture = capture_taps(target, tokens, layers, sequence_chunk=sequence_chunk, keep_hidden=keep_hidden)
-    per_layer = capture.taps.split(target.info.hidden_size, dim=-1)
-    return Trajectory(prompt, len(prompt_ids), tokens, dict(zip(layers, per_layer)), capture.greedy,
-                      capture.hidden, sample)
+    per_layer: Mapping[int, torch.Tensor] = dict(zip(layers, capture.taps.split(target.info.hidden_size, dim=-1)))
+    if offload:  # the final hidden states ([T, H], one layer's worth) stay where lm_head reads them
+        per_layer = OffloadedLayers(dict(per_layer), target.device)
+    return Trajectory(prompt, len(prompt_ids), tokens, per_layer, capture.greedy, capture.hidden, sample)

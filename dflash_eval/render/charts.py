@@ -66,11 +66,19 @@ def _figure(width: float, height: float, ncols: int = 1):
 
 
 def _svg(fig, name: str) -> str:
+    import warnings
+
     import matplotlib
 
+    from ..core.safe_text import printable
+
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval", "svg.image_inline": True}):
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval", "svg.image_inline": True}), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         fig.savefig(buf, format="svg", metadata={"Date": None})
+    for warning in caught:  # matplotlib's warnings quote labels (a missing glyph): escaped like all our output
+        warnings.warn(printable(warning.message), type(warning.message), stacklevel=2)
     return _clean_svg(buf.getvalue(), f"{name} chart", f"{_CHART_IDS[name]}-")
 
 
@@ -82,7 +90,11 @@ def _rc():
 
 
 def _label(text: str, limit: int = 40) -> str:
-    """A name as a chart label: short, and never read as matplotlib's hidden-label convention."""
+    """A name as a chart label: short, control characters shown as escapes, and never read as matplotlib's
+    hidden-label convention."""
+    from ..core.safe_text import printable
+
+    text = printable(text)
     text = text if len(text) <= limit else text[:limit - 1] + "…"
     return " " + text if text.startswith("_") else text
 

@@ -43,9 +43,11 @@ from typing import Any
 
 from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
-from .terminal import LEGEND, SAMPLE_LEGEND
+from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
 from .charts import PALETTE, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
 from .html_blocks import _block, _natural, _pair_block, _view_block
+from .draft_lengths import SPEEDUP_NOTE, serving_view
+from .breakdown import breakdown_view
 
 WORST_BLOCKS = 20  # worst blocks shown per drafter
 PROMPT_BLOCKS = 3  # first blocks per drafter in each prompt's collapsed section
@@ -103,12 +105,25 @@ def _csp() -> str:
             "font-src data:; base-uri 'none'; form-action 'none'")
 
 
-def _page(template: str, **context) -> str:
-    return _env().get_template(template).render(csp=_csp(), legend=_legend(), **context)
+ESTIMATE_LEGEND = (
+    ("tau estimate macro / micro", "as tau macro / micro, from the expected steps and committed tokens of each "
+                                   "sampled continuation's walk (see the definition above the table)"),
+    ("E[tau] per anchor", ESTIMATE_PER_ANCHOR),
+    ("alpha i", "acceptance probability of slot i given the earlier slots were accepted: sum over tokens of "
+                "min(p target, q drafter), averaged over every anchor"),
+    ("expected reach", "E[prod alpha_j, j <= i]: the chance a step's accepted prefix reaches slot i"),
+    ("anchors", "positions of the sampled continuations taken as anchors, over all prompts and samples"),
+)
 
 
-def _legend() -> list[tuple[str, str]]:
-    return [*LEGEND, *EXTRA_LEGEND]
+def _page(template: str, legend=None, **context) -> str:
+    return _env().get_template(template).render(csp=_csp(), legend=legend if legend is not None else _legend(),
+                                                **context)
+
+
+def _legend(run: dict | None = None) -> list[tuple[str, str]]:
+    """The run's legend in its own words (the loop its steps come from; n/a cells in live mode)."""
+    return [*legend_for(run), *EXTRA_LEGEND]
 
 
 def _sample_legend() -> str:
@@ -190,8 +205,9 @@ def _provenance(run: dict) -> list[tuple[str, list[tuple[str, str]]]]:
             ("continuations", _fmt_value(prov.get("continuations"))),
             ("dtype, device", f"{prov.get('dtype')}, {prov.get('device')}"),
             ("kernels", _fmt_value(prov.get("kernels")) if prov.get("kernels") else "none (dense target)"),
-            ("self-consistency", _agreement(prov.get("self_consistency"))),
-            ("responses agreement", _agreement(prov.get("responses_agreement"))),
+            # with --responses the count says how greedy the given continuations are: not a sanity check
+            *([("responses vs target argmax", _agreement(prov.get("responses_agreement")))]
+              if prov.get("responses_agreement") else [("self-consistency", _agreement(prov.get("self_consistency")))]),
         ]),
         ("versions", [
             ("dflash-eval", _fmt_value(prov.get("dflash_eval"))), ("git sha", _fmt_value(prov.get("git_sha"))),
@@ -298,7 +314,7 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
               "repetition": _repetition_chart(drafters) if any(d.get("repetition") for d in drafters) else None}
     target_name = (prov.get("target") or {}).get("name") or "?"
     doctor = run.get("doctor")  # added by `dflash-eval doctor --out RUN_DIR`
-    return {"doctor": doctor,
+    return {"doctor": doctor, "walk": walk_words(prov), "live": prov.get("mode") == "live", "legend": _legend(run),
         "title": title or f"dflash-eval report: {target_name}",
         "provenance": _provenance(run), "warnings": prov.get("warnings") or [],
               "incomplete": run.get("incomplete"),
@@ -307,7 +323,8 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
         "charts": charts, "names": names, "prompt_rows": prompt_rows, "repetition": repetition,
         "worst": worst, "prompts": prompts, "sample_legend": _sample_legend(),
         "page_rows": PAGE_ROWS, "page_prompts": PAGE_PROMPTS, "worst_blocks": WORST_BLOCKS,
-        "prompt_blocks": PROMPT_BLOCKS,
+        "prompt_blocks": PROMPT_BLOCKS, "serving": serving_view(run),
+        "serving_note": SPEEDUP_NOTE, "breakdown": breakdown_view(run),  # render/breakdown.py
     }
 
 
@@ -344,7 +361,7 @@ def render_estimate_html(run: dict, *, title: str | None = None) -> str:
     paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
     return _page("estimate.html.j2", title=title or "dflash-eval estimate at temperature > 0", run=run, prov=prov,
                  drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,
-                 sampling=prov.get("sampling") or {}, warnings=prov.get("warnings") or [])
+                 sampling=prov.get("sampling") or {}, warnings=prov.get("warnings") or [], legend=list(ESTIMATE_LEGEND))
 
 
 def render_diff_html(result: dict) -> str:

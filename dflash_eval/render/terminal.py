@@ -16,12 +16,34 @@ def _fmt(value, digits: int = 3) -> str:
 
 
 def sparkline(counts: list[int]) -> str:
+    """One bar per value, scaled to the largest; a small non-zero value still draws the lowest bar (blank is
+    only ever zero)."""
     top = max(counts) if counts else 0
-    return "".join(SPARK[round(8 * c / top)] if top else " " for c in counts)
+    return "".join(SPARK[max(1, round(8 * c / top)) if c > 0 else 0] if top else " " for c in counts)
 
 
-def block_text(block) -> tuple["Text", "Text"]:
-    """Two aligned lines: the draft (accepted green, first rejected red, later dim) and the target."""
+def natural_width(console: Console, table: Table) -> int:
+    """The width `table` takes with no cell wrapped (what it needs to print as designed)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+
+
+def drafter_column(table: Table, names: list[str], header: str = "drafter") -> None:
+    """The drafter column: never narrower than the longest name (up to 40), so no name is cut to `demo-…`;
+    a longer one folds onto a second line rather than losing its end."""
+    table.add_column(header, min_width=min(40, max([len(n) for n in names] + [len(header)])), overflow="fold")
+
+
+def letters(names: list[str]) -> tuple[list[str], str]:
+    """Short column labels A, B, ... for drafters side by side in a narrow table, and the key naming each."""
+    labels = [chr(ord("A") + i) if i < 26 else f"D{i + 1}" for i in range(len(names))]
+    return labels, "drafters: " + ", ".join(f"{label} = {safe(name)}" for label, name in zip(labels, names))
+
+
+def block_text(block, widths: list[int] | None = None) -> tuple["Text", "Text"]:
+    """Two aligned lines: the draft (accepted green, first rejected red, later dim) and the target; `widths`
+    (cells per slot) aligns them with other blocks over the same slots too (diff's A and B)."""
     from rich.text import Text
 
     from ..core.samples import visible
@@ -31,7 +53,7 @@ def block_text(block) -> tuple["Text", "Text"]:
     for i, piece in enumerate(block.draft):
         shown = visible(piece)
         ref = visible(block.target[i]) if i < len(block.target) else ""
-        width = max(len(shown), len(ref))
+        width = max(len(shown), len(ref), widths[i] if widths and i < len(widths) else 0)
         style = ("green" if i < block.accepted else "bold white on red" if i == rejected else "dim")
         draft.append(shown.ljust(width), style=style)
         draft.append("│", style="dim")
@@ -47,13 +69,37 @@ def render_run_summary(console: Console, run: dict) -> None:
              f"{safe(prov['max_new_tokens'])} | thinking {'on' if prov['enable_thinking'] else 'off'}"
              + (" (family default)" if str(prov.get("thinking_source", "")).startswith("family") else "")
              + f" | {safe(prov['mode'])}")
+    for headers in (SUMMARY_HEADERS, SUMMARY_SHORT, SUMMARY_NARROW):  # the explained headers when they fit,
+        table = _summary_table(run, title, headers)  # else short ones (the legend explains each)
+        if natural_width(console, table) <= console.width:
+            break
+    console.print(table)
+    sc = prov["self_consistency"]
+    if prov.get("responses_agreement"):  # --responses: how greedy the given continuations are, not a check
+        ra = prov["responses_agreement"]
+        console.print(f"responses vs the target's greedy choice: {safe(ra['agree'])}/{safe(ra['total'])} tokens of "
+                      f"the given responses equal the target's argmax ({100 * ra['agree'] / max(ra['total'], 1):.2f}%)")
+    elif sc["total"]:
+        console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
+                      f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
+    for warning in prov.get("warnings", []):
+        console.print(f"[yellow]warning:[/] {safe(warning)}")
+
+
+SUMMARY_HEADERS = ("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", "tau micro\n(vLLM: 1 + accepted\n/ steps)",
+                   "steps", "histogram of n\n(0 .. B-1)", "reach r_i, i = 1..B-1\n(share of steps reaching slot i)")
+SUMMARY_SHORT = ("tau macro\n[95% CI]", "tau\nmicro", "steps", "hist n", "reach r_1..r_B-1")
+SUMMARY_NARROW = SUMMARY_SHORT[:4]  # reach per slot is in the per-position table below
+
+
+def _summary_table(run: dict, title: str, headers: tuple[str, ...]) -> Table:
     table = Table(title=title, header_style="bold")
-    table.add_column("drafter")
-    table.add_column("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", justify="right")
-    table.add_column("tau micro\n(vLLM: 1 + accepted\n/ steps)", justify="right")
-    table.add_column("steps", justify="right")
-    table.add_column("histogram of n\n(0 .. B-1)")
-    table.add_column("reach r_i, i = 1..B-1\n(share of steps reaching slot i)")
+    drafter_column(table, [d["name"] for d in run["drafters"]])
+    for header, justify in zip(headers, ("right", "right", "right", "left", "left")):
+        # the explained layout keeps reach on one line; the short one lets it wrap within 20 columns
+        table.add_column(header, justify=justify, max_width=20 if header == SUMMARY_SHORT[4] else None)
+    if len(headers) < 5:
+        table.caption = "reach per slot: the per-position table"
     best = max((d["metrics"]["tau_macro"] or 0) for d in run["drafters"]) if run["drafters"] else 0
     for d in run["drafters"]:
         m = d["metrics"]
@@ -62,15 +108,9 @@ def render_run_summary(console: Console, run: dict) -> None:
                else safe(f"{_fmt(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip()) or "-")
         if m["tau_macro"] is not None and m["tau_macro"] == best and len(run["drafters"]) > 1:
             tau = f"[bold green]{tau}[/]"
-        table.add_row(safe(d["name"]), tau, _fmt(m["tau_micro"], 2), safe(m["steps"]), sparkline(m["histogram"]),
-                      " ".join(_fmt(r, 2) for r in m["reach"]))
-    console.print(table)
-    sc = prov["self_consistency"]
-    if sc["total"]:
-        console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
-                      f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
-    for warning in prov.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {safe(warning)}")
+        table.add_row(*[safe(d["name"]), tau, _fmt(m["tau_micro"], 2), safe(m["steps"]), sparkline(m["histogram"]),
+                        " ".join(_fmt(r, 2) for r in m["reach"])][:1 + len(headers)])
+    return table
 
 
 def render_blocks(console: Console, blocks, *, title: str | None = None) -> None:
@@ -117,43 +157,112 @@ LEGEND = (
 )
 
 
+ESTIMATE_PER_ANCHOR = ("1 + the sum over slots of the expected reach, averaged over every position of the sampled "
+                       "continuations taken as an anchor (not only where a walk would stop): the expected tokens one "
+                       "step commits when it starts at a random position")
+
+
 def render_per_position(console: Console, run: dict) -> None:
-    """Slots as rows, drafters side by side; best value per slot and metric in bold green."""
+    """Slots as rows, drafters side by side; best value per slot and metric in bold green. When the drafters'
+    names do not fit as column headers they become letters with a key above the table; when the counts
+    beside each value do not fit on its line they go under it in every cell (never some cells one way and
+    some the other), and when even that does not fit they are left out (per_position.csv has them)."""
+    names = [d["name"] for d in run["drafters"]]
+    short, key = letters(names)
+    layouts = [(names, " "), (short, " "), (short, "\n"), (short, None)] if len(names) > 1 else \
+              [(names, " "), (names, "\n"), (names, None)]
+    for labels, sep in layouts:
+        table = _per_position_table(run, labels, sep)
+        if natural_width(console, table) <= console.width:
+            break
+    if labels is short and len(names) > 1:
+        console.print(key)
+    console.print(table)
+    if sep is None:
+        console.print("[dim](counts behind each share: widen the terminal, or see per_position.csv)[/]")
+
+
+def _na(run: dict, key: str) -> str:
+    """What an empty cell means: the marginal needs the teacher-forced replay, which the live loop has not."""
+    return "n/a" if key == "marginal" and run["provenance"].get("mode") == "live" else "-"
+
+
+def _per_position_table(run: dict, labels: list[str], sep: str | None) -> Table:
     drafters = run["drafters"]
     width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
     table = Table(title="Per position (slot i = i-th drafted token)", header_style="bold")
     table.add_column("slot", justify="right")
     keys = (("reach", "reach r_i"), ("conditional", "cond c_i"), ("marginal", "marg m_i"))
-    for d in drafters:
-        for _, label in keys:
-            table.add_column(f"{safe(d['name'])}\n{label}", justify="right")
+    for label in labels:
+        for _, metric in keys:
+            table.add_column(f"{safe(label)}\n{metric}", justify="right", no_wrap=sep is not None)
     for i in range(width):
         cells = []
         best = {}
         for key, _ in keys:
-            values = [d["metrics"][key][i] for d in drafters if i < len(d["metrics"][key]) and d["metrics"][key][i] is not None]
+            values = [d["metrics"][key][i] for d in drafters if i < len(d["metrics"][key] or []) and d["metrics"][key][i] is not None]
             best[key] = max(values) if values else None
         for d in drafters:
             for key, _ in keys:
-                series = d["metrics"][key]
+                series = d["metrics"][key] or []
                 value = series[i] if i < len(series) else None
-                text = _fmt(value)
+                text = _fmt(value) if value is not None else _na(run, key)
                 if value is not None and len(drafters) > 1 and value == best[key]:
                     text = f"[bold green]{text}[/]"
                 fractions = (d["metrics"].get("slot_counts") or {}).get(key) or []
-                if value is not None and i < len(fractions):
-                    text += f" [dim]({safe(fractions[i][0])}/{safe(fractions[i][1])})[/]"
+                if value is not None and i < len(fractions) and sep is not None:
+                    text += f"{sep}[dim]({safe(fractions[i][0])}/{safe(fractions[i][1])})[/]"
                 cells.append(text)
         table.add_row(str(i + 1), *cells)
-    console.print(table)
+    return table
 
 
-def render_legend(console: Console) -> None:
+def walk_words(provenance: dict | None) -> str:
+    """What a step is in this run: the greedy walk (replay), the live loop, or the loop with sampling."""
+    prov = provenance or {}
+    temperature = prov.get("temperature") or 0
+    if prov.get("mode") == "live":
+        return (f"the live loop with rejection sampling at temperature {temperature:g}" if temperature > 0
+                else "the live greedy loop")
+    return f"the walk over sampled continuations (temperature {temperature:g})" if temperature > 0 else "the greedy walk"
+
+
+def legend_for(run: dict | None) -> list[tuple[str, str]]:
+    """LEGEND in this run's words: steps of its own loop, the marginal n/a in live mode."""
+    prov = (run or {}).get("provenance") or {}
+    out = []
+    for name, meaning in LEGEND:
+        if name == "steps":
+            meaning = f"speculative-decoding steps of {walk_words(prov)} (one target verify each)"
+        if name == "marg m_i" and prov.get("mode") == "live":
+            meaning += "; n/a in live mode (it needs the teacher-forced replay of every anchor)"
+        out.append((name, meaning))
+    return out
+
+
+def render_legend(console: Console, run: dict | None = None) -> None:
     table = Table(title="Legend", show_header=False, box=None, padding=(0, 1))
     table.add_column(style="bold")
     table.add_column()
-    for name, meaning in LEGEND:
+    for name, meaning in legend_for(run):
         table.add_row(name, meaning)
+    console.print(table)
+
+
+def render_by_prompt_set(console: Console, run: dict) -> None:
+    """tau per drafter and prompt set (run.json's by_prompt_set), as the HTML report shows it."""
+    entries = [(d["name"], s, m) for d in run["drafters"] for s, m in (d.get("by_prompt_set") or {}).items()]
+    if not entries:
+        return
+    table = Table(title="By prompt set", header_style="bold")
+    drafter_column(table, [d["name"] for d in run["drafters"]])
+    for column in ("prompt set", "tau macro [95% CI]", "tau micro", "steps"):
+        table.add_column(column, justify="left" if column == "prompt set" else "right")
+    for name, prompt_set, m in entries:
+        ci = m.get("tau_macro_ci")
+        tau = _fmt(m.get("tau_macro"), 2) or "-"
+        tau += f" [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci else (f" {safe(m['tau_macro_ci_note'])}" if m.get("tau_macro_ci_note") else "")
+        table.add_row(safe(name), safe(prompt_set), tau, _fmt(m.get("tau_micro"), 2) or "-", safe(m.get("steps", "-")))
     console.print(table)
 
 
@@ -165,14 +274,21 @@ def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_
         render_estimate_report(console, run)
         return
     render_run_summary(console, run)
+    render_by_prompt_set(console, run)
     render_per_position(console, run)
+    from .draft_lengths import render_draft_lengths
+
+    render_draft_lengths(console, run)  # --draft-lengths and the expected speedup, when the run has them
+    from .breakdown import render_breakdown
+
+    render_breakdown(console, run)  # where acceptance is lost: by depth, segment, token class
     if any("repetition" in d for d in run["drafters"]):
         render_repetition(console, run)
     for d in run["drafters"]:
         blocks = select_blocks(rows, drafter=d["name"], worst=samples_per_drafter)
         render_blocks(console, blocks, title=f"Worst blocks of {d['name']} (shortest accepted prefix)")
     console.print(SAMPLE_LEGEND)
-    render_legend(console)
+    render_legend(console, run)
 
 
 def render_estimate_report(console: Console, run: dict) -> None:
@@ -199,91 +315,51 @@ def render_estimate_report(console: Console, run: dict) -> None:
     console.print(table)
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
+        console.print(f"E\\[tau] per anchor: {ESTIMATE_PER_ANCHOR}")
     from ..formats.references import published_comparison
 
     for line in published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in run["drafters"]]):
         console.print(safe(line))
 
 
+REPETITION_HEADERS = ("flagged blocks", "by detector", "flagged share by slot", "mean n inside /\noutside flagged",
+                      "flagged\nprompts", "tau macro without\nflagged prompts")
+REPETITION_SHORT = ("flagged\nblocks", "by\ndetector", "by\nslot", "mean n\nin / out", "flagged\nprompts",
+                    "tau w/o\nflagged")
+
+
 def render_repetition(console: Console, run: dict) -> None:
-    """Degenerate drafts: how often, where in the block, and what they cost."""
-    table = Table(title="Repetition (each block judged against the target's own tokens at those slots)",
-                  header_style="bold")
-    table.add_column("drafter")
-    table.add_column("flagged blocks", justify="right")
-    table.add_column("by detector")
-    table.add_column("flagged share by slot")
-    table.add_column("mean n inside /\noutside flagged", justify="right")
-    table.add_column("flagged\nprompts", justify="right")
-    table.add_column("tau macro without\nflagged prompts", justify="right")
-    for d in run["drafters"]:
-        rep = d.get("repetition")
-        if not rep:
-            table.add_row(safe(d["name"]), "-", "", "", "", "", "")
+    """Degenerate drafts: how often, where in the block, and what they cost. A table when it fits (explained
+    headers, else short ones), else one line per drafter: no name or number is ever cut."""
+    title = "Repetition (each block judged against the target's own tokens at those slots)"
+    rows = [(d["name"], _repetition_cells(d.get("repetition"))) for d in run["drafters"]]
+    for headers in (REPETITION_HEADERS, REPETITION_SHORT):
+        table = Table(title=title, header_style="bold")
+        drafter_column(table, [name for name, _ in rows])
+        for header in headers:
+            table.add_column(header, justify="left" if "detector" in header or "slot" in header else "right")
+        for name, cells in rows:
+            table.add_row(safe(name), *cells)
+        if natural_width(console, table) <= console.width:
+            console.print(table)
+            return
+    console.print(f"[bold]{title}[/]")
+    for name, cells in rows:
+        if cells[0] == "-":
+            console.print(f"{safe(name)}: not recorded")
             continue
-        share = rep["flagged_share"] or 0.0
-        style = "bold red" if share >= 0.25 else "yellow" if share >= 0.05 else ""
-        detectors = safe(", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none")
-        blocks = safe(f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)")
-        table.add_row(safe(d["name"]), f"[{style}]{blocks}[/]" if style else blocks, detectors,
-                      sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
-                      f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
-                      safe(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-")
-    console.print(table)
+        console.print(f"{safe(name)}: {cells[0]} blocks flagged ({cells[1]}); by slot {cells[2]}; mean n {cells[3]} "
+                      f"inside / outside flagged; {cells[4]} flagged prompts; tau macro without them {cells[5]}")
 
 
-def render_doctor(console: Console, result: dict) -> None:
-    table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
-                        "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
-    for column in ("variant", "tau macro", "delta [95% CI]", "p", "drafts unchanged"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for row in result["variants"]:
-        d = row.get("delta")
-        if d is None:
-            table.add_row(f"[bold]{row['variant']}[/]", _fmt(row["tau_macro"], 2), "", "", "")
-            continue
-        style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
-        delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-        table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
-                      f"{d['p_value']:.3g}", f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else "")
-    console.print(table)
-    mask = result["mask_row"]
-    console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
-    kernels = result["kernels"]
-    if kernels["compared"]:
-        worst = max(kernels["per_layer"].items(), key=lambda kv: kv[1]["max_rel"])
-        console.print(f"fla vs torch fallback: greedy agreement {100 * kernels['greedy_agreement']:.2f}%, largest tap "
-                      f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
-    else:
-        console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
-    for context in result.get("context_variants") or []:
-        d = context["delta"]
-        console.print(f"context variant {safe(context['variant'])} (new continuations, {context['target_passes']} more "
-                      f"target passes): tau {_fmt(context['tau_macro'], 2)}, delta {d['estimate']:+.2f} "
-                      f"[{d['low']:.2f}, {d['high']:.2f}], p = {d['p_value']:.3g}")
-    for name, table_check in (result.get("tables") or {}).items():
-        if table_check.get("compared"):
-            mark = "[green]ok[/]" if table_check.get("equal") else "[bold red]DIFFERS[/]"
-            console.print(f"checkpoint's {name} copy vs the target's: {mark} ({safe(table_check['detail'])})")
-    lens = result.get("logit_lens")
-    if lens:
-        console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
-            f"layer {safe(k)} {100 * v:.1f}%" for k, v in lens["agreement"].items()))
-    console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
-    gap = result.get("gap")
-    if gap:
-        g = gap["gap"]
-        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {_fmt(gap['reference_tau_macro'], 2)}): "
-                            f"{g['estimate']:+.2f} [{g['low']:.2f}, {g['high']:.2f}], p = {g['p_value']:.3g}",
-                      header_style="bold")
-        for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):
-            table.add_column(column, justify="left" if column == "variant" else "right")
-        for row in sorted(gap["variants"], key=lambda r: -(r["share"] or 0)):
-            c, ci = row["closed"], row["share_ci"]
-            share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
-                f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
-            style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
-            cells = [safe(row["variant"]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
-            table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
-        console.print(table)
-        console.print(safe(gap["paragraph"]))
+def _repetition_cells(rep: dict | None) -> list[str]:
+    if not rep:
+        return ["-", "", "", "", "", ""]
+    share = rep["flagged_share"] or 0.0
+    style = "bold red" if share >= 0.25 else "yellow" if share >= 0.05 else ""
+    detectors = safe(", ".join(f"{k} {v}" for k, v in rep["flagged_by_detector"].items() if v) or "none")
+    blocks = safe(f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)")
+    return [f"[{style}]{blocks}[/]" if style else blocks, detectors,
+            sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
+            f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
+            safe(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-"]

@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from ..core.safe_text import safe
 from .terminal import _fmt, block_text, sparkline
+
+
+def slot_widths(views) -> list[int]:
+    """The widest piece at each slot over several blocks' drafts and targets (as shown: whitespace visible)."""
+    from ..core.samples import visible
+
+    widths: list[int] = []
+    for view in views:
+        for row in (view.draft, view.target):
+            for i, piece in enumerate(row):
+                widths[len(widths):] = [0] * (i + 1 - len(widths))
+                widths[i] = max(widths[i], len(visible(piece)))
+    return widths
 
 
 def _signed(value, digits: int = 3) -> str:
@@ -69,6 +83,12 @@ def render_diff(console: Console, result: dict) -> None:
     rep = result["repetition"]
     if rep["flagged_share_a"] is not None and rep["flagged_share_b"] is not None:
         console.print(f"flagged (repetitive) blocks: A {100 * rep['flagged_share_a']:.1f}% -> B {100 * rep['flagged_share_b']:.1f}%")
+    from .draft_lengths import render_draft_length_diff
+
+    render_draft_length_diff(console, result)  # --draft-lengths / speedup on both sides
+    from .breakdown import render_depth_diff
+
+    render_depth_diff(console, result)  # paired by depth bucket
     for set_name, d in result["by_prompt_set"].items():
         console.print(f"prompt set {safe(set_name)}: delta tau macro {_signed(d['estimate'], 2)} [{d['low']:.2f}, {d['high']:.2f}], n = {d['n']}")
     for title, key in (("Regressed most (B worse)", "regressed"), ("Improved most (B better)", "improved")):
@@ -79,9 +99,10 @@ def render_diff(console: Console, result: dict) -> None:
             console.print(f"{safe(example['prompt_id'])}: tau A {example['tau_a']:.2f} -> B {example['tau_b']:.2f} "
                           f"({_signed(example['delta'], 2)}), first divergent block:")
             if example["blocks"]:
-                for label, block in zip("AB", example["blocks"]):
-                    view = BlockView(**{**block, "draft": tuple(block["draft"]), "target": tuple(block["target"]),
-                                        "flags": tuple(block.get("flags", ()))})
-                    draft, target = block_text(view)
-                    console.print(f"  {label} draft  │", draft, f" (accepted {safe(view.accepted)})", sep="")
-                console.print("  target   │", target, sep="")
+                views = [BlockView(**{**block, "draft": tuple(block["draft"]), "target": tuple(block["target"]),
+                                      "flags": tuple(block.get("flags", ()))}) for block in example["blocks"]]
+                widths = slot_widths(views)  # A's draft, B's draft and the target share one column per slot
+                for label, view in zip("AB", views):
+                    draft, target = block_text(view, widths)
+                    console.print(Text(f"  {label} draft │ ", style="dim"), draft, f" (accepted {safe(view.accepted)})", sep="")
+                console.print(Text("  target  │ ", style="dim"), target, sep="")

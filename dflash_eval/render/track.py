@@ -75,9 +75,38 @@ def render_track(console: Console, rows: list[dict[str, Any]], present: dict[str
         console.print(safe("latest vs reference: " + c.latest_vs_reference_verdict))
     for note in c.notes:
         console.print(safe(note))
+    for line in trainer_lines(c.points):
+        console.print(safe(line))
     for path, status, detail in pending or []:
         console.print(safe(f"not evaluated yet: {path}: {status} ({detail})"))
     return c
+
+
+def trainer_lines(points) -> list[str]:
+    """The trainer's own logged metrics beside the measured tau (formats/trainer_logs.py), and the flags."""
+    from ..formats.trainer_logs import eal_note, rising_while_flat
+
+    logged = [p for p in points if isinstance(p.row.get("trainer"), dict)]
+    if not logged:
+        return []
+    lines = [f"trainer log: {e}" for e in {p.row["trainer"]["error"] for p in logged if p.row["trainer"].get("error")}]
+    names = sorted({k for p in logged for k in (p.row["trainer"].get("values") or {})})
+    for name in names:
+        values = [(p.row["trainer"].get("values") or {}).get(name) for p in points if isinstance(p.row.get("trainer"), dict)]
+        taus = [p.tau for p in points if isinstance(p.row.get("trainer"), dict)]
+        margins = [((p.row["metrics"].get("tau_macro_ci") or [None, None])[1] - p.row["metrics"]["tau_macro_ci"][0]) / 2
+                   if (p.row["metrics"].get("tau_macro_ci") or [None])[0] is not None else None
+                   for p in points if isinstance(p.row.get("trainer"), dict)]
+        lines.append(f"trainer {name} per step: " + ", ".join("–" if v is None else f"{v:.4g}" for v in values)
+                     + "  (measured tau: " + ", ".join(_num(t) for t in taus) + ")")
+        flag = rising_while_flat(name, values, taus, margins)
+        if flag:
+            lines.append("TRAINING METRIC DIVERGES: " + flag)
+    if any("eal" in n for n in names):
+        note = eal_note([p.row["trainer"].get("speculators_version") for p in logged])
+        if note:
+            lines.append("note: " + note)
+    return lines
 
 
 def _reach(metrics: dict) -> list:

@@ -125,6 +125,19 @@ def speculators_config(spec: DrafterSpec, verifier: str | None = None) -> dict[s
     }
 
 
+def dflash2_config(spec: DrafterSpec, config: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """A DFlash config made DFlash2 (formats/dflash2.py): speculators' `dflash2` type with the four keys at
+    the top level, or the layout vLLM serves: `DFlash2DraftModel` with them (and the scales) in dflash_config."""
+    keys = {k: getattr(spec, k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")}
+    config = {**config, "architectures": ["DFlash2DraftModel"]}
+    if fmt == "speculators":
+        config["speculators_config"] = {**config["speculators_config"], "algorithm": "dflash2"}
+        return {**config, "speculators_model_type": "dflash2", **keys}
+    scales = {k: config.pop(k) for k in ("input_embedding_scale", "output_multiplier", "final_logit_softcapping")
+              if k in config}
+    return {**config, "dflash_config": {**config["dflash_config"], **keys, **scales}}
+
+
 BODY_EXCLUDED = ("embed_tokens.weight", "lm_head.weight", "d2t")
 
 
@@ -147,13 +160,15 @@ def save_checkpoint(
     tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()
                if k not in BODY_EXCLUDED and not k.startswith("rotary.")}
     written = as_format(spec, fmt)
-    if written.layers != spec.layers:
+    if written.layers != spec.layers and not spec.is_dflash2:
         # the keys of `fmt` read under its own rules would give other masks: refuse to write a checkpoint
         # that every reader would evaluate differently from how it was built (or trained)
         raise ValueError(f"this drafter's attention ({spec.semantics} rules) reads differently as a {fmt} "
                          f"checkpoint: {spec.layers} vs {written.layers}")
     if fmt == "zlab":
         config = zlab_config(spec)
+    elif fmt == "speculators" and spec.is_dflash2:  # speculators 0.9.0 saves no embed_tokens / lm_head
+        config = speculators_config(spec, verifier)
     elif fmt == "speculators":
         config = speculators_config(spec, verifier)
         embed = state_dict.get("embed_tokens.weight", target_embed)
@@ -169,6 +184,8 @@ def save_checkpoint(
         tensors["lm_head.weight"] = head.detach().contiguous().cpu()
     else:
         raise ValueError(f"unknown format {fmt!r}")
+    if spec.is_dflash2:
+        config = dflash2_config(spec, config, fmt)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out

@@ -1,0 +1,39 @@
+"""`dflash-eval export-serving`: the speculative-decoding settings that make vLLM or SGLang accept at a
+drafter's measured rates (load tests before deployment). Parses, calls commands.export_serving, prints or
+writes its text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import _safe, reports_input_errors, stdout_console
+from .root import app
+
+
+@app.command("export-serving")
+@reports_input_errors
+def export_serving(
+    run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
+    engine: str = typer.Option(..., "--engine", help="vllm (speculative_config with synthetic acceptance rates) or "
+                                                     "sglang (SGLANG_SIMULATE_ACC_LEN)."),
+    k: Optional[int] = typer.Option(None, "--k", help="Draft length (num_speculative_tokens); default: the best k "
+                                                     "at batch 1 of the run's expected speedup, else B - 1. Must "
+                                                     "have been measured (run --draft-lengths)."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Which drafter of the run (needed when it holds several)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of printing."),
+) -> None:
+    """Write the serving engine's settings that accept at this drafter's measured per-position rates."""
+    from ..commands.export_serving import export_serving as build
+    from ..core.paths import writable_file
+
+    if out is not None:
+        writable_file(out, "--out")
+    result = build(run_dir, engine, k=k, drafter=drafter)
+    if out is None:
+        typer.echo(result["text"], nl=False)
+        return
+    out.write_text(result["text"])
+    stdout_console().print(_safe(f"written: {out} ({engine}, k = {result['k']})"))

@@ -1,0 +1,64 @@
+"""A run folder's rows checked against its run.json before anything is computed or shown from them.
+
+Why: `run.json` is computed from `samples.jsonl`, and `report`, `show`, `diff`, `merge` and `read_run()`
+recompute from the rows. Rows written twice (two processes in one folder), cut (a torn or truncated file),
+edited, or of a drafter or prompt the run does not have would give other numbers than run.json in silence,
+so each is refused by name: the file, the line or the prompt and drafter, and what is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .results import SAMPLES, read_samples
+
+
+def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, partial: bool = False) -> None:
+    """Refuse, by name, a samples file that does not hold exactly the rows run.json was computed from: a
+    drafter without rows, a row of a drafter or prompt run.json does not have, a prompt one drafter lacks,
+    fewer prompts than run.json counts, a sample missing at temperature > 0. `partial` (an unfinished run,
+    still being appended to): only rows of unknown drafters are refused."""
+
+    drafters = run.get("drafters")
+    if not isinstance(drafters, list):
+        return  # run.json's own shape is the schema reader's to refuse (`interpreting`)
+    names = [d.get("name") for d in drafters if isinstance(d, dict) and isinstance(d.get("name"), str)]
+    by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
+    for row in rows:
+        if not isinstance(row.get("drafter"), str) or row["drafter"] not in by_drafter:
+            raise InputError(path, f"holds a row of drafter {row.get('drafter')!r}, which run.json does not have")
+        by_drafter[row["drafter"]].setdefault(str(row.get("prompt_id")), set()).add(str(row.get("sample") or 0))
+    if partial:
+        return
+    prov = run.get("provenance") if isinstance(run.get("provenance"), dict) else {}
+    expected = (prov.get("prompts") or {}).get("count")
+    samples = (prov.get("sampling") or {}).get("samples", 1) if (prov.get("temperature") or 0) > 0 else 1
+    union = set().union(*(set(p) for p in by_drafter.values())) if by_drafter else set()
+    for name, prompts in by_drafter.items():
+        if not prompts and expected != 0:  # a shard may hold no prompt at all (--shard 1/2 --limit 1)
+            raise InputError(path, f"has no rows for drafter {name!r} (run.json has it)")
+        lacking = sorted(map(str, union - set(prompts)))
+        if lacking:
+            raise InputError(path, f"has no row for prompt {lacking[0]!r} of drafter {name!r} ({len(lacking)} missing)")
+        for pid, got in prompts.items():
+            if got != {str(k) for k in range(samples if isinstance(samples, int) else 1)}:
+                raise InputError(path, f"prompt {pid!r} of drafter {name!r} has samples {sorted(got)}, run.json "
+                                       f"says {samples} per prompt")
+    if isinstance(expected, int) and names and len(union) != expected:
+        raise InputError(path, f"holds rows for {len(union)} prompts, run.json counts {expected}; the file was "
+                               "cut or edited after the run")
+
+
+def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The samples rows of a run folder, checked against its run.json (`check_rows`): what `report`, `show`,
+    `diff`, `merge` and `read_run()` compute from. An unfinished run (`incomplete`) may end in a torn line."""
+
+    path = Path(directory) / SAMPLES
+    if not path.is_file():
+        raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
+    partial = bool(run.get("incomplete"))
+    rows = read_samples(path, torn_tail="drop" if partial else "refuse")
+    check_rows(run, rows, path, partial=partial)
+    return rows

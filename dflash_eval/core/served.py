@@ -1,0 +1,380 @@
+"""What a server measured: the spec-decode counters of vLLM's `/metrics`, a `vllm bench serve` result and
+SGLang's acceptance-length gauge, read into counts, and the gap to an offline run with an interval.
+
+The number a team finally sees comes from the server, so it is read exactly as the server writes it:
+- vLLM 0.33 (`v1/spec_decode/metrics.py` `SpecDecodingProm`, labels from `v1/metrics/loggers.py`:
+  `model_name`, `engine`) exposes four counters through prometheus_client; the text format writes each as
+  `NAME_total` plus a `NAME_created` gauge (the time the series was created), OpenMetrics as the same with
+  `_` for `:` in sample names. `..._num_accepted_tokens_per_pos{position="i"}` is 0-based (draft slot i+1).
+  Served tau = 1 + accepted / drafts; per-position acceptance = accepted at position i / drafts (vLLM's own
+  PromQL in `SpecDecodingProm`'s docstring).
+- `vllm bench serve` (`benchmarks/serve.py`) subtracts two scrapes itself and saves `spec_decode_num_drafts`,
+  `..._draft_tokens`, `..._accepted_tokens` and `spec_decode_per_position_acceptance_rates` (fractions of
+  drafts), summing every `vllm:spec_decode` line of the server: every model and engine pooled.
+- SGLang (`srt/metrics/collector.py`) exposes `sglang:spec_accept_length`, a gauge (most recent logging
+  window's mean acceptance length, bonus included): a tau with no counts behind it, so no interval, no
+  per-position acceptance and no subtraction.
+
+Two dumps are subtracted series by series; a series whose `_created` time changed or whose value fell was
+reset (the server restarted) between them, and is refused by name. Counts are stored, divided when shown.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+VLLM = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+        "accepted": "vllm:spec_decode_num_accepted_tokens",
+        "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos"}
+SGLANG_TAU = "sglang:spec_accept_length"
+SOURCES = {"vllm": "vLLM 0.33.0 v1/spec_decode/metrics.py (SpecDecodingProm), v1/metrics/loggers.py (labels)",
+           "bench": "vLLM 0.33.0 benchmarks/serve.py (fetch_spec_decode_metrics, spec_decode_* result fields)",
+           "sglang": "SGLang srt/metrics/collector.py (sglang:spec_accept_length gauge)"}
+Z95 = 1.959963984540054
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\})')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample line of the exposition format."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]  # sorted (name, value)
+    value: float
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+
+def parse_exposition(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text (0.0.4) or OpenMetrics dump; ValueError naming the bad line."""
+    samples = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _NAME.match(line)
+        if not match:
+            raise ValueError(f"line {number}: not a metric sample: {line[:80]!r}")
+        name, rest, labels = match.group(0), line[match.end():], {}
+        if rest.startswith("{"):
+            rest = rest[1:]
+            while True:
+                rest = rest.lstrip()
+                if rest.startswith("}"):
+                    rest = rest[1:]
+                    break
+                found = _LABEL.match(rest)
+                if not found:
+                    raise ValueError(f"line {number}: malformed labels: {line[:80]!r}")
+                labels[found.group(1)] = re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group(0)], found.group(2))
+                rest = rest[found.end():]
+                if found.group(3) == "}":
+                    break
+        fields = rest.split()
+        if not fields or not rest[:1].isspace():
+            raise ValueError(f"line {number}: no value: {line[:80]!r}")
+        try:
+            value = float(fields[0])
+        except ValueError:
+            raise ValueError(f"line {number}: value {fields[0]!r} is not a number") from None
+        samples.append(Sample(name, tuple(sorted(labels.items())), value))
+    return samples
+
+
+def _base(name: str) -> tuple[str, str] | None:
+    """(vLLM counter, "total" | "created") for a spec-decode sample name in either format's spelling."""
+    for counter in sorted(VLLM.values(), key=len, reverse=True):
+        for spelling in (counter, counter.replace(":", "_")):
+            for suffix in ("total", "created"):
+                if name == f"{spelling}_{suffix}":
+                    return counter, suffix
+    return None
+
+
+@dataclass(frozen=True)
+class Served:
+    """What one server measured for one model (engines pooled). Counts None: the source gives none."""
+
+    engine: str  # "vllm" or "sglang"
+    source: str  # what was read (a dump, two dumps, a bench result)
+    model: str | None
+    series: tuple[str, ...] = ()  # the engines (label sets) pooled
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted: int | None = None
+    accepted_per_pos: tuple[int, ...] | None = None  # index i = vLLM position i = draft slot i + 1
+    reported_tau: float | None = None  # a tau the source states itself (SGLang's gauge, bench's length)
+    notes: tuple[str, ...] = field(default=())
+
+
+def _counter_int(value: float, what: str) -> int:
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise ValueError(f"{what} is {value!r}, not a count")
+    return int(value)
+
+
+def vllm_series(samples: Sequence[Sample]) -> dict[str, dict[tuple, dict[str, Any]]]:
+    """model_name -> engine label set -> {"counts": {counter or (per_pos, i): n}, "created": {...}}."""
+    models: dict[str, dict[tuple, dict[str, Any]]] = {}
+    for s in samples:
+        found = _base(s.name)
+        if found is None:
+            continue
+        counter, suffix = found
+        labels = dict(s.labels)
+        model = labels.pop("model_name", "")
+        position = labels.pop("position", None)
+        key = counter if counter != VLLM["per_pos"] else (counter, position)
+        if counter == VLLM["per_pos"] and (position is None or not position.isdigit()):
+            raise ValueError(f"{s.name} has no numeric position label")
+        engine = models.setdefault(model, {}).setdefault(tuple(sorted(labels.items())), {"counts": {}, "created": {}})
+        if suffix == "total":
+            engine["counts"][key] = _counter_int(s.value, f"{s.name}{_show(s.labels)}")
+        else:
+            engine["created"][key] = s.value
+    return models
+
+
+def _show(labels) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def _key_name(key, engine: tuple) -> str:
+    counter, extra = (key, ()) if isinstance(key, str) else (key[0], (("position", key[1]),))
+    return f"{counter}_total{_show(tuple(engine) + extra)}"
+
+
+def choose_model(models: Mapping[str, Any], model: str | None, what: str) -> str:
+    """The one model the user means: `--model`, or the only one; several without it is refused by name."""
+    names = sorted(models)
+    if not names:
+        raise ValueError(f"holds no {what} samples (speculative decoding off, or not that server's /metrics)")
+    if model is None:
+        if len(names) > 1:
+            raise ValueError(f"serves {len(names)} models ({', '.join(map(repr, names))}): choose one with --model")
+        return names[0]
+    if model not in models:
+        raise ValueError(f"serves no model {model!r} (models: {', '.join(map(repr, names))})")
+    return model
+
+
+def _pool(engines: Mapping[tuple, Mapping], source: str, model: str, notes: list[str]) -> Served:
+    drafts = draft_tokens = accepted = 0
+    per_pos: dict[int, int] = {}
+    for engine, data in engines.items():
+        counts = data["counts"]
+        missing = [VLLM[k] for k in ("drafts", "draft_tokens", "accepted") if VLLM[k] not in counts]
+        if missing:
+            raise ValueError(f"engine {_show(engine)} of model {model!r} has no {', '.join(missing)}_total")
+        drafts += counts[VLLM["drafts"]]
+        draft_tokens += counts[VLLM["draft_tokens"]]
+        accepted += counts[VLLM["accepted"]]
+        for key, n in counts.items():
+            if not isinstance(key, str):
+                per_pos[int(key[1])] = per_pos.get(int(key[1]), 0) + n
+    positions = None
+    if per_pos:
+        if sorted(per_pos) != list(range(len(per_pos))):
+            raise ValueError(f"per-position series of model {model!r} have positions {sorted(per_pos)}, "
+                             "not 0..k-1")
+        positions = tuple(per_pos[i] for i in range(len(per_pos)))
+        if sum(positions) != accepted:
+            notes.append(f"per-position counts sum to {sum(positions)}, not to the {accepted} accepted tokens "
+                         "(a scrape taken mid-update?)")
+    else:
+        notes.append("no vllm:spec_decode_num_accepted_tokens_per_pos series: per-position acceptance unknown")
+    return Served("vllm", source, model, tuple(_show(e) for e in sorted(engines)), drafts, draft_tokens,
+                  accepted, positions, None, tuple(notes))
+
+
+def served_from_dump(samples: Sequence[Sample], model: str | None, source: str) -> Served:
+    """One dump: the model's engines pooled (vLLM sums engines the same way in its PromQL)."""
+    models = vllm_series(samples)
+    name = choose_model(models, model, "vllm:spec_decode_*_total")
+    return _pool(models[name], source, name, [])
+
+
+def served_between(before: Sequence[Sample], after: Sequence[Sample], model: str | None, source: str) -> Served:
+    """AFTER - BEFORE, series by series; a reset between them (a `_created` change or a value that fell)
+    and a series present in one dump only are refused by name."""
+    old, new = vllm_series(before), vllm_series(after)
+    name = choose_model(new, model, "vllm:spec_decode_*_total")
+    if name not in old:
+        raise ValueError(f"the BEFORE dump has no series for model {name!r}: not the same server")
+    a, b = old[name], new[name]
+    if set(a) != set(b):
+        raise ValueError(f"the engines differ between the dumps ({sorted(map(_show, a))} before, "
+                         f"{sorted(map(_show, b))} after): not the same server")
+    delta: dict[tuple, dict[str, Any]] = {}
+    for engine in b:
+        counts = {}
+        if set(a[engine]["counts"]) != set(b[engine]["counts"]):
+            raise ValueError(f"engine {_show(engine)}: the dumps hold different counters")
+        for key, after_n in b[engine]["counts"].items():
+            before_n = a[engine]["counts"][key]
+            c0, c1 = a[engine]["created"].get(key), b[engine]["created"].get(key)
+            if c0 is not None and c1 is not None and c0 != c1:
+                raise ValueError(f"counter reset between the dumps: {_key_name(key, engine)} was created anew "
+                                 f"(_created {c0!r} -> {c1!r}; the server restarted): take both dumps from one "
+                                 "server lifetime")
+            if after_n < before_n:
+                raise ValueError(f"counter reset between the dumps: {_key_name(key, engine)} fell from "
+                                 f"{before_n} to {after_n} (the server restarted): take both dumps from one "
+                                 "server lifetime")
+            counts[key] = after_n - before_n
+        delta[engine] = {"counts": counts, "created": {}}
+    return _pool(delta, source, name, [])
+
+
+def served_from_bench(result: Mapping[str, Any], source: str) -> Served:
+    """A `vllm bench serve` result: its own before/after delta, every model and engine of the server pooled."""
+    need = ("spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
+    missing = [k for k in need if k not in result]
+    if missing:
+        raise ValueError(f"has no {', '.join(missing)} (the server ran without speculative decoding, or this is "
+                         "not a `vllm bench serve` result)")
+    drafts, draft_tokens, accepted = (_counter_int(float(result[k]), k) if isinstance(result[k], (int, float))
+                                      and not isinstance(result[k], bool) else _not_count(k) for k in need)
+    rates = result.get("spec_decode_per_position_acceptance_rates") or []
+    if not isinstance(rates, list) or not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in rates):
+        raise ValueError("spec_decode_per_position_acceptance_rates is not a list of numbers")
+    positions = []
+    for i, rate in enumerate(rates):
+        n = rate * drafts
+        if not math.isfinite(n) or abs(n - round(n)) > 1e-6 * max(1, drafts) or round(n) < 0:
+            raise ValueError(f"spec_decode_per_position_acceptance_rates[{i}] = {rate!r} is not a count of the "
+                             f"{drafts} drafts")
+        positions.append(int(round(n)))
+    notes = ["vllm bench serve sums every vllm:spec_decode series of the server: all models and engines pooled"]
+    if not rates:
+        notes.append("no per-position rates in the result: per-position acceptance unknown")
+    model = result.get("model_id") if isinstance(result.get("model_id"), str) else None
+    reported = result.get("spec_decode_acceptance_length")
+    return Served("vllm", source, model, ("all engines",), drafts, draft_tokens, accepted,
+                  tuple(positions) if rates else None,
+                  float(reported) if isinstance(reported, (int, float)) and not isinstance(reported, bool) else None,
+                  tuple(notes))
+
+
+def _not_count(key: str):
+    raise ValueError(f"{key} is not a number")
+
+
+def served_from_sglang(samples: Sequence[Sample], model: str | None, source: str) -> Served:
+    """SGLang's acceptance-length gauge; several ranks must agree (a window mean cannot be pooled)."""
+    models: dict[str, dict[tuple, float]] = {}
+    for s in samples:
+        if s.name == SGLANG_TAU:
+            labels = dict(s.labels)
+            models.setdefault(labels.pop("model_name", ""), {})[tuple(sorted(labels.items()))] = s.value
+    name = choose_model(models, model, SGLANG_TAU)
+    values = models[name]
+    distinct = sorted(set(values.values()))
+    if len(distinct) > 1:
+        raise ValueError(f"{SGLANG_TAU} differs between the ranks of {name!r} "
+                         f"({', '.join(f'{_show(k)}={v}' for k, v in sorted(values.items()))}): a window mean has "
+                         "no counts to pool them by")
+    if not math.isfinite(distinct[0]) or distinct[0] < 0:
+        raise ValueError(f"{SGLANG_TAU} is {distinct[0]!r}")
+    notes = ["SGLang exposes only the most recent logging window's mean acceptance length (a gauge): no counts, "
+             "no per-position acceptance, no interval"]
+    if distinct[0] == 0:
+        notes.append("the gauge is 0: no speculative step in the last window (idle server?)")
+    return Served("sglang", source, name, tuple(_show(k) for k in sorted(values)), reported_tau=distinct[0],
+                  notes=tuple(notes))
+
+
+def served_histogram(s: Served) -> list[int] | None:
+    """Steps by accepted length 0..k, when the counts determine it: per-position counts present and every
+    draft of full length k (then n >= i+1 for exactly accepted_per_pos[i] drafts)."""
+    a = s.accepted_per_pos
+    if not a or s.drafts is None or s.draft_tokens != s.drafts * len(a) or sum(a) != s.accepted:
+        return None
+    counts = [s.drafts - a[0], *[a[i - 1] - a[i] for i in range(1, len(a))], a[-1]]
+    return counts if min(counts) >= 0 else None
+
+
+def summary(s: Served) -> dict[str, Any]:
+    """The JSON document's numbers: tau (pooled), per-position acceptance, acceptance rate, counts."""
+    tau = s.reported_tau if s.drafts is None else (1 + s.accepted / s.drafts if s.drafts else None)
+    per_pos = None if s.accepted_per_pos is None or not s.drafts else [n / s.drafts for n in s.accepted_per_pos]
+    hist = served_histogram(s)
+    return {"engine": s.engine, "source": s.source, "model": s.model, "series_pooled": list(s.series),
+            "tau": tau, "per_position": per_pos,
+            "num_speculative_tokens": None if s.accepted_per_pos is None else len(s.accepted_per_pos),
+            "acceptance_rate": s.accepted / s.draft_tokens if s.draft_tokens else None,
+            "counts": {"drafts": s.drafts, "draft_tokens": s.draft_tokens, "accepted": s.accepted,
+                       "accepted_per_pos": None if s.accepted_per_pos is None else list(s.accepted_per_pos)},
+            "accept_length_histogram": hist, "reported_tau": s.reported_tau, "notes": list(s.notes),
+            "reference": SOURCES["sglang" if s.engine == "sglang" else ("bench" if s.series == ("all engines",)
+                                                                        else "vllm")]}
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of k successes in n trials."""
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_gap(k1: int, n1: int, k2: int, n2: int, z: float = Z95) -> tuple[float, float, float]:
+    """p1 - p2 with Newcombe's hybrid score interval (method 10, from two Wilson intervals)."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1, z), wilson(k2, n2, z)
+    d = p1 - p2
+    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def mean_gap(h1: Sequence[int], h2: Sequence[int], z: float = Z95) -> tuple[float, float, float]:
+    """Difference of mean accepted lengths of two histograms (index = n), normal approximation."""
+    def moments(h):
+        total = sum(h)
+        mean = sum(i * c for i, c in enumerate(h)) / total
+        return mean, sum(c * (i - mean) ** 2 for i, c in enumerate(h)) / total / total
+    (m1, v1), (m2, v2) = moments(h1), moments(h2)
+    half = z * math.sqrt(v1 + v2)
+    return m1 - m2, m1 - m2 - half, m1 - m2 + half
+
+
+def gap_to_offline(s: Served, steps: int, reach_counts: Sequence[int], histogram: Sequence[int]) -> dict[str, Any]:
+    """Served minus offline, per position (vLLM's form: accepted at slot i / all steps) with Newcombe intervals
+    where both sides have counts, and tau with a normal interval where both histograms are known. Steps are
+    treated as independent (steps of one request are not: the intervals are too narrow by that much)."""
+    offline_slots = len(reach_counts)
+    k = None if s.accepted_per_pos is None else len(s.accepted_per_pos)
+    rows = []
+    for i in range(offline_slots if k is None else min(k, offline_slots)):
+        offline = reach_counts[i] / steps
+        row = {"position": i + 1, "offline": offline, "offline_counts": [reach_counts[i], steps],
+               "served": None, "gap": None, "low": None, "high": None}
+        if k is not None and s.drafts:
+            row["served"] = s.accepted_per_pos[i] / s.drafts
+            row["served_counts"] = [s.accepted_per_pos[i], s.drafts]
+            row["gap"], row["low"], row["high"] = proportion_gap(s.accepted_per_pos[i], s.drafts, reach_counts[i], steps)
+        rows.append(row)
+    offline_tau = 1 + sum(i * c for i, c in enumerate(histogram)) / steps
+    served_tau = summary(s)["tau"]
+    tau = {"served": served_tau, "offline": offline_tau, "gap": None, "low": None, "high": None,
+           "comparable": k is None or k == offline_slots}
+    if served_tau is not None:
+        tau["gap"] = served_tau - offline_tau
+    hist = served_histogram(s)
+    if hist is not None and len(hist) == len(histogram):
+        tau["gap"], tau["low"], tau["high"] = mean_gap(hist, histogram)
+    why = []
+    if k is not None and k != offline_slots:
+        why.append(f"the server drafts {k} tokens per step, the offline run {offline_slots} (block size "
+                   f"{offline_slots + 1}); a DFlash block of {k + 1} is not a prefix of the longer block, so tau "
+                   "is not comparable and per-position gaps are indicative only")
+    if tau["low"] is None:
+        why.append("no tau interval: " + ("the source has no counts" if s.drafts is None else
+                                          "the per-position counts do not determine the served histogram"))
+    return {"per_position": rows, "tau": tau, "caveats": why,
+            "interval": "95% Newcombe (per position) / normal (tau); steps treated as independent"}

@@ -1,0 +1,216 @@
+"""From acceptance to a serving decision: draft lengths and the expected speedup of speculative decoding.
+
+Why this exists: teams deploy a `num_speculative_tokens` (k) and expect a speedup, not a tau. A server
+runs a DFlash drafter on a block of k + 1 slots (anchor + k masks; vLLM `v1/spec_decode/dflash.py`), and
+since attention inside a block is bidirectional the acceptance at k is measured by its own replay with a
+block of k + 1 (`--draft-lengths`), never by cutting the checkpoint's full block. This module turns those
+per-k acceptances and step times into the expected speedup, a MODEL with named inputs:
+
+    speedup(k, batch) = E[tokens committed per step at k] x t_target(1, batch)
+                        / (t_target(k + 1, batch) + t_drafter(k + 1, batch))
+
+- E[tokens committed per step] = tau_micro of the walks replayed at k (all committed tokens / all steps,
+  vLLM's mean acceptance length), from counts;
+- t_target(n, batch): seconds of one target forward over `batch` sequences of n new tokens each (n = 1 is
+  a plain decoding step), t_drafter(n, batch) the same for one drafter pass over a block of n slots.
+Step times come from a roofline model of the configs on a named accelerator, from `--mode live` (measured,
+batch 1) or from a JSON file (e.g. numbers taken from `vllm bench forward`), always recorded with the table.
+The model leaves out what is not in it: scheduling, sampling, the KV/rollback bookkeeping of a real server.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+BATCHES = (1, 4, 16, 64)
+
+StepTime = Callable[[int, int], "float | None"]  # (new tokens per sequence, batch) -> seconds, None: unknown
+
+
+def parse_draft_lengths(text: str | None, block_size: int, *, name: str = "") -> tuple[int, ...]:
+    """"3,7,15" or "all" -> sorted draft lengths k (1 <= k <= B - 1 of that drafter); empty for None.
+
+    k past B - 1 is refused by name: the drafter was trained to fill B - 1 slots, and nothing says what a
+    longer block means for it."""
+    if text is None:
+        return ()
+    spec = text.strip().lower()
+    who = f" (drafter {name}, block size {block_size})" if name else f" (block size {block_size})"
+    if spec == "all":
+        return tuple(range(1, block_size))
+    values = []
+    for part in spec.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise InputError(None, f"--draft-lengths {text!r}: expected 'all' or k,k,... (positive integers), "
+                                   f"got {part!r}")
+        values.append(int(part))
+    bad = [k for k in values if not 1 <= k <= block_size - 1]
+    if bad:
+        raise InputError(None, f"--draft-lengths {text!r}: k = {bad[0]} outside 1..{block_size - 1}{who}")
+    return tuple(sorted(set(values)))
+
+
+def speedup(tokens_per_step: float, t_target_one: float, t_target_block: float, t_drafter_block: float) -> float:
+    """E[tokens per step] x t_target(1) / (t_target(k + 1) + t_drafter(k + 1)): the one formula."""
+    if not tokens_per_step >= 1.0:
+        raise ValueError(f"tokens per step {tokens_per_step!r} < 1 (a step commits at least one token)")
+    for value in (t_target_one, t_target_block, t_drafter_block):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"step time {value!r} is not a finite non-negative number of seconds")
+    spent = t_target_block + t_drafter_block
+    if spent <= 0:
+        raise ValueError("a speculative step takes no time")
+    return tokens_per_step * t_target_one / spent
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Where step times come from, with what went in (shown as the table's label)."""
+
+    source: str  # "roofline", "measured", "file"
+    label: str  # one line naming the model and its inputs
+    target: StepTime
+    drafter: StepTime
+    batches: tuple[int, ...] = BATCHES
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def speedup_table(tokens_per_step: Mapping[int, float], times: StepTimes) -> dict[str, Any]:
+    """k x batch table of expected speedups and the best k per batch; cells whose step times are unknown
+    are None (never guessed). tokens_per_step: {k: tau_micro at draft length k}."""
+    ks = sorted(tokens_per_step)
+    one = {b: times.target(1, b) for b in times.batches}
+    rows = []
+    for k in ks:
+        cells, t_targets, t_drafters = [], [], []
+        for b in times.batches:
+            tt, td = times.target(k + 1, b), times.drafter(k + 1, b)
+            t_targets.append(tt)
+            t_drafters.append(td)
+            known = None not in (one[b], tt, td)
+            cells.append(speedup(tokens_per_step[k], one[b], tt, td) if known else None)
+        rows.append({"k": k, "block": k + 1, "tokens_per_step": tokens_per_step[k], "speedup": cells,
+                     "target_seconds": t_targets, "drafter_seconds": t_drafters})
+    best = []
+    for i, b in enumerate(times.batches):
+        known = [(row["speedup"][i], row["k"]) for row in rows if row["speedup"][i] is not None]
+        value, k = max(known, key=lambda pair: (pair[0], -pair[1])) if known else (None, None)
+        best.append({"batch": b, "k": k, "speedup": value})
+    return {
+        "model": "speedup(k, batch) = tau_micro(k) x t_target(1, batch) / (t_target(k + 1, batch) "
+                 "+ t_drafter(k + 1, batch))",
+        "source": times.source, "label": times.label, "inputs": times.inputs,
+        "batches": list(times.batches), "target_seconds_one_token": [one[b] for b in times.batches],
+        "rows": rows, "best": best,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# step times from a user's JSON file (--step-times)
+
+STEP_TIMES_HELP = ('{"label": "...", "target": [{"batch": B, "tokens": N, "seconds": S}, ...], '
+                   '"drafter": [{"batch": B, "tokens": N, "seconds": S}, ...]}')
+_TOP_KEYS = {"label", "target", "drafter", "note"}
+
+
+def step_times_from_json(data: Any, path: Path | str) -> StepTimes:
+    """A user's step times, validated: each entry's batch and tokens positive integers, seconds a positive
+    finite number, no (batch, tokens) twice; the target needs tokens = 1 (the plain decoding step)."""
+    if not isinstance(data, dict):
+        raise InputError(path, f"step times must be a JSON object {STEP_TIMES_HELP}")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise InputError(path, f"unknown key {unknown[0]!r} (expected {sorted(_TOP_KEYS)})")
+    tables = {}
+    for role in ("target", "drafter"):
+        entries = data.get(role)
+        if not isinstance(entries, list) or not entries:
+            raise InputError(path, f"{role!r} must be a non-empty list of {{batch, tokens, seconds}}")
+        table: dict[tuple[int, int], float] = {}
+        for i, entry in enumerate(entries):
+            where = f"{role}[{i}]"
+            if not isinstance(entry, dict) or set(entry) != {"batch", "tokens", "seconds"}:
+                raise InputError(path, f"{where} must have exactly the keys batch, tokens, seconds")
+            batch, tokens, seconds = entry["batch"], entry["tokens"], entry["seconds"]
+            for key, value in (("batch", batch), ("tokens", tokens)):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise InputError(path, f"{where}.{key} = {value!r} is not a positive integer")
+            if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not math.isfinite(seconds)
+                    or seconds <= 0):
+                raise InputError(path, f"{where}.seconds = {seconds!r} is not a positive number of seconds")
+            if (batch, tokens) in table:
+                raise InputError(path, f"{where}: batch {batch}, tokens {tokens} given twice")
+            table[(batch, tokens)] = float(seconds)
+        tables[role] = table
+    batches = tuple(sorted({b for b, n in tables["target"] if n == 1}))
+    if not batches:
+        raise InputError(path, "no target entry with tokens = 1 (the plain decoding step every speedup divides by)")
+    label = data.get("label")
+    if label is not None and not isinstance(label, str):
+        raise InputError(path, "'label' must be a string")
+    return StepTimes(source="file", label=f"step times from {Path(path).name}" + (f": {label}" if label else ""),
+                     target=lambda n, b: tables["target"].get((b, n)),
+                     drafter=lambda n, b: tables["drafter"].get((b, n)), batches=batches,
+                     inputs={"file": str(path), "label": label,
+                             "target": [[b, n, s] for (b, n), s in sorted(tables["target"].items())],
+                             "drafter": [[b, n, s] for (b, n), s in sorted(tables["drafter"].items())]})
+
+
+def read_step_times(path: Path | str) -> StepTimes:
+    """--step-times FILE, one line naming the file on any problem."""
+    from .errors import loads
+
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(path, f"cannot read step times ({exc.strerror or exc})") from None
+    try:
+        data = loads(text)
+    except ValueError as exc:
+        raise InputError(path, f"invalid JSON: {exc}") from None
+    return step_times_from_json(data, path)
+
+
+def measured_step_times(seconds: Mapping[int, tuple[float, float, int]], one_token: tuple[float, int],
+                        label: str) -> StepTimes:
+    """Step times measured by the live loop at batch 1: {k: (verify seconds, draft seconds, steps)} summed
+    over steps, and (seconds, steps) of plain one-token target steps; means per step."""
+    per_k = {k: (v / n, d / n) for k, (v, d, n) in seconds.items() if n}
+    base = one_token[0] / one_token[1] if one_token[1] else None
+    return StepTimes(source="measured", label=label,
+                     target=lambda n, b: base if (b == 1 and n == 1) else (per_k[n - 1][0] if b == 1 and n - 1 in per_k else None),
+                     drafter=lambda n, b: per_k[n - 1][1] if b == 1 and n - 1 in per_k else None,
+                     batches=(1,),
+                     inputs={"target_one_token_seconds": base, "steps_one_token": one_token[1],
+                             "per_k": {str(k): {"verify_seconds": v, "draft_seconds": d, "steps": n}
+                                       for k, (v, d, n) in sorted(seconds.items())}})
+
+
+def roofline_step_times(accelerator_name: str, target_config: dict, drafter_spec, context_tokens: int,
+                        dtype_bytes: int = 2) -> StepTimes:
+    """Step times from the roofline model `plan` uses (roofline.py): a target forward over `batch`
+    sequences of n new tokens after `context_tokens` cached ones, and a drafter forward over `batch` blocks
+    of n slots seeing `context_tokens` context rows (plus the fc / key-value projections of n new context
+    tokens: an upper bound on the tokens one step commits); bf16 unless told."""
+    from . import roofline as RF
+
+    device = RF.accelerator(accelerator_name)
+    target = RF.model_shape(target_config)
+    drafter = RF.drafter_shape_from_spec(drafter_spec)
+    return StepTimes(
+        source="roofline",
+        label=(f"roofline model on {device.name} ({device.peak_flops / 1e12:.0f} TFLOP/s, "
+               f"{device.bandwidth / 1e12:.2f} TB/s), {context_tokens} context tokens, {8 * dtype_bytes}-bit weights"),
+        target=lambda n, b: RF.step_time(target, device, b, n, context_tokens, dtype_bytes=dtype_bytes),
+        drafter=lambda n, b: RF.drafter_step_time(drafter, device, b, context_tokens, n, dtype_bytes=dtype_bytes,
+                                                  block_size=n),
+        inputs={"accelerator": device.name, "peak_flops": device.peak_flops, "bandwidth": device.bandwidth,
+                "context_tokens": context_tokens, "dtype_bytes": dtype_bytes,
+                "target_model_type": target.model_type, "drafter_block_size": drafter.block_size})

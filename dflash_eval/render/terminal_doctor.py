@@ -1,0 +1,74 @@
+"""`doctor` in the terminal: the variants with their deltas, the static checks, the verdict and the gap."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.compare import Delta, paired_figure
+from ..core.safe_text import safe
+from .terminal import _fmt
+
+
+def render_doctor(console: Console, result: dict) -> None:
+    table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
+                        "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
+    for column in ("variant", "tau macro", "delta [95% CI]", "p", "pairs", "drafts unchanged"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for row in result["variants"]:
+        d = row.get("delta")
+        if d is None:
+            table.add_row(f"[bold]{row['variant']}[/]", _fmt(row["tau_macro"], 2), "", "", "", "")
+            continue
+        # every paired figure says how many prompts it pairs; too few pairs get no interval and no p
+        n, total = d.get("n"), d.get("total")
+        pairs = f"{n}/{total}" if total is not None and total != n else f"{n}"
+        unchanged = f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else ""
+        if Delta(0, 0, 0, 1, n or 0).too_few:
+            table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"{d['estimate']:+.2f} (too few pairs)", "-",
+                          pairs, unchanged)
+            continue
+        style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
+        delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+        table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
+                      f"{d['p_value']:.3g}", pairs, unchanged)
+    console.print(table)
+    mask = result["mask_row"]
+    console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
+    kernels = result["kernels"]
+    if kernels["compared"]:
+        worst = max(kernels["per_layer"].items(), key=lambda kv: kv[1]["max_rel"])
+        console.print(f"fla vs torch fallback: greedy agreement {100 * kernels['greedy_agreement']:.2f}%, largest tap "
+                      f"difference at layer {safe(worst[0])}: max rel {worst[1]['max_rel']:.2e}")
+    else:
+        console.print(f"fla vs torch fallback: not compared ({safe(kernels['detail'])})")
+    for context in result.get("context_variants") or []:
+        d = context["delta"]
+        console.print(f"context variant {safe(context['variant'])} (new continuations, {context['target_passes']} more "
+                      f"target passes): tau {_fmt(context['tau_macro'], 2)}, {paired_figure(d)}")
+    for name, table_check in (result.get("tables") or {}).items():
+        if table_check.get("compared"):
+            mark = "[green]ok[/]" if table_check.get("equal") else "[bold red]DIFFERS[/]"
+            console.print(f"checkpoint's {name} copy vs the target's: {mark} ({safe(table_check['detail'])})")
+    lens = result.get("logit_lens")
+    if lens:
+        console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
+            f"layer {safe(k)} {100 * v:.1f}%" for k, v in lens["agreement"].items()))
+    console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
+    gap = result.get("gap")
+    if gap:
+        g = gap["gap"]
+        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {_fmt(gap['reference_tau_macro'], 2)}): "
+                            f"{paired_figure(g)}",
+                      header_style="bold")
+        for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):
+            table.add_column(column, justify="left" if column == "variant" else "right")
+        for row in sorted(gap["variants"], key=lambda r: -(r["share"] or 0)):
+            c, ci = row["closed"], row["share_ci"]
+            share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
+                f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
+            style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
+            cells = [safe(row["variant"]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
+            table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
+        console.print(table)
+        console.print(safe(gap["paragraph"]))

@@ -1,0 +1,111 @@
+"""`export-serving`: the vLLM speculative_config (synthetic acceptance rates) and the SGLang simulated
+acceptance length that reproduce a drafter's measured acceptance. The exported rates pass vLLM 0.33's own
+rules (transcribed below from vllm/config/speculative.py, not imported from our code) and round-trip to
+the run's tau at that k; k not measured, or an estimate run, is refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_eval.cli import app
+
+
+def vllm_rules(config: dict) -> list[str]:
+    """vLLM 0.33: SpeculativeConfig.num_speculative_tokens = Field(gt=0); RejectionSampleMethod includes
+    "synthetic"; _resolve_synthetic_acceptance_rates(n, rates, length): exactly one of rates / length,
+    len(rates) == n, every 0.0 <= r <= 1.0, no rates[i] > rates[i - 1]."""
+    n, rates = config["num_speculative_tokens"], config.get("synthetic_acceptance_rates")
+    problems = []
+    if not (isinstance(n, int) and n > 0):
+        problems.append("num_speculative_tokens must be > 0")
+    if config.get("rejection_sample_method") not in ("standard", "synthetic", "block"):
+        problems.append("unknown rejection_sample_method")
+    if (rates is None) == (config.get("synthetic_acceptance_length") is None):
+        problems.append("exactly one of synthetic_acceptance_rates or synthetic_acceptance_length")
+    if rates is not None:
+        if len(rates) != n:  # vLLM raises here, before the other checks
+            return problems + [f"must have length {n}"]
+        if not all(0.0 <= r <= 1.0 for r in rates):
+            problems.append("entries must be in [0, 1]")
+        if any(rates[i] > rates[i - 1] for i in range(1, n)):
+            problems.append("must be non-increasing")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from dflash_eval.demo import drafter_paths, target_path
+
+    root = tmp_path_factory.mktemp("export")
+    reference, inhouse = drafter_paths()
+    result = CliRunner().invoke(app, [
+        "run", "--target", str(target_path()), "-d", f"{reference}:ref", "-d", f"{inhouse}:inhouse",
+        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths", "3",
+        "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
+    assert result.exit_code == 0, result.output
+    return root / "run"
+
+
+def _export(*args):
+    return CliRunner().invoke(app, ["export-serving", *map(str, args)])
+
+
+def _config(text: str) -> dict:
+    return json.loads("\n".join(line for line in text.splitlines() if not line.startswith("#")))
+
+
+@pytest.mark.parametrize("drafter, k", [("ref", 3), ("ref", 7), ("inhouse", 3)])
+def test_vllm_rates_pass_vllms_rules_and_round_trip_to_tau(run_dir, drafter, k, tmp_path):
+    out = tmp_path / "spec.txt"
+    result = _export(run_dir, "--engine", "vllm", "--k", k, "--drafter", drafter, "--out", out)
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    config = _config(text)
+    assert vllm_rules(config) == []
+    assert config["method"] == "dflash" and config["num_speculative_tokens"] == k
+    assert config["rejection_sample_method"] == "synthetic"
+    run = json.loads((run_dir / "run.json").read_text())
+    d = next(x for x in run["drafters"] if x["name"] == drafter)
+    at_k = next(e for e in d["by_draft_length"] if e["k"] == k)["metrics"]
+    assert config["synthetic_acceptance_rates"] == at_k["reach"]  # this k's own walks, not the full block cut
+    assert 1 + sum(config["synthetic_acceptance_rates"]) == pytest.approx(at_k["tau_micro"], abs=1e-12)
+    measured = [line for line in text.splitlines() if line.startswith("# measured:")]
+    assert measured and f"drafter {drafter}" in measured[0] and "3 prompts" in measured[0]
+    assert "temperature 0.0" in measured[0]
+
+
+def test_sglang_simulated_length_is_tau_at_k(run_dir):
+    result = _export(run_dir, "--engine", "sglang", "--k", 3, "--drafter", "ref")
+    assert result.exit_code == 0, result.output
+    env = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines()
+               if line.startswith("export "))
+    run = json.loads((run_dir / "run.json").read_text())
+    at_3 = next(e for e in run["drafters"][0]["by_draft_length"] if e["k"] == 3)["metrics"]
+    assert float(env["SGLANG_SIMULATE_ACC_LEN"]) == at_3["tau_micro"]
+    assert env["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected"
+    assert "--speculative-num-draft-tokens 4" in result.output and "# measured:" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--engine", "vllm", "--drafter", "ref", "--k", "5"], "not measured at draft length k = 5"),
+    (["--engine", "vllm", "--drafter", "ref", "--k", "9"], "at most B - 1 = 7"),
+    (["--engine", "vllm"], "holds 2 drafters"),
+    (["--engine", "trt", "--drafter", "ref"], "choose vllm or sglang"),
+    (["--engine", "vllm", "--drafter", "nobody"], "no drafter 'nobody'"),
+])
+def test_refused_by_name(run_dir, args, message):
+    result = _export(run_dir, *args)
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_exported_rates_fail_the_rules_when_broken():
+    """The transcribed rules and our own check both catch each kind of bad rate list."""
+    from dflash_eval.commands.export_serving import vllm_rate_problems
+
+    for rates, n in (([0.5, 0.6], 2), ([0.5], 2), ([1.2, 0.1], 2), ([0.5, -0.1], 2)):
+        config = {"num_speculative_tokens": n, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": rates}
+        assert vllm_rules(config) and vllm_rate_problems(rates, n)
+    assert vllm_rate_problems([0.5, 0.5, 0.0], 3) == []

@@ -1,0 +1,289 @@
+"""Ready for a GPU it has never run on, proven on CPU (issue 25): the device read from the input embedding,
+torchrun ranks on their own GPU with nccl bound to it and a timeout, doctor's trajectories kept in host
+memory between variants, anchor chunks from the shapes, no deprecation warnings from our own calls to
+transformers, the stub fla package bound where the real one is, and `gpu_check.sh --rehearse` end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+STUB = ROOT / "dflash_eval" / "testing" / "stub_fla"
+
+
+def test_a_device_map_that_fits_one_device_puts_inputs_where_the_embedding_is(test_bed):
+    """accelerate sets no hf_device_map when the whole target lands on one device; the inputs, taps and
+    drafters must still go there (not to the CPU). The meta device plays the one accelerator."""
+    from dflash_eval.model.target import load_target
+
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32", device_map={"": "meta"})
+    assert not getattr(target.model, "hf_device_map", None)
+    assert target.device == target.embed_tokens.weight.device == torch.device("meta")
+
+
+def test_the_device_comes_from_the_embedding_or_accelerates_record_of_it(test_bed):
+    from transformers import AutoModelForCausalLM
+
+    from dflash_eval.model.target import input_device
+
+    model = AutoModelForCausalLM.from_pretrained(test_bed["qwen3"])
+    assert input_device(model) == torch.device("cpu")
+    model.to("meta")  # offloaded weights sit on meta; the hook's execution device is in hf_device_map
+    model.hf_device_map = {"model.embed_tokens": 1, "model.layers": 0, "lm_head": "disk"}
+    assert input_device(model) == torch.device("cuda:1")
+    model.hf_device_map = {"model": "disk", "lm_head": 0}
+    assert input_device(model) == torch.device("cpu")
+
+
+def test_weights_load_straight_onto_their_device(test_bed, monkeypatch):
+    """No whole-model copy staged in host RAM first (55 GB per torchrun rank on a 27B target): transformers
+    is asked to place every weight on the run's device while it reads the file."""
+    from transformers import AutoModelForCausalLM
+
+    from dflash_eval.model.target import load_target
+
+    asked = []
+    real = AutoModelForCausalLM.from_pretrained.__func__
+
+    def recording(cls, *args, **kwargs):
+        asked.append(kwargs.get("device_map"))
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(recording))
+    load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    assert asked == [{"": torch.device("cpu")}]
+
+
+def test_torchrun_ranks_run_on_their_own_gpu_with_nccl_bound_and_the_timeout(monkeypatch, tmp_path):
+    """Patched torch.cuda (two GPUs) and init_process_group: rank 1 of 2 runs on cuda:1 with nccl bound to
+    it (device_id) and --dist-timeout; a fixed cuda:N under torchrun is refused by name."""
+    import torch.distributed as dist
+
+    from dflash_eval.commands import distributed
+    from dflash_eval.core.errors import InputError
+    from dflash_eval.core.options import RunOptions
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def init(backend, **kwargs):
+        seen.update(backend=backend, **kwargs)
+        raise Stop
+
+    monkeypatch.setattr(dist, "init_process_group", init)
+    for device in ("auto", "cuda"):
+        with pytest.raises(Stop):
+            distributed.evaluate_launched(RunOptions(drafters=[], out=tmp_path / "o", device=device, dist_timeout=90))
+        assert seen["backend"] == "nccl" and seen["device_id"] == torch.device("cuda:1")
+        assert seen["timeout"].total_seconds() == 90
+    with pytest.raises(InputError, match="would put every rank on one GPU"):
+        distributed.evaluate_launched(RunOptions(drafters=[], out=tmp_path / "o", device="cuda:0"))
+
+
+def test_a_failing_torchrun_rank_ends_the_job_at_once_with_its_error(test_bed, drafter_dirs, tmp_path):
+    """Two gloo ranks; rank 1's shard folder is a foreign folder, so rank 1 refuses it. Rank 0 finishes its
+    shard and waits at the barrier: the job must end right away with rank 1's one-line error, not after
+    the barrier's timeout."""
+    out = tmp_path / "dp"
+    (Path(f"{out}.shards") / "rank-1").mkdir(parents=True)
+    (Path(f"{out}.shards") / "rank-1" / "mine.txt").write_text("not a run")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+               "-m", "dflash_eval", "run", "-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]),
+               "--max-new-tokens", "8", "--limit", "4", "--cache-dir", str(tmp_path / "cache"), "--no-html",
+               "--device", "cpu", "--dist-timeout", "900", "--out", str(out)]
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert "is not a dflash-eval run folder" in done.stdout + done.stderr
+    assert time.monotonic() - started < 300  # far below the 900 s the barrier would wait
+    assert not out.exists()
+
+
+def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, tmp_path, monkeypatch):
+    """doctor holds the taps of every prompt through all variants: they wait in host memory
+    (OffloadedLayers) and reach the drafter's device one layer at a time, for the base trajectories and the
+    context variants' alike."""
+    from dflash_eval.commands import doctor
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.pipeline.trajectories import OffloadedLayers
+
+    held = []
+    real = doctor.evaluate_variants
+
+    def recording(drafter, variants, trajectories, *args, **kwargs):
+        held.extend(trajectories)
+        return real(drafter, variants, trajectories, *args, **kwargs)
+
+    monkeypatch.setattr(doctor, "evaluate_variants", recording)
+    doctor.run_doctor(RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc",
+                                 target=str(trained["qwen3"]["target"]), limit=2, max_new_tokens=12,
+                                 cache_dir=tmp_path / "cache", device="cpu"))
+    assert held and all(isinstance(t.layers, OffloadedLayers) for t in held)
+    assert all(x.device.type == "cpu" for t in held for x in t.layers.stored.values())
+
+
+def test_offloaded_layers_are_handed_out_on_the_accelerator_and_stored_in_host_memory():
+    from dflash_eval.pipeline.trajectories import OffloadedLayers
+
+    layers = OffloadedLayers({3: torch.ones(5, 4), 7: torch.zeros(5, 4)}, torch.device("meta"))
+    assert layers[3].device.type == "meta" and layers.stored[3].device.type == "cpu"
+    assert sorted(layers) == [3, 7] and len(layers) == 2
+
+
+def test_anchor_chunks_come_from_the_shapes_not_the_device_or_a_constant():
+    from dflash_eval.model.engine import auto_anchor_batch
+
+    # 0.6B-like pair (vocab 151,936, H 1024, B 16, 2048 tokens): 256, measured 2.6x faster than 64 on CPU
+    assert auto_anchor_batch(2048, 16, 151936, 16, hidden_size=1024) == 256
+    # the test bed's drafters (vocab 522, H 64, B 4): 64, the CPU optimum measured on them
+    assert auto_anchor_batch(96, 4, 522, 4, hidden_size=64) == 64
+    # a 27B-like pair: the 4 GiB bound on one chunk's logits and scores decides
+    assert auto_anchor_batch(2176, 16, 248320, 32, hidden_size=5120) == 4 * 2**30 // (16 * (248320 * 4 + 32 * 4 * 2176 * 2))  # 173
+    assert auto_anchor_batch(2048, 16, 151936, 16, device_type="cpu", hidden_size=1024) == \
+        auto_anchor_batch(2048, 16, 151936, 16, device_type="cuda", hidden_size=1024)
+
+
+def test_no_deprecation_warning_from_our_calls_to_transformers(test_bed, drafter_dirs, tmp_path):
+    """Warnings as errors, transformers' logger at warning level, in a fresh process (transformers warns
+    once per process): the live loop, a chunked tap pass, greedy and sampled generation, dense and hybrid."""
+    script = f"""
+import logging, warnings
+warnings.simplefilter("error")
+import torch
+from transformers.utils import logging as hf_logging
+hf_logging.set_verbosity_warning()
+messages = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        messages.append(record.getMessage())
+hf_logging.get_logger("transformers").addHandler(Keep())
+from dflash_eval.model.live import live_generate
+from dflash_eval.model.sampling import Sampling, generator_for
+from dflash_eval.model.target import capture_taps, load_target
+from dflash_eval.pipeline.continuations import generate_greedy, generate_sampled, generate_sampled_batch
+for kind in ("qwen3", "qwen3_5_text"):
+    target = load_target({str(test_bed['qwen3'].parent)!r} + "/" + kind, device="cpu", dtype="float32")
+    ids = target.tokenizer("def add(a, b):\\n    return a + b\\n")["input_ids"]
+    capture_taps(target, torch.tensor(ids), [1, 2], sequence_chunk=5)
+    generate_greedy(target, [ids, ids[:5]], 6, batch_size=2)
+    s = Sampling(temperature=1.0)
+    generate_sampled(target, ids, 6, s, generator_for(0, "a", 0))
+    generate_sampled_batch(target, [ids, ids[:5]], 6, s, [generator_for(0, "a", 0), generator_for(0, "b", 0)])
+    if kind == "qwen3":
+        from dflash_eval.formats.checkpoints import checked_spec
+        from dflash_eval.formats.files import weight_files
+        from dflash_eval.model.drafter import load_drafter
+        spec, _ = checked_spec({str(drafter_dirs['zlab'])!r}, target.info)
+        drafter = load_drafter(spec, weight_files({str(drafter_dirs['zlab'])!r})).attach_target(target.embed_tokens, target.lm_head)
+        live_generate(target, drafter, ids, 12)
+        live_generate(target, drafter, ids, 12, sampling=s, generator=generator_for(0, "a", 0))
+bad = [m for m in messages if "deprecat" in m.lower()]
+assert not bad, bad
+print("clean")
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "warning"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "clean" in done.stdout, done.stderr[-3000:]
+
+
+STUB_SCRIPT = """
+import sys, torch
+from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+from dflash_eval.model.target import capture_taps, load_target
+import fla.ops.gated_delta_rule as stub
+for kind in ("qwen3_5_text", "qwen3_next"):
+    target = load_target(sys.argv[1] + "/" + kind, device="cpu", dtype="float32", allow_accelerated_on_cpu=True)
+    bound = {k.operation: k.function for k in kernel_report(target.model)}
+    assert bound["chunk_gated_delta_rule"] == "fla.ops.gated_delta_rule.chunk_gated_delta_rule", bound
+    assert bound["recurrent_gated_delta_rule"] == "fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule", bound
+    ids = torch.tensor(target.tokenizer("def add(a, b):\\n    return a + b\\n" * 3)["input_ids"])
+    try:
+        fla = capture_taps(target, ids, [1, 3, 5])
+        step = capture_taps(target, ids, [1, 3, 5], sequence_chunk=1)  # the recurrent (decode) kernel
+    except RuntimeError as exc:
+        print("refused:", exc); sys.exit(3)
+    with torch_fallback_kernels(target.model):
+        ref = capture_taps(target, ids, [1, 3, 5])
+    torch.testing.assert_close(fla.taps, ref.taps, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(step.taps, ref.taps, rtol=1e-3, atol=1e-3)
+    assert torch.equal(fla.greedy, ref.greedy)
+assert stub.CALLS["chunk_gated_delta_rule"] > 0 and stub.CALLS["fused_recurrent_gated_delta_rule"] > 0, stub.CALLS
+print("stub ok")
+"""
+
+
+def _stub_env(**extra) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": f"{STUB}:{os.environ.get('PYTHONPATH', '')}", **extra}
+
+
+def test_the_stub_fla_is_bound_where_the_real_one_is_and_computes_the_fallbacks_numbers(test_bed):
+    """transformers binds the stub's functions at import exactly as it binds fla's (hub_kernels' import of
+    fla.ops.gated_delta_rule); they give the torch fallback's taps on both hybrid families, prefill and
+    decode; and, like Triton, they refuse CPU tensors unless the process stands for the accelerator."""
+    bed = str(test_bed["qwen3"].parent)
+    done = subprocess.run([sys.executable, "-c", STUB_SCRIPT, bed], capture_output=True, text=True, timeout=300,
+                          env=_stub_env(DFLASH_EVAL_STUB_FLA_ON_CPU="1"))
+    assert done.returncode == 0 and "stub ok" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    refused = subprocess.run([sys.executable, "-c", STUB_SCRIPT, bed], capture_output=True, text=True, timeout=300,
+                             env=_stub_env())
+    assert refused.returncode == 3 and "Triton kernel launched on CPU tensors" in refused.stdout, refused.stderr[-2000:]
+
+
+def test_gpu_check_rehearsal_runs_every_part_end_to_end(tmp_path):
+    """`bash benchmarks/gpu_check.sh --rehearse`: every part in its own process on the CPU with the stub fla,
+    each figure in OUT/PART.json, the summary table at the end, exit 0."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--rehearse"], env=env,
+                          capture_output=True, text=True, timeout=1500)
+    seconds = time.monotonic() - started
+    print(f"gpu_check.sh --rehearse: {seconds:.0f} s")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "=== gpu_check summary" in done.stdout
+    import json
+
+    parts = {p: json.loads((out / f"{p}.json").read_text()) for p in ("bed", "kernels", "throughput", "phases")}
+    assert all(p["finished"] and p["rehearsal"] for p in parts.values())
+    # the CPU test bed ran with fla unbound: only the torch fallback there
+    assert all(f.startswith("transformers.") for f in parts["bed"]["figures"]["cpu kernels"])
+    kernels = parts["kernels"]["figures"]
+    assert "fla.ops.gated_delta_rule.chunk_gated_delta_rule" in kernels["bound kernels"]
+    for key in ("tau bf16-fla", "tau fp32-torch", "tau bf16-fla-live", "continuations bf16+fla vs fp32+torch",
+                "walks replay vs live (bf16+fla)"):
+        assert key in kernels and key in done.stdout
+    drafter = parts["phases"]["figures"]["drafter pass"]
+    assert drafter["counted_flops"] > drafter["lm_head_flops"] > 0  # every FLOP, the lm_head over all slots too
+    assert any(k.startswith("tap pass tiny") for k in parts["throughput"]["figures"])
+
+
+def test_the_summary_is_printed_when_parts_time_out(tmp_path):
+    """A part killed by its budget keeps what it wrote; the table still comes, naming what happened."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "GPU_CHECK_BUDGETS": "bed:2 phases:2"}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--rehearse"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    table = done.stdout[done.stdout.index("=== gpu_check summary"):]
+    assert "kernels     not run" in table and "throughput  not run" in table
+    for part in ("bed", "phases"):
+        line = next(line for line in table.splitlines() if line.startswith(part))
+        assert "timed out" in line or "failed before writing (exit 124)" in line

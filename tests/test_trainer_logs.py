@@ -1,0 +1,101 @@
+"""The trainers' own logged metrics, read as the trainers write them (HF Trainer's trainer_state.json
+log_history; speculators 0.9.0's scalars through its TensorBoardHandler), set beside measured tau in `track`,
+and the flag for a training metric that keeps improving while the measured tau falls."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from dflash_eval.cli import app
+from dflash_eval.core.errors import InputError
+from dflash_eval.formats import trainer_logs as T
+
+runner = CliRunner()
+
+# transformers' TrainerState.save_to_json: log_history entries as Trainer.log writes them (train and eval)
+HF_STATE = {
+    "best_metric": None, "best_model_checkpoint": None, "epoch": 3.0, "eval_steps": 10, "global_step": 30,
+    "is_hyper_param_search": False, "is_local_process_zero": True, "is_world_process_zero": True,
+    "log_history": [
+        {"epoch": 1.0, "grad_norm": 2.5, "learning_rate": 0.001, "loss": 3.0, "step": 10},
+        {"epoch": 1.0, "eval_accuracy": 0.40, "eval_loss": 2.8, "eval_runtime": 1.2, "step": 10},
+        {"epoch": 2.0, "grad_norm": 1.5, "learning_rate": 0.0008, "loss": 2.0, "step": 20},
+        {"epoch": 2.0, "eval_accuracy": 0.60, "eval_loss": 2.1, "eval_runtime": 1.1, "step": 20},
+        {"epoch": 3.0, "grad_norm": 1.0, "learning_rate": 0.0005, "loss": 1.5, "step": 30},
+        {"epoch": 3.0, "eval_accuracy": 0.75, "eval_loss": 1.9, "eval_runtime": 1.1, "step": 30},
+        {"epoch": 3.0, "step": 30, "total_flos": 1.0e12, "train_loss": 2.1, "train_runtime": 9.0},
+    ],
+    "logging_steps": 10, "max_steps": 30, "num_train_epochs": 3, "save_steps": 10, "trial_name": None,
+}
+
+
+def test_hf_trainer_state_log_history(tmp_path):
+    (tmp_path / "trainer_state.json").write_text(json.dumps(HF_STATE, indent=2))
+    log = T.find_trainer_logs(tmp_path)
+    assert log.series["eval_accuracy"] == [(10, 0.40), (20, 0.60), (30, 0.75)]
+    assert log.series["loss"] == [(10, 3.0), (20, 2.0), (30, 1.5)]
+    assert T.value_at(log.series["eval_accuracy"], 25) == 0.60 and T.value_at(log.series["loss"], 5) is None
+    # a trainer_state.json without log_history (a checkpoint's step only) is no log at all
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    assert T.find_trainer_logs(other) is None
+    with pytest.raises(InputError, match="has no log_history list"):
+        T.read_hf_trainer_state(other / "trainer_state.json")
+
+
+def test_speculators_scalars_from_its_tensorboard_handler(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    # speculators 0.9.0 train/logger.py TensorBoardHandler: add_scalar(flattened key, value, global_step=step)
+    writer = SummaryWriter(log_dir=str(tmp_path / "logs"))
+    for step, eal, acc in ((100, 2.0, 0.5), (200, 2.5, 0.6), (300, 2.9, 0.7)):
+        writer.add_scalar("train/eal", eal, global_step=step)
+        writer.add_scalar("train/position_1_acc", acc, global_step=step)
+        writer.add_scalar("train/lr", 1e-4, global_step=step)
+    writer.add_scalar("val/eal_epoch", 2.7, global_step=300)
+    writer.close()
+    log = T.find_trainer_logs(tmp_path)
+    assert [s for s, _ in log.series["train/eal"]] == [100, 200, 300]
+    assert log.series["train/position_1_acc"][-1][1] == pytest.approx(0.7)
+    assert log.series["val/eal_epoch"] == [(300, pytest.approx(2.7))]
+
+
+def test_eal_is_flagged_across_speculators_0_9_0():
+    assert "not comparable across these checkpoints" in T.eal_note(["0.8.1", "0.9.0"])
+    assert "pre-0.9.0 definition" in T.eal_note(["0.8.1"])
+    assert T.eal_note(["0.9.0", "0.9.1.dev3"]) is None and T.eal_note([None]) is None
+
+
+def test_a_metric_that_keeps_improving_while_tau_falls_is_flagged_by_hand():
+    taus, margins = [2.0, 3.0, 2.6, 2.2], [0.1, 0.1, 0.1, 0.1]
+    flag = T.rising_while_flat("eval_accuracy", [0.4, 0.6, 0.7, 0.8], taus, margins)
+    assert flag == ("eval_accuracy kept rising (0.6 -> 0.8) after the checkpoint where measured tau peaked (3.000), "
+                    "while measured tau fell to 2.200")
+    assert "kept falling (2 -> 1.5)" in T.rising_while_flat("loss", [3.0, 2.0, 1.8, 1.5], taus, margins)
+    assert T.rising_while_flat("loss", [3.0, 2.0, 2.1, 2.2], taus, margins) is None  # loss went up: agrees
+    assert T.rising_while_flat("eval_accuracy", [0.4, 0.6, 0.7, 0.8], [2.0, 3.0, 2.95, 2.95], margins) is None
+    assert T.rising_while_flat("eval_accuracy", [0.4, 0.6, 0.8], [2.0, 2.5, 3.0], margins) is None  # tau peaks last
+
+
+def test_track_sets_the_trainer_log_beside_the_curve(drafter_dirs, test_bed, tmp_path):
+    save = tmp_path / "save"
+    for step, source in ((10, "zlab"), (20, "sliding"), (30, "speculators")):
+        shutil.copytree(drafter_dirs[source], save / f"checkpoint-{step}")
+        state = dict(HF_STATE, global_step=step,
+                     log_history=[e for e in HF_STATE["log_history"] if e["step"] <= step])
+        (save / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps(state))
+    result = runner.invoke(app, ["track", str(save), "--target", str(test_bed["qwen3"]), "--out", str(tmp_path / "t"),
+                                 "--max-new-tokens", "12", "--limit", "2", "--device", "cpu", "--cache-dir",
+                                 str(tmp_path / "c"), "--settle", "0.2", "--no-html"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "t" / "track.jsonl").read_text().splitlines()]
+    by_step = {r["step"]: r for r in rows if r.get("role") == "checkpoint"}
+    assert by_step[10]["trainer"]["values"]["eval_accuracy"] == 0.40
+    assert by_step[20]["trainer"]["values"]["loss"] == 2.0 and "learning_rate" not in by_step[20]["trainer"]["values"]
+    assert by_step[30]["trainer"]["values"]["eval_accuracy"] == 0.75
+    assert "trainer eval_accuracy per step: 0.4, 0.6, 0.75" in result.stdout
