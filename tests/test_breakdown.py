@@ -220,18 +220,13 @@ def test_the_breakdown_section_in_headless_chromium(tmp_path):
     """The stored report run, split here (its rows hold no slot bits: no marginal per part, said so), in a
     real headless Chromium: the section, its depth curve drawn at a real size, its tables, no error."""
     import copy
-    import os
 
-    from test_html import STORED, DevTools, chromium_binary
+    from test_html import STORED, DevTools, required_chromium
 
     from dflash_eval.core.results import read_run, read_samples
     from dflash_eval.render.html import render_run_html, write_html
 
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    binary = required_chromium()
     run, rows = copy.deepcopy(read_run(STORED)), read_samples(STORED / "samples.jsonl")
     for d in run["drafters"]:
         mine = [r for r in rows if r["drafter"] == d["name"]]

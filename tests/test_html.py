@@ -210,6 +210,17 @@ def chromium_binary() -> str | None:
     return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
 
 
+def required_chromium() -> str:
+    """The browser for the checks that read a page as a person does: in CI its absence fails the test (.ci/run
+    installs Debian's chromium first); on a developer's machine without it, the test is skipped, saying why."""
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium before the tests")
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
+    return binary
+
+
 class DevTools:
     """A headless Chromium driven over --remote-debugging-pipe (fd 3: commands in, fd 4: replies out)."""
 
@@ -316,11 +327,7 @@ CHECKS = """(() => {
 
 
 def test_the_report_in_headless_chromium(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium before the tests")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
+    binary = required_chromium()
     started = time.monotonic()
     out = evil_run(tmp_path)
     report = write_html(tmp_path / "report.html", render_run_html(read_run(out), read_samples(out / "samples.jsonl")))
@@ -398,11 +405,7 @@ def hybrid_run(tmp_path: Path) -> Path:
 
 
 def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium before the tests")
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium); CI installs it")
+    binary = required_chromium()
     out = hybrid_run(tmp_path)
     report = write_html(tmp_path / "report.html", render_run_html(read_run(out), read_samples(out / "samples.jsonl")))
     browser = DevTools(binary, tmp_path / "profile", tmp_path / "chromium.log")
