@@ -130,3 +130,19 @@ def test_different_continuations_are_refused_with_their_share(drafter_dirs, test
     assert result.exit_code == 2
     assert f"target continuations differ in {100 * len(rows) / total:.2f}% of tokens" in result.stderr
     assert diff(first, other, "--max-continuation-mismatch", "0.5").exit_code == 0
+
+
+def test_best_speedups_compare_as_one_model_when_only_the_drafters_differ():
+    """A roofline models each drafter's own shape on one accelerator, target and context: two such tables are
+    one step-time model (no warning); another accelerator, or a file against a roofline, is not."""
+    from dflash_eval.commands.diff import _step_model
+
+    base = {"accelerator": "h200", "peak_flops": 1.0, "bandwidth": 2.0, "context_tokens": 100, "dtype_bytes": 2,
+            "target_shape": {"hidden_size": 64}}
+    a = {"source": "roofline", "inputs": {**base, "drafter_block_size": 8, "drafter_shape": {"n_taps": 3}}}
+    b = {"source": "roofline", "inputs": {**base, "drafter_block_size": 16, "drafter_shape": {"n_taps": 5}}}
+    assert _step_model(a) == _step_model(b)
+    assert _step_model(a) != _step_model({**b, "inputs": {**b["inputs"], "accelerator": "h100"}})
+    assert _step_model(a) != _step_model({"source": "file", "inputs": a["inputs"]})
+    files = [{"source": "file", "inputs": {"file": "t.json", "drafter": [[1, 3, d]]}} for d in (0.1, 0.2)]
+    assert _step_model(files[0]) != _step_model(files[1])  # a file's drafter times are part of its model

@@ -1,7 +1,8 @@
 """`run --draft-lengths`: each drafter replayed with a block of k + 1 per k on the same tap pass, the walks
 and counts per k in samples.jsonl and run.json, shown in the terminal, HTML, CSV and diff; the live loop at
 k walks exactly as the replay at k; the expected speedup from a step-times file and from live timings;
-bad options refused before the output folder is touched. On the bundled demo pair (B = 8, trained)."""
+bad options refused before the output folder is touched. On the bundled demo pair (B = 8, trained); merged
+shards keep the depth buckets and the speedup (on the test bed, cheaper)."""
 
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def test_speedup_from_a_step_times_file_in_run_json_terminal_and_html(runs):
     assert names == ["ref", "ref@k=2", "ref@k=5", "inhouse", "inhouse@k=2", "inhouse@k=5"]
 
 
-def test_diff_pairs_by_k_and_compares_best_speedups(runs):
+def test_diff_pairs_by_k_and_compares_best_speedups(runs, tmp_path):
     from dflash_eval.commands.diff import diff
 
     result = diff(f"{runs['t']}:ref", f"{runs['t']}:inhouse")
@@ -129,8 +130,17 @@ def test_diff_pairs_by_k_and_compares_best_speedups(runs):
     for p in part["pairs"]:
         assert p["tau_macro_a"] == pytest.approx(tau["ref"][p["k"]]) and p["tau_macro_b"] == pytest.approx(tau["inhouse"][p["k"]])
     assert part["speedup"]["same_model"] and [b["batch"] for b in part["speedup"]["best"]] == [1, 4]
-    shown = CliRunner().invoke(app, ["diff", f"{runs['t']}:ref", f"{runs['t']}:inhouse"], env={"COLUMNS": "200"})
+    page = tmp_path / "diff.html"
+    shown = CliRunner().invoke(app, ["diff", f"{runs['t']}:ref", f"{runs['t']}:inhouse", "--html", str(page)],
+                               env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "Per draft length k" in shown.output and "best k per batch" in shown.output
+    html = page.read_text()  # the HTML page: tau paired by k (chart and table), the best speedups side by side
+    assert 'id="draft-lengths"' in html and 'href="#draft-lengths"' in html and "Per draft length k, B - A" in html
+    assert 'aria-label="tau per draft length chart"' in html and "B / A" in html and "different step times" not in html
+    for p in part["pairs"]:
+        assert f"{p['delta_tau_macro']['estimate']:+.3f}" in html
+    for row in part["speedup"]["best"]:
+        assert f"{row['speedup_a']:.2f}x" in html and f"{row['speedup_b']:.2f}x" in html
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -150,3 +160,68 @@ def test_bad_options_refused_before_the_folder_is_touched(tmp_path, extra, messa
 def test_resume_with_other_draft_lengths_is_refused(runs):
     again = _run(runs["t"], runs["root"] / "cache", "--draft-lengths", "3")
     assert again.exit_code == 2 and "draft_lengths" in again.output
+
+
+def test_a_recorded_speedup_table_rebuilds_its_step_times(tmp_path):
+    """merge recomputes the speedup from the merged counts with the step times run.json recorded: a file's
+    entries and a roofline's accelerator and shapes give back the same table (JSON round trip included)."""
+    from dflash_eval.core import roofline as RF
+    from dflash_eval.core.speedup import (recorded_step_times, roofline_from_shapes, speedup_table,
+                                          step_times_from_json)
+
+    taus = {2: 2.25, 5: 3.5, 7: 3.75}
+    config = {"model_type": "qwen3", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "hidden_size": 64, "intermediate_size": 128, "vocab_size": 1000, "head_dim": 16}
+    target = RF.model_shape(config)
+    drafter = RF.drafter_shape({**config, "num_hidden_layers": 1, "block_size": 8,
+                                "dflash_config": {"target_layer_ids": [1, 2, 3], "block_size": 8}})
+    for times in (step_times_from_json(STEP_TIMES, tmp_path / "times.json"),
+                  roofline_from_shapes(RF.accelerator("h200"), target, drafter, 300)):
+        table = json.loads(json.dumps(speedup_table(taus, times)))  # as run.json holds it
+        assert json.loads(json.dumps(speedup_table(taus, recorded_step_times(table)))) == table
+    assert recorded_step_times(table, 600).inputs["context_tokens"] == 600
+    with pytest.raises(ValueError, match="rebuilt from the rows"):
+        recorded_step_times({**table, "source": "measured"})
+    with pytest.raises(ValueError, match="not recorded"):
+        recorded_step_times({**table, "inputs": {k: v for k, v in table["inputs"].items() if k != "target_shape"}})
+
+
+@pytest.fixture(scope="module")
+def sharded(test_bed, drafter_dirs, tmp_path_factory):
+    """One process and two shards of the same run on the test bed, with --depth-buckets and a roofline speedup."""
+    root = tmp_path_factory.mktemp("merge-serving")
+
+    def run(out, *extra):
+        args = ["run", "--target", str(test_bed["qwen3"]), "-d", str(drafter_dirs["zlab"]), "--limit", "4",
+                "--max-new-tokens", "16", "--cache-dir", str(root / "cache"), "--no-html", "--device", "cpu",
+                "--draft-lengths", "1,2", *extra, "--out", str(root / out)]
+        done = CliRunner().invoke(app, args)
+        assert done.exit_code == 0, done.output
+        return root / out
+
+    same = ("--accelerator", "h200", "--depth-buckets", "0,40,48")
+    return {"one": run("one", *same), "s0": run("s0", *same, "--shard", "0/2"),
+            "s1": run("s1", *same, "--shard", "1/2"), "run": run, "root": root}
+
+
+def _merge(*folders, out):
+    return CliRunner().invoke(app, ["merge", *map(str, folders), "--out", str(out), "--no-html"])
+
+
+def test_merged_shards_keep_depth_buckets_and_the_speedup(sharded):
+    root = sharded["root"]
+    merged = _merge(sharded["s1"], sharded["s0"], out=root / "m")
+    assert merged.exit_code == 0, merged.output
+    one, m = (json.loads((d / "run.json").read_text())["drafters"][0] for d in (sharded["one"], root / "m"))
+    assert m["depth_edges"] == [40, 48] and m["by_depth"] == one["by_depth"]
+    assert sum(1 for e in one["by_depth"] if e["metrics"]["steps"]) >= 2  # a split with several buckets in use
+    assert m["by_draft_length"] == one["by_draft_length"]
+    assert one["speedup"]["source"] == "roofline" and m["speedup"] == one["speedup"]
+    # shards split with other edges, or modelled on another accelerator, are refused by name
+    other = sharded["run"]("s1-edges", "--accelerator", "h200", "--depth-buckets", "0,32", "--shard", "1/2")
+    refused = _merge(sharded["s0"], other, out=root / "x")
+    assert refused.exit_code == 2 and "other --depth-buckets" in refused.stderr and "s1-edges" in refused.stderr
+    other = sharded["run"]("s1-h100", "--accelerator", "h100", "--depth-buckets", "0,40,48", "--shard", "1/2")
+    refused = _merge(sharded["s0"], other, out=root / "x")
+    assert refused.exit_code == 2 and "other step times" in refused.stderr and "h100" in refused.stderr
+    assert not (root / "x").exists()

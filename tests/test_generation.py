@@ -4,6 +4,8 @@ recurrent state must not see the pads."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dflash_eval.pipeline.continuations import generate_greedy
@@ -149,3 +151,55 @@ def test_a_limit_or_a_shard_gets_the_continuation_of_the_full_run_in_bf16(test_b
     assert generated == len(subset) and part == {p.id: full[p.id] for p in subset}
     cached = sorted((tmp_path / "part").glob("*.json"))
     assert len(cached) > len(subset)  # the companions of the planned batches were cached as well
+
+
+def _big_copy(test_bed, tmp_path) -> tuple:
+    """A copy of the dense target whose weight file is past the 4 MiB the sampled fingerprint hashes whole
+    (an unused tensor of 5 MiB added), and a byte of a real weight that none of its 64 windows covers."""
+    import shutil
+
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "big"
+    shutil.copytree(test_bed["qwen3"], folder)
+    file = folder / "model.safetensors"
+    with safe_open(str(file), "pt") as handle:
+        tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+    save_file({**tensors, "zz_unused.padding": torch.zeros(5 * 2**20 // 4)}, str(file), metadata={"format": "pt"})
+    size = file.stat().st_size
+    windows = [(k * (size - 65536) // 63, k * (size - 65536) // 63 + 65536) for k in range(64)]
+    header = json.loads(file.read_bytes()[8:8 + int.from_bytes(file.read_bytes()[:8], "little")])
+    start = 8 + int.from_bytes(file.read_bytes()[:8], "little")
+    begin, end = header["model.embed_tokens.weight"]["data_offsets"]
+    offset = next(o for o in range(start + begin, start + end, 4) if not any(a <= o < b for a, b in windows))
+    return folder, offset
+
+
+def test_the_continuation_cache_misses_on_another_dtype_or_one_weight_byte(test_bed, tmp_path):
+    """The cache key holds the content digests of provenance (every weight byte), the dtype and the
+    generation settings: neither a bf16 run reading fp32 continuations nor a checkpoint changed in a byte
+    that the sampled fingerprint (`Target.fingerprint`) does not read gets a cached continuation."""
+    from dflash_eval.core.options import Reporter, RunOptions
+    from dflash_eval.pipeline.continuations import continuations_for
+
+    folder, offset = _big_copy(test_bed, tmp_path)
+    prompts = [Prompt(f"p{i}", text) for i, text in enumerate(DEMO_PROMPTS[:2])]
+    options = RunOptions(drafters=[], out=tmp_path / "unused", max_new_tokens=4, cache_dir=tmp_path / "cache")
+
+    def generated(dtype: str) -> tuple[int, str]:
+        target = load_target(str(folder), device="cpu", dtype=dtype)
+        ids = {p.id: prompt_ids(target.tokenizer, p, False) for p in prompts}
+        return continuations_for(target, prompts, ids, options, False, None, Reporter())[1], target.fingerprint()
+
+    assert generated("float32")[0] == 2
+    assert generated("bfloat16")[0] == 2  # another dtype: not the fp32 continuations
+    count, fingerprint = generated("float32")
+    assert count == 0  # the same settings: cached
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[offset] ^= 1  # the lowest mantissa bit of one embedding weight
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    count, changed = generated("float32")
+    assert changed == fingerprint  # the sampled fingerprint does not see it...
+    assert count == 2  # ...the cache key does

@@ -131,11 +131,24 @@ def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, 
         return real(drafter, variants, trajectories, *args, **kwargs)
 
     monkeypatch.setattr(doctor, "evaluate_variants", recording)
-    doctor.run_doctor(RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc",
-                                 target=str(trained["qwen3"]["target"]), limit=2, max_new_tokens=12,
-                                 cache_dir=tmp_path / "cache", device="cpu"))
+    options = RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc", limit=2, max_new_tokens=12,
+                         target=str(trained["qwen3"]["target"]), cache_dir=tmp_path / "cache", device="cpu")
+    doctor.run_doctor(options)
     assert held and all(isinstance(t.layers, OffloadedLayers) for t in held)
     assert all(x.device.type == "cpu" for t in held for x in t.layers.stored.values())
+    # every variant's continuations follow the run's whole-set generation plan (doctor's --limit 2 prompts
+    # with their companions of the full demo set): `run` (thinking flipped too) finds them all in the cache
+    from dflash_eval.core.options import Reporter
+    from dflash_eval.model.target import load_target
+    from dflash_eval.pipeline.continuations import continuations_for, template_ids, whole_prompt_set
+
+    target = load_target(str(trained["qwen3"]["target"]), device="cpu", dtype="float32")
+    prompts = whole_prompt_set(options)[:2]
+    for thinking, template in ((False, "chat"), (True, "chat"), (False, "raw")):
+        ids = {p.id: template_ids(target.tokenizer, p, thinking, template) for p in prompts}
+        _, generated = continuations_for(target, prompts, ids, options, thinking, None, Reporter(), template=template,
+                                         universe=whole_prompt_set(options))
+        assert generated == 0, (thinking, template)
 
 
 def test_offloaded_layers_are_handed_out_on_the_accelerator_and_stored_in_host_memory():
@@ -287,3 +300,97 @@ def test_the_summary_is_printed_when_parts_time_out(tmp_path):
     for part in ("bed", "phases"):
         line = next(line for line in table.splitlines() if line.startswith(part))
         assert "timed out" in line or "failed before writing (exit 124)" in line
+
+
+class Elsewhere(torch.Tensor):
+    """A CPU tensor standing for one on another GPU (the lm_head's, on a target split over GPUs): ops
+    among such tensors stay elsewhere, `.to(a device)` brings one home as a plain tensor, and an op mixing
+    it with the home device's tensors or generator fails, as a cross-device op fails on CUDA."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to and (any(isinstance(a, (torch.device, str)) for a in args[1:]) or "device" in kwargs):
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs).as_subclass(torch.Tensor)
+        values = [*args, *kwargs.values()]
+        values += [v for a in values if isinstance(a, (list, tuple)) for v in a]
+        if any(isinstance(v, torch.Generator) for v in values) or any(
+                type(v) is torch.Tensor and v.dim() > 0 for v in values):
+            raise RuntimeError(f"{getattr(func, '__name__', func)}: expected all tensors and generators on the same device")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def test_the_live_loop_draws_on_the_embeddings_device_when_the_logits_come_back_elsewhere(test_bed, drafter_dirs,
+                                                                                          monkeypatch):
+    """Temperature > 0 on a target split over GPUs: the generator lives on the input embedding's device, the
+    target's and the drafter's logits come back on the lm_head's. The loop moves them home before it draws
+    or compares, and so gives the tokens it gives on one device."""
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.model import live
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.model.sampling import Sampling, generator_for
+    from dflash_eval.model.target import load_target
+
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    spec, _ = checked_spec(str(drafter_dirs["zlab"]), target.info)
+    drafter = load_drafter(spec, weight_files(str(drafter_dirs["zlab"]))).attach_target(target.embed_tokens,
+                                                                                      target.lm_head)
+    ids = target.tokenizer("def add(a, b):\n    return a + b\n")["input_ids"]
+    sampling = Sampling(temperature=1.0)
+
+    def loop():
+        result = live.live_generate(target, drafter, ids, 16, sampling=sampling, generator=generator_for(0, "p", 0))
+        return result.tokens, result.walk_accept_lengths
+
+    one_device = loop()
+    real_step, real_draft = live.cached_step, live.draft_logits
+
+    def step_elsewhere(*args, **kwargs):
+        taps, logits, cache = real_step(*args, **kwargs)
+        return taps, logits.as_subclass(Elsewhere), cache
+
+    monkeypatch.setattr(live, "cached_step", step_elsewhere)
+    monkeypatch.setattr(live, "draft_logits", lambda *a, **k: real_draft(*a, **k).as_subclass(Elsewhere))
+    with pytest.raises(RuntimeError, match="same device"):  # the stand-in really refuses a cross-device draw
+        live.draw(torch.ones(1, 4).as_subclass(Elsewhere), generator_for(0, "p", 0))
+    assert loop() == one_device
+    assert len(one_device[1]) > 2  # several verify steps, with rejections and draws from the residual
+
+
+def test_a_failing_nccl_rank_aborts_its_group_at_once_and_raises_its_error(monkeypatch, tmp_path):
+    """Under torchrun on GPUs (patched torch.cuda and torch.distributed, nccl): a rank whose evaluation fails
+    (a real one-line error: no such drafter) never reaches the barrier, aborts its nccl group instead of
+    waiting in destroy_process_group for ranks that will not come, and raises its own error, after an
+    init bound to its GPU (device_id) with --dist-timeout."""
+    import torch.distributed as dist
+
+    from dflash_eval.commands import distributed
+    from dflash_eval.core.options import RunOptions
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    for name, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(name, value)
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw)))
+    monkeypatch.setattr(dist, "get_backend", lambda *a: "nccl")
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append(("barrier",)))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *a: calls.append(("destroy",)))
+    monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", lambda *a: calls.append(("abort",)))
+    started = time.monotonic()
+    from dflash_eval.core.errors import InputError
+
+    with pytest.raises(InputError, match="no-such-drafter: no such file or directory"):
+        distributed.evaluate_launched(RunOptions(drafters=[str(tmp_path / "no-such-drafter")], out=tmp_path / "o",
+                                                 device="cuda", dist_timeout=77))
+    assert time.monotonic() - started < 30
+    (init, backend, kwargs), *rest = calls
+    assert backend == "nccl" and kwargs["device_id"] == torch.device("cuda:1")
+    assert kwargs["timeout"].total_seconds() == 77
+    assert rest == [("abort",)]  # no barrier, no destroy_process_group (which waits for the other ranks)
+    calls.clear()
+    distributed._leave(dist, failed=False)  # a rank that finished leaves the ordinary way
+    assert calls == [("destroy",)]

@@ -136,7 +136,7 @@ def test_repo_run_at_thousands_of_tokens_with_a_draft_window(test_bed, drafter_d
     assert state["settings"]["draft_window"] == 256
     rows = [json.loads(line) for line in (tmp_path / "w" / "samples.jsonl").read_text().splitlines()]
     assert all(1500 < r["prompt_len"] <= 2100 for r in rows)
-    full = evaluate(RunOptions(out=tmp_path / "f", **common))
+    evaluate(RunOptions(out=tmp_path / "f", **common))
     full_rows = [json.loads(line) for line in (tmp_path / "f" / "samples.jsonl").read_text().splitlines()]
     assert [r["continuation_ids"] for r in rows] == [r["continuation_ids"] for r in full_rows]
     assert [r["walk_drafts"] for r in rows] != [r["walk_drafts"] for r in full_rows]

@@ -243,9 +243,9 @@ def test_inspect_prints_the_rule_of_every_layer_and_its_source(test_bed, tmp_pat
 
 def test_run_records_the_rules_and_overrides_by_name(trained, tmp_path):
     good = trained["qwen3"]["good"]
-    base = ["run", "-d", f"{good}:a", "-d", f"{good}:b", "--target", str(trained["qwen3"]["target"]),
+    base = ["run", "-d", f"{good}:a", "-d", f"{good}:b", "-d", f"{good}:c", "--target", str(trained["qwen3"]["target"]),
             "--max-new-tokens", "16", "--limit", "2", "--device", "cpu", "--cache-dir", str(tmp_path / "c"), "--no-html"]
-    result = runner.invoke(app, [*base, "--out", str(tmp_path / "r"), "--semantics", "b=zlab"])
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "r"), "--semantics", "b=zlab", "--semantics", "c=vllm"])
     assert result.exit_code == 0, result.output
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     spec = {d["name"]: d["spec"] for d in run["drafters"]}
@@ -253,6 +253,85 @@ def test_run_records_the_rules_and_overrides_by_name(trained, tmp_path):
     assert spec["b"]["semantics"] == "zlab" and spec["b"]["semantics_source"] == "override: --semantics zlab"
     taus = {d["name"]: d["metrics"]["tau_macro"] for d in run["drafters"]}
     assert taus["b"] < taus["a"]  # one-row windows from the query see no context
-    unknown = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--semantics", "c=zlab"])
-    assert unknown.exit_code == 2 and "no drafter named 'c'" in unknown.stderr
+    # the walk each drafter used near the length cap: vLLM never shortens the final block
+    assert run["provenance"]["final_block"] == "shorter"
+    assert run["provenance"]["final_block_by_drafter"] == {"a": "shorter", "b": "shorter", "c": "full"}
+    unknown = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--semantics", "d=zlab"])
+    assert unknown.exit_code == 2 and "no drafter named 'd'" in unknown.stderr
     assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------- vLLM's serving rules (VLLM_SERVING_RULES)
+
+@pytest.fixture(scope="module")
+def vllm_pair(drafter_dirs, test_bed):
+    """The random z-lab drafter (full layers, bidirectional in the block: the block's length changes its
+    drafts) read under z-lab's rules and under vLLM's, which give it the same attention; taps and final
+    hidden states of one target pass over a short text."""
+    from dflash_eval.core.semantics import apply_semantics
+    from dflash_eval.formats.checkpoints import checked_spec
+    from dflash_eval.formats.files import weight_files
+    from dflash_eval.model.drafter import load_drafter
+    from dflash_eval.model.target import capture_taps, load_target
+
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    spec, _ = checked_spec(drafter_dirs["zlab"], target.info)
+    drafter = load_drafter(spec, weight_files(drafter_dirs["zlab"])).attach_target(target.embed_tokens, target.lm_head)
+    vllm = apply_semantics(spec, "vllm", "test")
+    assert vllm.layers == spec.layers and spec.semantics == "zlab"
+    tokens = torch.arange(3, 23)
+    capture = capture_taps(target, tokens, list(spec.taps), keep_hidden=True)
+    return target, drafter, spec, vllm, tokens, capture
+
+
+def _replay(drafter, spec, capture, tokens, shorter):
+    from dflash_eval.model.engine import replay
+
+    drafter.spec = spec
+    return replay(drafter, capture.taps, tokens, 4, 16, shorter_final_block=shorter, anchor_batch=64)
+
+
+def test_vllm_drafts_full_blocks_up_to_the_length_cap(vllm_pair):
+    """vLLM's DFlash proposer always queries 1 + num_speculative_tokens slots and its scheduler trims drafts
+    only at max_model_len: the block near the cap stays full, whatever --final-block says."""
+    from dflash_eval.core.semantics import VLLM_NOTE, shorter_final_block
+
+    _, drafter, zlab, vllm, tokens, capture = vllm_pair
+    assert shorter_final_block("vllm", True) is False and shorter_final_block("zlab", True) is True
+    short, full = (_replay(drafter, zlab, capture, tokens, s) for s in (True, False))
+    served = _replay(drafter, vllm, capture, tokens, True)  # asked for the shorter block: vLLM's rule wins
+    drafter.spec = zlab
+    assert short.block_lengths[-3:] == [4, 3, 2] and served.block_lengths == full.block_lengths == [4] * 15
+    assert served.drafts == full.drafts and served.drafts[-3:] != short.drafts[-3:]  # the bidirectional block
+    assert VLLM_NOTE in vllm.config_notes and VLLM_NOTE not in zlab.config_notes
+
+
+def test_vllm_probabilistic_drafts_ignore_top_p_and_greedy_drafts_are_argmax(vllm_pair):
+    """vLLM's draft_sample_method: greedy (default) = --draft-policy argmax under both rules; probabilistic
+    = --draft-policy sample with q = softmax(logits / T), no top-p: the estimate changes only with top-p."""
+    from dflash_eval.model.estimation import anchor_alphas
+    from dflash_eval.model.sampling import Sampling
+
+    target, drafter, zlab, vllm, tokens, capture = vllm_pair
+
+    def alphas(spec, sampling):
+        drafter.spec = spec
+        try:
+            return anchor_alphas(drafter, capture.taps, tokens, capture.hidden, target.lm_head, 4, 16, sampling,
+                                 shorter_final_block=False)
+        finally:
+            drafter.spec = zlab
+
+    for sampling in (Sampling(0.8, 1.0, 0, "sample"), Sampling(0.8, 0.5, 0, "argmax")):
+        assert alphas(vllm, sampling) == alphas(zlab, sampling)
+    nucleus = Sampling(0.8, 0.5, 0, "sample")
+    served, zlab_rule = alphas(vllm, nucleus), alphas(zlab, nucleus)
+    assert served != zlab_rule
+    # by hand for one slot: sum_x min(p_top-p(x), softmax(logits / T)(x))
+    from dflash_eval.model.drafting import draft_logits
+    from dflash_eval.model.sampling import sampling_probs
+
+    logits = draft_logits(drafter, drafter.context(capture.taps), tokens, [4], [4])
+    p = sampling_probs(target.lm_head(capture.hidden[4:5]), nucleus)
+    q = torch.softmax(logits[1:2].float() / 0.8, -1)
+    assert served[0][0] == pytest.approx(float(torch.minimum(p, q).sum()), abs=1e-6)

@@ -236,6 +236,9 @@ def test_continuing_a_track_with_other_settings_is_refused_by_name(drafter_dirs,
 @pytest.mark.parametrize("args, message", [
     (["--semantics", "x=zlab"], "track applies one rule set to every checkpoint"),
     (["--interval", "0"], "--interval must be > 0"),
+    (["--draft-lengths", "2", "--temperature", "0.7"], "--draft-lengths at temperature > 0"),
+    (["--draft-lengths", "2,x"], "expected 'all' or k,k,..."),
+    (["--depth-buckets", "64,32"], "--depth-buckets '64,32': edges must increase"),
 ])
 def test_track_options_refused_by_name(drafter_dirs, test_bed, tmp_path, args, message):
     save = tmp_path / "save"
@@ -467,3 +470,41 @@ def test_track_at_temperature_above_zero_is_an_estimate_equal_to_run(training_ru
                                 samples=2))
     assert rows[-1]["metrics"] == alone["drafters"][0]["metrics"]
     assert "ESTIMATE" in (out / "track.html").read_text()
+
+
+def test_track_draft_lengths_and_depth_equal_run_on_the_checkpoint(training_run, test_bed, tmp_path):
+    """--draft-lengths: every checkpoint also replayed at each k on the batch's one pass per prompt, its
+    per-k table and (--depth-buckets) its by-depth split in the row, equal to `run` on it alone; shown in
+    the terminal, track.html and track.csv; a checkpoint whose block cannot hold a k is reported invalid."""
+    from dflash_eval.commands.evaluate import RunOptions, evaluate
+
+    target, cache, out = test_bed["qwen3"], tmp_path / "cache", tmp_path / "track"
+    extra = ("--limit", "3", "--draft-lengths", "1,2", "--depth-buckets", "0,40,48")
+    sources = [str(training_run / "checkpoint-80"), str(training_run / "checkpoint-160")]
+    result = runner.invoke(app, ["track", *sources, *_track_args(target, out, cache, *extra)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out)
+    assert [r["step"] for r in rows] == [80, 160]
+    assert [(b["prompts"], b["target_passes"]) for b in read_log(out) if b["event"] == "batch"] == [(3, 3)]
+    latest = rows[-1]
+    alone = evaluate(RunOptions(drafters=[latest["path"]], target=str(target), out=tmp_path / "alone", limit=3,
+                                max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache, draft_lengths="1,2",
+                                depth_buckets="0,40,48"))["drafters"][0]
+    assert [e["k"] for e in latest["by_draft_length"]] == [1, 2, 3]
+    assert latest["by_draft_length"] == alone["by_draft_length"]
+    assert latest["depth_edges"] == [40, 48] and latest["by_depth"] == alone["by_depth"]
+    assert sum(1 for e in latest["by_depth"] if e["metrics"]["steps"]) >= 2  # the split is not trivial
+    out_text = result.stdout
+    assert "tau macro per draft length k" in out_text and "k=1" in out_text
+    own = f"{latest['metrics']['tau_macro']:.2f}*"  # the checkpoint's own block, marked, equal to its tau
+    assert own in out_text and "latest checkpoint by context depth: step 160" in out_text and "40-48" in out_text
+    html = (out / "track.html").read_text()
+    assert 'id="draft-lengths"' in html and 'id="depth"' in html and "k = 2" in html
+    header = (out / "track.csv").read_text().splitlines()[0]
+    assert header.endswith("tau_macro_at_k_1,tau_macro_at_k_2,tau_macro_at_k_3")
+    refused = runner.invoke(app, ["track", *sources, *_track_args(target, out, cache, "--limit", "3",
+                                                                   "--draft-lengths", "1")])
+    assert refused.exit_code == 2 and "draft_lengths" in refused.stderr  # a resume with other k, by name
+    too_long = runner.invoke(app, ["track", sources[0], *_track_args(target, tmp_path / "k5", cache, "--limit", "3",
+                                                                     "--draft-lengths", "5", "--no-html")])
+    assert too_long.exit_code == 0 and "k = 5 outside 1..3" in too_long.stdout and read_rows(tmp_path / "k5") == []

@@ -99,3 +99,91 @@ def test_track_sets_the_trainer_log_beside_the_curve(drafter_dirs, test_bed, tmp
     assert by_step[20]["trainer"]["values"]["loss"] == 2.0 and "learning_rate" not in by_step[20]["trainer"]["values"]
     assert by_step[30]["trainer"]["values"]["eval_accuracy"] == 0.75
     assert "trainer eval_accuracy per step: 0.4, 0.6, 0.75" in result.stdout
+    _track_html_shows_the_trainer_metrics(rows, tmp_path)
+
+
+def _track_html_shows_the_trainer_metrics(rows, tmp_path):
+    """track.html's trainer section on these real rows, their measured tau set to peak at step 20 and fall
+    at 30 (beyond its interval) while the logged accuracy keeps rising and the loss keeps falling: one panel
+    per metric with the divergence flags; in Chromium the chart renders and the flag is visible."""
+    from test_html import DevTools, required_chromium
+
+    from dflash_eval.render.html import write_html
+    from dflash_eval.render.track import render_track_html
+
+    points = sorted((r for r in rows if r.get("role") == "checkpoint"), key=lambda r: r["step"])
+    for row, tau in zip(points, (1.5, 3.0, 1.2)):
+        row["metrics"].update(tau_macro=tau, tau_macro_ci=[tau - 0.05, tau + 0.05])
+    html = render_track_html(rows, None, {"prompts": [1, 2], "target": "t", "max_new_tokens": 12, "thinking": False})
+    assert 'id="training"' in html and 'aria-label="training chart"' in html and "HF Trainer" in html
+    assert ("TRAINING METRIC DIVERGES: eval_accuracy kept rising (0.6 -&gt; 0.75) after the checkpoint where "
+            "measured tau peaked (3.000), while measured tau fell to 1.200") in html
+    assert "TRAINING METRIC DIVERGES: loss kept falling (2 -&gt; 1.5)" in html
+    page = write_html(tmp_path / "track.html", html)
+    browser = DevTools(required_chromium(), tmp_path / "profile", tmp_path / "chromium.log")
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime"):
+            browser.send(f"{domain}.enable", session=session)
+        browser.send("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
+        browser.wait_event("Page.loadEventFired")
+        check = ("(() => { const s = document.querySelector('#training'); const r = s.querySelector('svg')"
+                 ".getBoundingClientRect(); return [r.width > 200 && r.height > 100,"
+                 " s.innerText.includes('TRAINING METRIC DIVERGES: eval_accuracy')]; })()")
+        value = browser.send("Runtime.evaluate", {"expression": check, "returnByValue": True},
+                             session=session)["result"]["value"]
+        assert value == [True, True], value
+    finally:
+        browser.close()
+
+
+def test_specforge_scalars_as_its_tensorboard_tracker_writes_them(tmp_path):
+    """SpecForge scripts/train_dflash.py record_metrics -> specforge/tracker.py TensorboardTracker: a
+    SummaryWriter on <output_dir>/runs, add_scalar(key, value, global_step=step) for the int/float values of
+    {"train/lr", "train/loss", "train/accuracy"}; checkpoints epoch_<e>_step_<s>/ beside it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    output_dir = tmp_path / "outputs"
+    writer = SummaryWriter(log_dir=str(output_dir / "runs"))
+    for step, loss, acc in ((50, 3.1, 0.31), (100, 2.4, 0.45), (150, 2.0, 0.52)):
+        for key, value in {"train/lr": 6e-4, "train/loss": loss, "train/accuracy": acc}.items():
+            if isinstance(value, (int, float)):
+                writer.add_scalar(key, value, global_step=step)
+    writer.close()
+    (output_dir / "epoch_0_step_100").mkdir()
+    log = T.find_trainer_logs(output_dir)
+    assert log.source.startswith("SpecForge: ") and T.trainer_of(log.series) == "SpecForge"
+    assert [s for s, _ in log.series["train/accuracy"]] == [50, 100, 150]
+    values = T.trainer_values([output_dir], 100, output_dir / "epoch_0_step_100")["values"]
+    assert values == {"train/accuracy": pytest.approx(0.45), "train/loss": pytest.approx(2.4)}  # no lr
+
+
+def test_deepspec_scalars_as_its_training_logger_writes_them(tmp_path):
+    """deepseek-ai/DeepSpec deepspec/utils/training_logger.py: SummaryWriter(tensorboard_dir), then per
+    logged optimizer step add_scalar(key, value, global_step) over the flushed summary (sorted "train/<name>"
+    keys of utils/metrics.add_metric: per-position accept_rate@<i>, tau_probabilistic, ce_loss, loss, lr,
+    grad_norm); checkpoints step_<n>/ with a step_latest link. Read when the TensorBoard folder lies inside
+    the tracked folder."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    root = tmp_path / "dflash_block7"
+    writer = SummaryWriter(str(root / "tensorboard"))
+    for step, tau in ((10, 1.8), (20, 2.3)):
+        summary = {f"train/accept_rate@{i}": 0.9 - 0.1 * i for i in range(3)}
+        summary.update({"train/ce_loss": 4.0 / tau, "train/grad_norm": 1.2, "train/loss": 4.0 / tau,
+                        "train/lr": 1e-4, "train/tau_probabilistic": tau})
+        for key, value in sorted(summary.items()):
+            writer.add_scalar(key, value, step)
+    writer.close()
+    (root / "step_20").mkdir()
+    (root / "step_latest").symlink_to("step_20", target_is_directory=True)
+    log = T.find_trainer_logs(root)
+    assert log.source.startswith("DeepSpec: ")
+    values = T.trainer_values([root], 20, root / "step_20")["values"]
+    assert values["train/tau_probabilistic"] == pytest.approx(2.3)
+    assert values["train/accept_rate@1"] == pytest.approx(0.8) and "train/lr" not in values
+    assert "train/grad_norm" not in values
+    # a per-position accuracy that keeps rising while measured tau falls is flagged
+    assert "kept rising" in T.rising_while_flat("train/accept_rate@1", [0.5, 0.6, 0.7, 0.8], [2.0, 3.0, 2.5, 2.2],
+                                                [0.1] * 4)

@@ -35,6 +35,8 @@ def doctor(
     draft_policy: opt.DraftPolicy = "sample",
     samples: opt.Samples = 1,
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
+    depth_buckets: opt.DepthBuckets = None,
+    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-dflash-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -53,6 +55,9 @@ def doctor(
 
         prompts, max_new_tokens, thinking, target, run_count = settings_of_run(out, prompts, max_new_tokens, thinking,
                                                                                target, limit)
+        from ..commands.doctor_windows import run_window_settings
+
+        depth_buckets, draft_window = run_window_settings(out, depth_buckets, draft_window)
     console = stdout_console()
     reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
@@ -61,7 +66,8 @@ def doctor(
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
-                         draft_policy=draft_policy, samples=samples, context_variants=context_variants, **shared)
+                         draft_policy=draft_policy, samples=samples, context_variants=context_variants,
+                         depth_buckets=depth_buckets, draft_window=draft_window, **shared)
     try:
         result = run_doctor(options, reporter)
     finally:

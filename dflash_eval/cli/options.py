@@ -34,11 +34,13 @@ CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).")]
 Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP)]
 FinalBlock = Annotated[str, typer.Option(
-    "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM).")]
+    "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM). A drafter under --semantics vllm always drafts full blocks (vLLM's rule; recorded per drafter).")]
 AnchorBatch = Annotated[Optional[int], typer.Option(
     "--anchor-batch", min=1, help="Anchors per drafter forward (default: from the shapes, ceil(4 x hidden / B) within 4 GiB of logits and scores; the same on every device).")]
 TapChunk = Annotated[int, typer.Option(
     "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill.")]
+NumericsCheck = Annotated[int, typer.Option(
+    "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).")]
 GenerationBatch = Annotated[Optional[int], typer.Option(
     "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the whole prompt set).")]
 Kernels = Annotated[str, typer.Option(

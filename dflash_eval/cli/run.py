@@ -33,6 +33,7 @@ def run(
     anchor_batch: opt.AnchorBatch = None,
     tap_chunk: opt.TapChunk = 4096,
     generation_batch: opt.GenerationBatch = None,
+    numerics_check: opt.NumericsCheck = 0,
     responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM)."),
     device: opt.Device = "auto",
     dtype: opt.Dtype = "auto",
@@ -76,7 +77,7 @@ def run(
                          max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,
                          step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
                          context_tokens=context_tokens, max_context=max_context,
-                         dist_timeout=dist_timeout, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
+                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
     from ..commands.distributed import launched_ranks
 
     rank, world = launched_ranks()

@@ -47,6 +47,8 @@ def track(
     top_k: opt.TopK = 0,
     draft_policy: opt.DraftPolicy = "sample",
     samples: opt.Samples = 1,
+    draft_lengths: opt.DraftLengths = None,
+    depth_buckets: opt.DepthBuckets = None,
 ) -> None:
     """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
     from ..commands.evaluate import RunOptions
@@ -61,6 +63,7 @@ def track(
                              anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
                              generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
                              top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,
+                             draft_lengths=draft_lengths, depth_buckets=depth_buckets,
                              argv=["dflash-eval", *sys.argv[1:]], **shared)
     options = TrackOptions(sources=list(save_dir), run=run_options, watch=watch, interval=interval, settle=settle,
                            max_batch=batch)

@@ -162,6 +162,13 @@ def _counts_at(side: Side, k: int, prompt_ids) -> M.AcceptanceCounts | None:
     return total
 
 
+def _step_model(table: dict[str, Any]) -> tuple:
+    """What makes two speedup tables comparable: the same source and inputs, apart from what describes the
+    drafter itself (a roofline models each drafter's own shape on the same accelerator, target and context)."""
+    drafter_keys = ("drafter_block_size", "drafter_shape") if table.get("source") == "roofline" else ()
+    return table.get("source"), {k: v for k, v in (table.get("inputs") or {}).items() if k not in drafter_keys}
+
+
 def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[str, Any] | None:
     """--draft-lengths on both sides: tau paired over prompts at each k both measured, and the expected
     speedups' best k per batch side by side (same step-time model or flagged)."""
@@ -177,7 +184,7 @@ def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[st
     speed = None
     if sa and sb:
         best_b = {x["batch"]: x for x in sb["best"]}
-        speed = {"label_a": sa["label"], "label_b": sb["label"], "same_model": sa["inputs"] == sb["inputs"],
+        speed = {"label_a": sa["label"], "label_b": sb["label"], "same_model": _step_model(sa) == _step_model(sb),
                  "best": [{"batch": x["batch"], "k_a": x["k"], "speedup_a": x["speedup"],
                            "k_b": best_b[x["batch"]]["k"], "speedup_b": best_b[x["batch"]]["speedup"]}
                           for x in sa["best"] if x["batch"] in best_b]}

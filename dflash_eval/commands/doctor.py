@@ -26,7 +26,8 @@ many cheap drafter passes) and compares each with the configuration, paired over
 
 Beside the variants: the drafts against the logit lens of the last target layers (labels taken from an
 inner layer), the embedding / lm_head copies compared with the target's, and with `--reference` the gap to
-a reference decomposed by variant (gap.py). The variants and their replay live in variants.py.
+a reference decomposed by variant (gap.py), and for speculators checkpoints the teacher's final-norm convention
+(doctor_norm.py). The variants and their replay live in doctor_variants.py.
 
 Static checks come first: captured taps all zero, constant or non-finite (the hybrid-extraction bug)
 stop doctor before any drafter runs; the MASK embedding row must exist, be non-zero and not look like an
@@ -42,6 +43,7 @@ from ..core import compare as C
 from ..core.errors import InputError
 from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,  # noqa: F401
                        compare_tables, evaluate_variants, rope_variants, table_variant)
+from .doctor_windows import join_verdict, window_section
 
 
 def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 0.1) -> dict[str, Any]:
@@ -130,8 +132,7 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
     without the chat template: new continuations (cached) and one more target pass per prompt each. A win
     says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
     the paper")."""
-    from ..pipeline.continuations import continuations_for
-    from ..pipeline.prompts import prompt_ids
+    from ..pipeline.continuations import continuations_for, template_ids, whole_prompt_set
     from ..pipeline.trajectories import capture_trajectory
 
     thinking = inputs.thinking
@@ -140,14 +141,16 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
         ("thinking " + flipped, f"trained with thinking {flipped}", f"with thinking {flipped}",
          "the chat template's enable_thinking flag when the training data was generated (and the target "
          "family's default: on for Qwen3.5/3.6, off for Qwen3)", not thinking, "chat",
-         {p.id: prompt_ids(inputs.tokenizer, p, not thinking) for p in prompts}),
+         {p.id: template_ids(inputs.tokenizer, p, not thinking) for p in prompts}),
         ("raw prompt (no chat template)", "trained on raw prompt text without the chat template",
          "from the raw prompt text", "whether the training data went through the target's chat template",
-         thinking, "raw", {p.id: inputs.tokenizer(p.text, add_special_tokens=False)["input_ids"] for p in prompts}),
+         thinking, "raw", {p.id: template_ids(inputs.tokenizer, p, thinking, "raw") for p in prompts}),
     ]
     out = []
+    universe = whole_prompt_set(options)  # the run's plan: a variant's text is `run` with its thinking flag's
     for name, bug, how, check, group_thinking, template, ids in groups:
-        texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template)
+        texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template,
+                                     universe=universe)
         trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk,
                                            offload=True) for p in prompts]
         (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
@@ -189,7 +192,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
     scored on the same trajectories -> summary. `options` is an options.RunOptions."""
     from ..pipeline.scoring import kernels_context, load_drafters
-    from ..pipeline.continuations import continuations_for
+    from ..pipeline.continuations import continuations_for, whole_prompt_set
     from ..pipeline.inputs import prepare_inputs
     from ..core.options import Reporter
     from ..model.target import capture_taps, load_target, target_info
@@ -221,9 +224,11 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     if sampled:
         from ..pipeline.continuations import sampled_continuations_for
 
-        texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter)
-    else:
-        greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter)
+        texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
+                                             universe=whole_prompt_set(options))
+    else:  # the run's whole-set generation plan: the same continuations as `run` on these prompts
+        greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
+                                      universe=whole_prompt_set(options))
         texts = {(pid, 0): cont for pid, cont in greedy.items()}
 
     trajectories = []
@@ -262,6 +267,15 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
             summary["verdict"] = (lens_check["finding"] if summary["finding"] is None
                                   else f"{summary['verdict']}; also {lens_check['finding']}")
             summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
+        from .doctor_norm import run_norm_check  # speculators' mis-scaled teacher, on the same trajectories
+
+        norm_check = run_norm_check(entry, target, results[0].drafts, trajectories, lens[info.num_layers - 1],
+                                    info.num_layers, options.seed)
+        if norm_check and norm_check["finding"]:
+            summary["verdict"] = (norm_check["finding"] if summary["finding"] is None
+                                  else f"{summary['verdict']}; also {norm_check['finding']}")
+            summary["finding"] = summary["finding"] or "teacher final norm x * w"
+        summary["norm_convention"] = norm_check
     summary["logit_lens"] = lens_check
     contexts = []
     if not sampled and options.context_variants:  # the same drafter on continuations made another way
@@ -280,6 +294,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                 summary["verdict"], summary["finding"] = text, best["variant"]
             else:
                 summary["verdict"] = f"{summary['verdict']}; also {text}"
+    ref_result = None
     if reference is not None:  # the gap to the reference, and how much of it each variant closes
         from ..core.gap import explain_gap
 
@@ -293,6 +308,11 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
         summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
                                         base_name=entry.name, reference_name=reference.name, seed=options.seed),
                           "reference_tau_macro": ref_result.tau(), "reference_path": str(reference.path)}
+    windows = window_section(drafter, trajectories, results, ref_result, options, final_norm, info.hidden_size,
+                             reporter, reference.name if reference is not None else None)  # by depth
+    if windows:
+        summary["windows"] = windows
+        join_verdict(summary, windows)
     if sampled:
         from ..core.estimates import DEFINITION
 

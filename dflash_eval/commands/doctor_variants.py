@@ -5,7 +5,7 @@ on the same cached trajectories. doctor.py composes them with the target pass an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -217,6 +217,7 @@ class VariantResult:
     counts: M.AcceptanceCounts | None  # greedy; None for an offline estimate (temperature > 0)
     drafts: list  # per trajectory, per anchor: drafted ids, or the alphas of an estimate ("unchanged" vs "equal tau")
     estimate: object = None  # estimates.EstimateSums at temperature > 0
+    replays: list = field(default_factory=list)  # greedy: engine.DrafterOnPrompt per trajectory (doctor_windows)
 
     def per_prompt(self) -> dict:
         return dict(self.counts.per_prompt) if self.counts is not None else dict(self.estimate.per_prompt)
@@ -240,7 +241,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
     for variant in variants:
         counts = M.AcceptanceCounts(block_size=configured.block_size)
         sums = EstimateSums(configured.block_size)
-        drafts = []
+        drafts, replays = [], []
         drafter.spec = variant.spec or configured
         saved_rotary, saved_tables = drafter.rotary, {}
         if variant.rope is not None or drafter.spec.semantics != configured.semantics:  # rules set the rotary too
@@ -269,6 +270,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     continue
                 result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant)
                 drafts.append(result.drafts)
+                replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
                 if walk:
                     counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
@@ -276,7 +278,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
             drafter.spec = configured
             drafter.rotary = saved_rotary
             drafter._modules.update(saved_tables)
-        results.append(VariantResult(variant, counts, drafts) if sampling is None
+        results.append(VariantResult(variant, counts, drafts, replays=replays) if sampling is None
                        else VariantResult(variant, None, drafts, sums))
     return results
 

@@ -34,6 +34,9 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     reporter = reporter or Reporter()
     inputs = prepare_inputs(options)
     serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
+    from ..pipeline.numerics import check_numerics_options
+
+    check_numerics_options(options)
     folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
     folder.check(options.overwrite)  # a foreign folder or other settings: refused before the models load
     target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
@@ -133,13 +136,19 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
                       for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
     kernels = kernel_summary(kernel_report(target.model))
+    from ..pipeline.numerics import NumericsCheck
+
+    numerics = NumericsCheck(options.numerics_check) if options.numerics_check else None  # --numerics-check N
 
     def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown (breakdown.py)
-        return assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
+        run = assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
                         generated_count=generated, evaluated_count=len(pending), step_times=serving.step_times,
                         content=inputs.content, breakdown=final)
+        if numerics is not None:
+            run["provenance"]["numerics"]["measured"] = numerics.to_dict()
+        return run
 
     reporter.phase("prompts", len(pending))
     for prompt in pending:
@@ -154,6 +163,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
+            if numerics is not None and numerics.wants_more():  # reads the run's work, changes none of it
+                numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_options)
         else:
             rows = []
             for k in samples:

@@ -5,6 +5,13 @@ Exact by construction: every shard stores integer counts per prompt, so the merg
 the metrics are divided once, here, by the same `document.drafter_documents` a single run uses (same
 bootstrap seed, same prompt order). Refused by name: shards of different runs (any setting but the shard
 index differs), a shard given twice, shards missing, a prompt in two shards, an unfinished shard.
+
+What run.json holds beyond the rows' counts is carried over exactly too: the depth split uses the shards'
+recorded bucket edges (`--depth-buckets`; shards split with other edges are refused by name), and the
+expected speedup is recomputed from the merged per-k counts with the step times the shards recorded (a
+file's entries; the roofline's accelerator and model shapes at the whole run's mean context, which one
+process would have used; live timings from the rows). Shards whose speedups were modelled with other
+step times are refused by name.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from ..core import results as R
 from ..core.run_rows import run_rows
 from ..pipeline.document import drafter_documents, self_consistency_of
+from ..pipeline.numerics import merge_measured
 from ..core.errors import InputError, read_json_object
 from ..pipeline.run_folder import RunFolder, settings_differences
 
@@ -86,13 +94,16 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     rows = sorted((r for s in shards for r in s["rows"]),
                   key=lambda r: (order[r["prompt_id"]], r.get("sample", 0), drafter_order.get(r["drafter"], 0)))
     prov = copy.deepcopy(run0["provenance"])
+    edges = _depth_edges(shards)
     options = SimpleNamespace(seed=first["settings"]["shard"]["seed"], mode=prov["mode"],
                               temperature=prov.get("temperature") or 0,
-                              draft_policy=(prov.get("sampling") or {}).get("draft_policy", "sample"))
+                              draft_policy=(prov.get("sampling") or {}).get("draft_policy", "sample"),
+                              depth_buckets=",".join(map(str, edges)) if edges else None)
     entries = [_entry(d) for d in run0["drafters"]]
     fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}
     block_sizes = {d["name"]: d["spec"]["block_size"] for d in run0["drafters"]}
-    drafters = drafter_documents(options, entries, rows, fingerprints, block_sizes)
+    drafters = drafter_documents(options, entries, rows, fingerprints, block_sizes,
+                                 _step_times(shards, rows, prov["max_new_tokens"]), device=prov.get("device") or "")
     sets: dict[str, int] = {}
     for _, _, prompt_set in all_prompts:
         sets[prompt_set] = sets.get(prompt_set, 0) + 1
@@ -106,6 +117,9 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
         "warnings": sorted({w for s in shards for w in s["run"]["provenance"].get("warnings", [])}),
         "work": work, "merged_from": [str(s["path"]) for s in sorted(shards, key=lambda s: s["settings"]["shard"]["index"])],
     })
+    measured = merge_measured([s["run"]["provenance"].get("numerics", {}).get("measured") for s in shards])
+    if measured is not None:  # --numerics-check: every shard's counts, not shard 0's
+        prov["numerics"]["measured"] = measured
     if prov.get("responses_agreement"):
         prov["responses_agreement"] = {"agree": agree, "total": total}
     document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
@@ -117,3 +131,55 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     finally:
         folder.close()
     return document
+
+
+def _depth_edges(shards: list[dict[str, Any]]) -> list[int] | None:
+    """The depth-bucket edges every shard's drafters were split with (one set, or refused by name)."""
+    first = None
+    for shard in shards:
+        for d in shard["run"]["drafters"]:
+            if d.get("depth_edges") is None:
+                continue
+            if first is None:
+                first = (shard["path"], d["depth_edges"])
+            elif d["depth_edges"] != first[1]:
+                raise InputError(shard["path"], f"was split by depth with other --depth-buckets than {first[0]} "
+                                                f"(edges {d['depth_edges']} vs {first[1]}); rerun the shards with one "
+                                                "--depth-buckets")
+    return first[1] if first else None
+
+
+def _step_times(shards: list[dict[str, Any]], rows: list[dict[str, Any]], max_new_tokens: int) -> dict[str, Any]:
+    """drafter name -> the step times its shards' speedup tables were computed with (file or roofline),
+    for the table to be recomputed from the merged counts; live-measured ones are rebuilt from the rows."""
+    from ..core.speedup import recorded_step_times
+
+    lengths = {r["prompt_id"]: int(r["prompt_len"]) for r in rows}
+    context = round(sum(lengths.values()) / max(len(lengths), 1) + max_new_tokens / 2)  # as evaluate's roofline
+    recorded: dict[str, tuple[Path, dict[str, Any], Any]] = {}
+    for shard in shards:
+        for d in shard["run"]["drafters"]:
+            table = d.get("speedup")
+            if not table or table.get("source") == "measured":
+                continue
+            key = (table["source"], {k: v for k, v in (table.get("inputs") or {}).items() if k != "context_tokens"})
+            if d["name"] not in recorded:
+                recorded[d["name"]] = (shard["path"], table, key)
+            elif recorded[d["name"]][2] != key:
+                raise InputError(shard["path"], f"its expected speedup of {d['name']} was modelled with other step "
+                                                f"times than {recorded[d['name']][0]} ({table['label']} vs "
+                                                f"{recorded[d['name']][1]['label']}); rerun the shards with one "
+                                                "--accelerator or --step-times")
+    for shard in shards:  # a shard with steps but no table was run without the option the others had
+        for d in shard["run"]["drafters"]:
+            if d["name"] in recorded and not d.get("speedup") and (d.get("metrics") or {}).get("steps"):
+                raise InputError(shard["path"], f"has no expected speedup of {d['name']} while "
+                                                f"{recorded[d['name']][0]} has one; rerun the shards with one "
+                                                "--accelerator or --step-times")
+    times = {}
+    for name, (path, table, _) in recorded.items():
+        try:
+            times[name] = recorded_step_times(table, context if table["source"] == "roofline" else None)
+        except ValueError as exc:
+            raise InputError(path, f"cannot recompute the expected speedup of {name}: {exc}; rerun the shard") from None
+    return times

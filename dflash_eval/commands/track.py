@@ -6,7 +6,9 @@ save folders (`checkpoint_scan`) -> the checkpoints that are complete, unchanged
 valid and not evaluated before -> in batches: continuations (the shared cache `run` uses) -> per prompt
 ONE trajectory carrying the taps of every checkpoint in the batch -> each checkpoint scored on it -> rows
 into the checkpoint's own run folder -> its run.json (`document.assemble`, the numbers `run` gives for that
-checkpoint alone) -> one track.jsonl row -> track.csv, track.html, TensorBoard.
+checkpoint alone) -> one track.jsonl row -> track.csv, track.html, TensorBoard. With --draft-lengths each
+checkpoint is also replayed at every k on the same pass, and --depth-buckets sets its depth split
+(track_breakdown.py checks both).
 
 Safe while a trainer writes: a checkpoint is evaluated only when config.json parses, every weight file
 is there with all the bytes its safetensors header promises, no file changed between two polls, and
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats import checkpoint_scan
-from ..pipeline.continuations import continuations_for, sampled_continuations_for
+from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..core.errors import InputError
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
@@ -43,6 +45,7 @@ from ..pipeline.run_folder import RunFolder
 from ..pipeline.scoring import kernels_context, load_drafters
 from ..pipeline.track_folder import CSV, TrackFolder, run_label, track_csv, track_row
 from ..pipeline.trajectories import capture_trajectory
+from . import track_breakdown
 
 
 @dataclass
@@ -120,7 +123,9 @@ class Tracker:
         self.on_row = on_row or (lambda row, reference_tau: None)
         self.base = prepare_inputs(dataclasses.replace(options.run, drafters=[]))
         self.info = target_info(self.base.target_path)
-        settings = {**self.base.settings(options.run), "semantics_overrides": list(options.run.semantics)}
+        track_breakdown.check_options(options.run, self.base.entries[0].spec.block_size if self.base.entries else None)
+        settings = {**self.base.settings(options.run), "semantics_overrides": list(options.run.semantics),
+                    **track_breakdown.track_settings(options.run)}  # --draft-lengths, --depth-buckets
         self.folder = TrackFolder(options.run.out, settings)
         self.rows: list[dict[str, Any]] = self.folder.open(options.run.overwrite)
         self.identities = {(r["path"], tuple(tuple(f) for f in r.get("identity") or [])): r["fingerprint"]
@@ -168,6 +173,7 @@ class Tracker:
                 continue  # refused as it is now; looked at again once its files change
             try:
                 view = with_one_drafter(self.base, self.options.run, found.path, found.name, self.info)
+                track_breakdown.check_checkpoint(self.options.run, found.name, view.entries[0].spec.block_size)
             except InputError as exc:
                 self._say(found, "invalid", exc.one_line())
                 self.invalid[key] = found.files
@@ -217,7 +223,7 @@ class Tracker:
         drafters = [] if role == "reference" else [str(entry.path)]
         options = dataclasses.replace(self.options.run, drafters=drafters, out=out,
                                       reference=self.options.run.reference if role == "reference" else None)
-        folder = RunFolder(out, view.settings(options))
+        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)})
         try:
             done = folder.open()
         except InputError:  # our own folder, left by another version with other settings: redone
@@ -244,12 +250,13 @@ class Tracker:
             ids = self.base.prompt_ids()
             sampled = run.temperature > 0  # the offline estimate: K sampled texts per prompt, one pass each
             missing = [p for p in needed if (p.id, 0) not in self.continuations]
+            universe = whole_prompt_set(run)  # run's whole-set plan: the same texts (and cache entries) as `run`
             if sampled:
                 found, generated = sampled_continuations_for(target, missing, ids, run, self.base.thinking,
-                                                             self.reporter)
+                                                             self.reporter, universe=universe)
             else:
                 greedy, generated = continuations_for(target, missing, ids, run, self.base.thinking, None,
-                                                      self.reporter)
+                                                      self.reporter, universe=universe)
                 found = {(pid, 0): cont for pid, cont in greedy.items()}
             self.continuations.update(found)
             decode = piece_decoder(target.tokenizer)

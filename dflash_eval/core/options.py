@@ -68,6 +68,9 @@ class RunOptions:
     # prompts that would pass the target's positions
     context_tokens: int | None = None
     max_context: str = "refuse"
+    # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
+    # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
+    numerics_check: int = 0
 
 
 def parse_max_memory(value: str | None) -> dict | None:

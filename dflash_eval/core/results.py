@@ -25,10 +25,25 @@ DIR/run.json
                          estimates.py); every drafter's metrics then say so and carry the definition
         dtype, device    the target's and drafters' compute dtype and device
         kernels          operation -> bound function for Gated-DeltaNet layers ({} for dense targets)
+        numerics         what fixes the GEMM shapes (in bf16 near-tie argmaxes move with them): generation_batch,
+                         generation_plan, anchor_batch {drafter: anchors per forward}, anchor_batch_rule; with
+                         `run --numerics-check N` also "measured", counts over the first N prompts evaluated
+                         (pipeline/numerics.py; the run's own numbers are not changed by it):
+            prompts_asked   N as given (after merge: summed over the shards, whose counts are summed too)
+            generation      prompts (checked), prompts_identical (generated alone = the run's continuation,
+                            made in its planned batch), tokens (of the run's continuations),
+                            tokens_before_first_difference (summed common prefixes)
+            anchor_batch    {drafter: run (the run's anchors per forward), other (the value compared: 1, or 2
+                            when the run's is 1), prompts, anchors, anchors_changed (any slot differs),
+                            drafts (drafted slots), drafts_changed}
+            live            {drafter: prompts, texts_equal (the live loop's text = the run's continuation),
+                            walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
                          as SGLang serves --speculative-dflash-draft-window-size (masks.block_masks); null: all
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
+        final_block_by_drafter  {drafter: "shorter" | "full"}: the rule each walk used (a drafter under
+                         --semantics vllm: always "full", vLLM's rule, whatever --final-block says)
         continuations    "generated", "responses:<file>" or "sampled (K per prompt)"
         self_consistency {"agree", "total"}: continuation tokens equal to the full-forward argmax
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
@@ -136,12 +151,15 @@ DIR/track.jsonl     one row per evaluated checkpoint and one for the reference, 
     repetition_share    share of walk blocks flagged repetitive (run.json repetition.flagged_share)
     tau_macro_without_flagged_prompts   as in run.json's repetition summary
     counts              the merged AcceptanceCounts (per-prompt, so checkpoints compare paired)
+    by_draft_length     (track --draft-lengths) run.json's by_draft_length of that run folder: tau at each k
+    depth_edges, by_depth   run.json's depth split of that run folder (track --depth-buckets: its edges)
     evaluated_at        UTC time the row was written
 DIR/track_log.jsonl one event per line: {"time", "event", ...}; "incomplete" / "waiting" / "invalid"
     (path, name, step, detail) for checkpoints not evaluated at a poll, "batch" (number, drafters,
     prompts, target_passes, continuations_generated) for each batch evaluated together
 DIR/track.csv       per_position.csv's columns, one row per track.jsonl row, after role, step,
-    tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path
+    tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path; with --draft-lengths one
+    tau_macro_at_k_K column per draft length after them
 DIR/track_state.json  the track's settings (all but the checkpoints) and their digest
 """
 

@@ -22,6 +22,18 @@ and the top level second (`_draft_value`); speculators reads none of them, nor d
 RoPE: `partial_rotary_factor` is ignored by transformers' Qwen3 rotary (z-lab, speculators: the whole head
 rotates); vLLM rotates only its first int(head_dim * factor) dims (`rotary_dim`, ROTARY_SOURCE).
 
+Serving rules `vllm` adds beyond attention and RoPE (each a conformance note: `VLLM_SERVING_RULES`):
+- final block: vLLM drafts a full block of 1 + num_speculative_tokens queries whatever is left of the
+  request, and its scheduler trims the drafts only at max_model_len, never at max_tokens; so under `vllm`
+  the block near the length cap stays full (`shorter_final_block`), whatever `--final-block` says.
+  vLLM's counters are taken from the verified block before the stop check, so its last step can count
+  drafts accepted past max_tokens or the stop token; no target token exists there offline: not counted
+  (at most B - 1 tokens per request; `served` compares against such counters).
+- draft sampling at T > 0: `draft_sample_method` greedy (vLLM's default: argmax drafts, q one-hot in the
+  rejection test) is `--draft-policy argmax`; probabilistic is `--draft-policy sample` with the drafter's
+  distribution softmax(logits / T): vLLM ignores top-p / top-k for drafts (`draft_top_filters`), the
+  target's p keeps them. `rejection_sample_method` synthetic / block are not modelled (no option takes them).
+
 A checkpoint's format picks its rule set by default; `--semantics` overrides it, and the choice and its
 reason are recorded in the spec (so in `inspect`, provenance and every report).
 """
@@ -152,6 +164,33 @@ def _rotary_checked(spec: "DrafterSpec", semantics: str) -> tuple[str, ...]:
                     f"({spec.head_dim} dims); vLLM serves it rotating {served} (--semantics vllm)")
 
 
+VLLM_SERVING_RULES = {
+    "final block": ("vLLM 0.33 v1/spec_decode/dflash.py (DFlashProposer.set_inputs_first_pass: 1 + "
+                    "num_speculative_tokens queries per request), v1/core/sched/scheduler.py (schedule: drafts trimmed "
+                    "only at max_model_len - 1 - num_computed_tokens; update_from_output: spec-decode stats from the "
+                    "verified block before check_stop)"),
+    "draft sampling": ("vLLM 0.33 config/speculative.py (draft_sample_method: greedy default | probabilistic), "
+                       "v1/spec_decode/eagle.py + llm_base_proposer.py (compute_probs_and_sample_next_token: "
+                       "softmax(logits / T), 'we ignore most of the sampling parameters'), v1/sample/rejection_sampler.py "
+                       "(greedy drafts: draft probs one-hot)"),
+}
+VLLM_NOTE = ("vLLM serving: full blocks up to the length cap (--final-block not applied); at T > 0 --draft-policy "
+             "argmax is vLLM's default draft_sample_method greedy, sample is probabilistic (drafts from "
+             "softmax(logits / T), no top-p / top-k); drafts vLLM counts past max_tokens or the stop token are not")
+
+
+def shorter_final_block(semantics: str, requested: bool) -> bool:
+    """Whether the block near the length cap is shortened to min(B, remaining + 1) slots: z-lab's loop does
+    (the run's `--final-block`, default shorter); vLLM never does (VLLM_SERVING_RULES["final block"])."""
+    return False if semantics == "vllm" else requested
+
+
+def draft_top_filters(semantics: str) -> bool:
+    """Whether top-p / top-k shape the drafter's distribution at T > 0: z-lab's `_sampling_probs` applies
+    them to both models; vLLM's probabilistic drafts use the temperature only."""
+    return semantics != "vllm"
+
+
 def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSpec":
     """The same checkpoint evaluated under `semantics`; `why` says who chose it (format default, override)."""
     if spec.attention_config is None:
@@ -162,7 +201,8 @@ def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSp
     embed_scale, multiplier, cap = effective_scales(spec.scales, "zlab" if spec.is_dflash2 else semantics)
     return replace(spec, layers=layers, causality_source=causality, semantics=semantics, semantics_source=why,
                    embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap,
-                   config_notes=_rotary_checked(spec, semantics))
+                   config_notes=tuple(n for n in _rotary_checked(spec, semantics) if not n.startswith("vLLM serving:"))
+                   + ((VLLM_NOTE,) if semantics == "vllm" else ()))
 
 
 def served_differences(spec: "DrafterSpec") -> list[str]:

@@ -201,9 +201,17 @@ def roofline_step_times(accelerator_name: str, target_config: dict, drafter_spec
     tokens: an upper bound on the tokens one step commits); bf16 unless told."""
     from . import roofline as RF
 
-    device = RF.accelerator(accelerator_name)
-    target = RF.model_shape(target_config)
-    drafter = RF.drafter_shape_from_spec(drafter_spec)
+    return roofline_from_shapes(RF.accelerator(accelerator_name), RF.model_shape(target_config),
+                                RF.drafter_shape_from_spec(drafter_spec), context_tokens, dtype_bytes)
+
+
+def roofline_from_shapes(device, target, drafter, context_tokens: int, dtype_bytes: int = 2) -> StepTimes:
+    """`roofline_step_times` from the shapes themselves (roofline.ModelShape / DrafterShape), which it
+    records in `inputs` so that `merge` can rebuild the same step times (`recorded_step_times`)."""
+    import dataclasses
+
+    from . import roofline as RF
+
     return StepTimes(
         source="roofline",
         label=(f"roofline model on {device.name} ({device.peak_flops / 1e12:.0f} TFLOP/s, "
@@ -213,4 +221,35 @@ def roofline_step_times(accelerator_name: str, target_config: dict, drafter_spec
                                                   block_size=n),
         inputs={"accelerator": device.name, "peak_flops": device.peak_flops, "bandwidth": device.bandwidth,
                 "context_tokens": context_tokens, "dtype_bytes": dtype_bytes,
-                "target_model_type": target.model_type, "drafter_block_size": drafter.block_size})
+                "target_model_type": target.model_type, "drafter_block_size": drafter.block_size,
+                "target_shape": dataclasses.asdict(target), "drafter_shape": dataclasses.asdict(drafter)})
+
+
+def recorded_step_times(table: dict[str, Any], context_tokens: int | None = None) -> StepTimes:
+    """The step times a run.json `speedup` table was computed with, rebuilt from its recorded inputs (what
+    `merge` recomputes the table with from the merged counts): a file's entries as given; a roofline's
+    accelerator numbers and shapes, at `context_tokens` (None: the recorded context). ValueError (the
+    reason) for measured times (rebuilt from the rows' timings) or a roofline recorded without its shapes."""
+    import dataclasses
+
+    from . import roofline as RF
+
+    source, inputs = table.get("source"), table.get("inputs") or {}
+    if source == "file":
+        data = {"label": inputs.get("label"),
+                **{role: [{"batch": b, "tokens": n, "seconds": t} for b, n, t in inputs[role]]
+                   for role in ("target", "drafter")}}
+        return step_times_from_json({k: v for k, v in data.items() if v is not None}, inputs["file"])
+    if source != "roofline":
+        raise ValueError(f"step times {source!r} are rebuilt from the rows, not from the table")
+    if "target_shape" not in inputs or "drafter_shape" not in inputs:
+        raise ValueError("the roofline's model shapes are not recorded (a run.json of an older dflash-eval)")
+
+    def shape(values: dict[str, Any]) -> RF.ModelShape:
+        return RF.ModelShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+    drafter = RF.DrafterShape(**{**inputs["drafter_shape"], "body": shape(inputs["drafter_shape"]["body"])})
+    device = dataclasses.replace(RF.accelerator(inputs["accelerator"]), peak_flops=inputs["peak_flops"],
+                                 bandwidth=inputs["bandwidth"])
+    context = inputs["context_tokens"] if context_tokens is None else context_tokens
+    return roofline_from_shapes(device, shape(inputs["target_shape"]), drafter, context, inputs["dtype_bytes"])

@@ -13,6 +13,19 @@ Sources (read in the trainers' code):
   package when installed (refused by name otherwise). `eal` changed meaning in 0.9.0 (PR #1032; now the
   mean per-block accepted run + 1, `models/metrics.py` `compute_accepted_length_counts`): values from
   checkpoints before and after that version are not comparable, and are flagged.
+- SpecForge (`scripts/train_dflash.py` `record_metrics`, `specforge/tracker.py` `TensorboardTracker`):
+  `tracker.log({"train/lr", "train/loss", "train/accuracy"}, step=global_step)` every `--log-interval`
+  steps (`eval/loss`, `eval/accuracy` likewise); with `--report-to tensorboard` the scalars go to
+  `<output_dir>/runs`, beside its `epoch_<e>_step_<s>/` checkpoints, so the save folder's event files are
+  read. Its unified trainer (`specforge/training/controller.py`) logs `train/acc`, `train/acc_<i>`,
+  `train/ploss_<i>` per position the same way. wandb / swanlab / mlflow keep no readable file; the console
+  line ("Train - Step N [...], Loss: x, Acc: y") is not written to disk by SpecForge.
+- DeepSpec (deepseek-ai/DeepSpec `deepspec/utils/training_logger.py`, `utils/metrics.py` `add_metric`):
+  `SummaryWriter(logging.tensorboard_dir).add_scalar("train/<name>", value, global_step)` every
+  `logging_steps`: `train/loss`, `train/ce_loss`, `train/accept_rate@<i>` per block position,
+  `train/tau_probabilistic`, `train/lr`, `train/grad_norm`. Its checkpoints are `step_<n>/` under
+  `logging.checkpoint_dir`; the example configs put `tensorboard_dir` elsewhere (~/tensorboard/<project>/<exp>),
+  so its scalars are read only when that folder lies inside the tracked save folder.
 """
 
 from __future__ import annotations
@@ -94,7 +107,14 @@ def find_trainer_logs(folder: Path) -> TrainerLog | None:
             return step if isinstance(step, int) else -1
         return read_hf_trainer_state(max(states, key=global_step))
     log = read_tensorboard(folder)
+    if log.series and trainer_of(log.series):
+        log.source = f"{trainer_of(log.series)}: {log.source}"
     return log if log.series else None
+
+
+def parse_version(text: Any) -> tuple[int, ...] | None:
+    """'0.8.1' -> (0, 8, 1), '0.9.0.dev3' -> (0, 9, 0); None when it does not start with a number."""
+    return _version(text)
 
 
 def _version(text: Any) -> tuple[int, ...] | None:
@@ -151,7 +171,19 @@ def rising_while_flat(metric: str, values: list[float | None], taus: list[float 
     return None
 
 
-SHOWN = ("eal", "acc", "loss")  # the training metrics set beside tau (not learning rates, norms, timings)
+SHOWN = ("eal", "acc", "loss", "tau")  # the training metrics set beside tau (not learning rates, norms, timings)
+
+
+def trainer_of(series: dict[str, list]) -> str | None:
+    """Which trainer wrote these TensorBoard scalars, by the names only it uses (None: not told)."""
+    names = set(series)
+    if any("accept_rate@" in n for n in names) or "train/tau_probabilistic" in names:
+        return "DeepSpec"
+    if "train/eal" in names or any(n.startswith("train/position_") for n in names):
+        return "speculators"
+    if "train/accuracy" in names or any(n.startswith(("train/ploss_", "train/acc_")) for n in names):
+        return "SpecForge"
+    return None
 
 
 def trainer_values(sources: list[Path], step: int | None, checkpoint: Path | None) -> dict[str, Any] | None:

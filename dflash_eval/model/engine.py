@@ -10,7 +10,8 @@ many anchors per forward with the training mask, and get the accepted length n(a
 End of generation, exactly as the live loop does it:
 - near the length cap (prompt_len + max_new_tokens), z-lab's loop drafts a shorter block of
   min(B, remaining + 1) slots; with bidirectional in-block attention that changes the drafts themselves,
-  so it is the default (`shorter_final_block=True`); vLLM keeps full-size blocks (False);
+  so it is the default (`shorter_final_block=True`); vLLM keeps full-size blocks (False; a drafter under
+  `--semantics vllm` always does, core/semantics.py VLLM_SERVING_RULES);
 - each step records the tokens it actually *commits*, min(n + 1, tokens left after the anchor), as
   z-lab's `dflash_generate` does (`produced`): the step that reaches the cap or the stop token that ended
   y has no bonus token, and a walk's lengths always sum to len(y) - 1 (the prefill commits y[0]).
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..core.semantics import shorter_final_block as final_block_rule
 from .drafter import DFlashDrafter
 from .dflash2 import flat_greedy_drafts
 from .drafting import draft_hidden, draft_logits
@@ -109,6 +111,7 @@ def anchor_chunks(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tenso
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
     cap_end = prompt_len + max_new_tokens
+    shorter_final_block = final_block_rule(drafter.spec.semantics, shorter_final_block)  # vLLM: always full
     tokens_dev = tokens.to(ctx.device)
     # the context's keys and values, per layer, once per prompt: every chunk of anchors reuses them
     context_kv = drafter.context_kv(ctx, torch.arange(ctx.shape[0], device=ctx.device))

@@ -11,8 +11,11 @@ vocabulary never needs more than ~0.5 GB at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from ..core.semantics import draft_top_filters
 from .dflash2 import candidate_probs, teacher_forced_scores
 from .drafter import DFlashDrafter
 from .engine import anchor_chunks
@@ -29,6 +32,8 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
     """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
     T = int(tokens.shape[0])
     out: list[list[float]] = []
+    # vLLM's probabilistic drafts: softmax(logits / T) without top-p / top-k (core/semantics.py)
+    draft_sampling = sampling if draft_top_filters(drafter.spec.semantics) else replace(sampling, top_p=1.0, top_k=0)
     dflash2 = drafter.spec.is_dflash2  # q: the candidates' softmax(score / T) given the text's previous token
     for chunk, lengths, logits in anchor_chunks(drafter, drafter.context(taps), tokens, prompt_len, max_new_tokens,
                                                 shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
@@ -61,7 +66,7 @@ def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tens
                 drafted = drafter.to_target_ids(slot_logits.argmax(-1)).to(p.device)
                 alpha = p.gather(-1, drafted[:, None])[:, 0]
             else:
-                q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), p.shape[-1]).to(p.device)
+                q = to_target_vocab(drafter, sampling_probs(slot_logits, draft_sampling), p.shape[-1]).to(p.device)
                 alpha = torch.minimum(p, q).sum(-1)
             values[part:part + len(pick)] = alpha.float().cpu()
         per_anchor: list[list[float]] = [[] for _ in chunk]

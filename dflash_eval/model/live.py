@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..core.semantics import draft_top_filters, shorter_final_block as final_block_rule
 from .drafter import DFlashDrafter
 from .drafting import draft_logits, walk_block
 from .engine import block_length
@@ -73,6 +74,8 @@ def live_generate(
     B = drafter.spec.block_size
     p = len(prompt)
     cap_end = p + max_new_tokens
+    shorter_final_block = final_block_rule(drafter.spec.semantics, shorter_final_block)  # vLLM: always full
+    draft_sampling = sampling if draft_top_filters(drafter.spec.semantics) else replace(sampling, top_p=1.0, top_k=0)
     greedy = sampling.greedy
     if not greedy and generator is None:
         raise ValueError("live_generate at temperature > 0 needs a generator (sampling.generator_for)")
@@ -106,7 +109,7 @@ def live_generate(
             if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
                 drafted = drafter.to_target_ids(slot_logits.argmax(-1))
             else:
-                q = to_target_vocab(drafter, sampling_probs(slot_logits, sampling), vocab)
+                q = to_target_vocab(drafter, sampling_probs(slot_logits, draft_sampling), vocab)
                 drafted = draw(q, generator)
         drafts = drafted.tolist()
         _sync(target.device)

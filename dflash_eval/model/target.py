@@ -319,10 +319,18 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
 
 
 @torch.inference_mode()
-def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024, *, plain_norm: bool = False) -> torch.Tensor:
     """The logit lens of a layer's outputs: argmax of lm_head(final_norm(h)) per position ([T] ids on CPU).
-    For the last layer this is the target's own greedy token."""
+    For the last layer this is the target's own greedy token. `plain_norm`: the final norm's weight applied
+    as `x * w` even where the target applies `x * (1 + w)` (Qwen3.5 / Qwen3-Next): the mis-scaled teacher of
+    speculators <= 0.8.1 (commands/doctor_norm.py)."""
     norm = target.model.model.norm
+    if plain_norm:
+        eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", 1e-6))
+
+        def norm(h):  # noqa: F811  (the RMS normalisation of both conventions, then the plain gain)
+            x = h.float()
+            return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * target.model.model.norm.weight.float()).to(h.dtype)
     return torch.cat([target.lm_head(norm(states[i:i + chunk].to(target.device))).argmax(-1).cpu()
                       for i in range(0, states.shape[0], chunk)])
 

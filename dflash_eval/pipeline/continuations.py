@@ -2,8 +2,9 @@
 given with `--responses`, validated in inputs.py).
 
 Why a cache: at temperature 0 the committed text of speculative decoding *is* the target's greedy
-continuation (primer section 5), so it is generated once per (target weights, tokenizer, chat template,
-prompt, thinking flag, max_new_tokens) and reused by every later run and every drafter. Generation is
+continuation (primer section 5), so it is generated once per (target config, weights, tokenizer, chat
+template by content, dtype, device type, kernels, prompt, its generation batch, thinking flag,
+max_new_tokens: `generation_settings`) and reused by every later run and every drafter. Generation is
 the most expensive step of a run on a large target.
 """
 
@@ -56,9 +57,7 @@ class ContinuationCache:
         self.directory = directory
 
     @staticmethod
-    def key(target: Target, prompt_text: str, enable_thinking: bool, max_new_tokens: int) -> str:
-        parts = [target.fingerprint(), tokenizer_hash(target.tokenizer), chat_template_hash(target.tokenizer),
-                 prompt_text, str(enable_thinking), str(max_new_tokens)]
+    def key(*parts: str) -> str:
         return sha256_text("\x1f".join(parts))
 
     def get(self, key: str) -> list[int] | None:
@@ -207,23 +206,86 @@ def whole_prompt_set(options) -> list[Prompt] | None:
     return packed_set(options.prompts) if is_long_source(options.prompts) else load_prompts(options.prompts)
 
 
-def _planned_batches(target, prompts: list[Prompt], ids, options, thinking, universe, item_ids, missing):
-    """The plan's batches that hold something missing: (members, their prompt ids) with the companions
-    of the whole prompt set (`universe`; default the prompts given) tokenized as the run would."""
-    universe = list(universe) if universe is not None else list(prompts)
+def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "chat") -> list[int]:
+    """A prompt's ids through the chat template ("chat") or its raw text without it ("raw": doctor)."""
+    if template == "chat":
+        return prompt_ids(tokenizer, prompt, thinking)
+    return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
+
+
+def generation_settings(target: Target, options, thinking: bool, template: str) -> str:
+    """Everything a cached continuation depends on besides its prompt and its batch: the content digests of
+    the run's provenance (`target_content`: config and generation config, every weight byte, tokenizer
+    files, chat template), the dtype, the device type and the bound Gated-DeltaNet kernels (in bf16 each
+    moves near-tie argmaxes), the thinking flag, the template and max_new_tokens."""
+    from ..formats.files import target_content
+    from ..model.kernels import kernel_report, kernel_summary
+
+    content = target_content(target.path, None, target.tokenizer.chat_template, options.cache_dir)
+    content.pop("responses_file", None)
+    return json.dumps({**content, "dtype": str(target.dtype), "device_type": target.device.type,
+                       "kernels": kernel_summary(kernel_report(target.model)), "thinking": bool(thinking),
+                       "template": template, "max_new_tokens": int(options.max_new_tokens)}, sort_keys=True)
+
+
+def _pid(item) -> str:
+    return item if isinstance(item, str) else item[0]
+
+
+def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template):
+    """The generation plan of the whole prompt set (`universe` plus the prompts given): [(members, their
+    prompt ids)], every prompt tokenized as the run tokenizes it; and prompt id -> Prompt."""
+    everyone = {p.id: p for p in (universe or [])} | {p.id: p for p in prompts}
     known = dict(ids)
-    for prompt in universe:
+    for prompt in everyone.values():
         if prompt.id not in known:
-            known[prompt.id] = prompt_ids(target.tokenizer, prompt, thinking)
-    lengths = {item: len(known[item_ids(item)]) for item in _items(universe, item_ids)}
+            known[prompt.id] = template_ids(target.tokenizer, prompt, thinking, template)
+    lengths = {item: len(known[_pid(item)]) for p in everyone.values() for item in items_of(p)}
     batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
-    for members in generation_plan(lengths, batch):
-        if any(m in missing for m in members):
-            yield members, [known[item_ids(m)] for m in members]
+    return [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)], everyone
 
 
-def _items(universe: list[Prompt], item_ids) -> list:
-    return [item for p in universe for item in item_ids.items_of(p)] if hasattr(item_ids, "items_of") else [p.id for p in universe]
+def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,
+             generate):
+    """Cached or generated in planned batches: item -> continuation, and how many were generated. A key
+    holds `generation_settings`, the item (its text, and for samples the sampling and k) and its whole
+    batch (every member's text), so a cached continuation is only ever one made in the same batch: in bf16
+    the batch's padded shapes move near-tie argmaxes. Companions of a missing item are generated with it
+    (and cached), and the number of them is said."""
+    cache = ContinuationCache(options.cache_dir)
+    plan, everyone = _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template)
+    settings = generation_settings(target, options, thinking, template) if cache.directory is not None else ""
+    wanted = {item for p in prompts for item in items_of(p)}
+    found, todo, work = {}, set(), []
+    for members, member_ids in plan:
+        if wanted.isdisjoint(members):
+            continue
+        batch = sha256_text("\x1e".join(f"{everyone[_pid(m)].text}\x1d{item_key(m)}" for m in members))
+        keys = {m: ContinuationCache.key(settings, everyone[_pid(m)].text, item_key(m), batch) for m in members}
+        missing = set()
+        for m in wanted.intersection(members):
+            hit = cache.get(keys[m])
+            if hit is None:
+                missing.add(m)
+            else:
+                found[m] = hit
+        if missing:
+            work.append((members, member_ids, keys, missing))
+            todo |= missing
+    companions = sum(len(members) for members, *_ in work) - len(todo)
+    if companions:
+        reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
+                      "planned over the whole prompt set, so that no continuation depends on --limit, --shard or a "
+                      "resume (cached for later runs)")
+    reporter.phase(phase, len(todo))
+    for members, member_ids, keys, missing in work:
+        for m, cont in zip(members, generate(members, member_ids)):
+            if m in missing or cache.get(keys[m]) is None:
+                cache.put(keys[m], cont)
+            if m in missing:
+                found[m] = cont
+                reporter.advance(phase, _pid(m))
+    return found, len(todo)
 
 
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
@@ -234,32 +296,17 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
 
     Generation follows `generation_plan` over `universe` (the whole prompt set, before --shard, torchrun's
     split, --limit or a resume; default the prompts given): a missing prompt is generated in its planned
-    batch, with its companions, which are cached too."""
+    batch, with its companions, which are cached too. `template` "raw": doctor's variant without the chat
+    template (`template_ids`), cached apart."""
     if responses is not None:
         missing = [p.id for p in prompts if p.id not in responses]
         if missing:
             raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
         return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
-    cache = ContinuationCache(options.cache_dir)
-    if template != "chat":  # doctor's raw-prompt variant: the text without the chat template, cached apart
-        universe = None
-    texts = {p.id: p.text for p in (universe or [])} | {p.id: p.text for p in prompts}
-
-    def key(pid: str) -> str:
-        text = texts[pid] if template == "chat" else f"\x1e{template}\x1e{texts[pid]}"
-        return cache.key(target, text, thinking, options.max_new_tokens)
-
-    found = {p.id: cache.get(key(p.id)) for p in prompts}
-    todo = {p.id for p in prompts if found[p.id] is None}
-    reporter.phase("generate", len(todo))
-    for members, member_ids in _planned_batches(target, prompts, ids, options, thinking, universe, lambda m: m, todo):
-        for pid, cont in zip(members, generate_greedy(target, member_ids, options.max_new_tokens, len(members))):
-            if pid in todo or cache.get(key(pid)) is None:
-                cache.put(key(pid), cont)
-            if pid in todo:
-                found[pid] = cont
-                reporter.advance("generate", pid)
-    return found, len(todo)  # type: ignore[return-value]
+    return _planned(target, prompts, ids, options, thinking, universe, reporter, phase="generate",
+                    items_of=lambda p: [p.id], item_key=lambda item: "", template=template,
+                    generate=lambda members, member_ids: generate_greedy(target, member_ids, options.max_new_tokens,
+                                                                         len(members)))
 
 
 @torch.inference_mode()
@@ -319,19 +366,6 @@ def generate_sampled_batch(target: Target, prompts: list[list[int]], max_new_tok
     return [cut_at_stop(row, stops) for row in out[:, ids.shape[1]:].tolist()]
 
 
-class _SampleItems:
-    """(prompt id, k) items of a sampled run: the plan's units."""
-
-    def __init__(self, samples: int):
-        self.samples = samples
-
-    def items_of(self, prompt: Prompt) -> list[tuple[str, int]]:
-        return [(prompt.id, k) for k in range(self.samples)]
-
-    def __call__(self, item: tuple[str, int]) -> str:
-        return item[0]
-
-
 def sampled_continuations_for(target, prompts: list[Prompt], ids, options, thinking, reporter, *,
                               universe: list[Prompt] | None = None) -> tuple[dict[tuple[str, int], list[int]], int]:
     """K sampled continuations per prompt ((prompt id, k) -> ids), cached like the greedy ones under a key
@@ -340,32 +374,12 @@ def sampled_continuations_for(target, prompts: list[Prompt], ids, options, think
     from ..model.sampling import generator_for, sampling_of
 
     sampling = sampling_of(options)
-    cache = ContinuationCache(options.cache_dir)
-    texts = {p.id: p.text for p in (universe or [])} | {p.id: p.text for p in prompts}
+    settings = json.dumps(sampling.to_dict(), sort_keys=True) + f"|seed {options.seed}"
 
-    def key(item: tuple[str, int]) -> str:
-        return sha256_text("\x1f".join([cache.key(target, texts[item[0]], thinking, options.max_new_tokens),
-                                        json.dumps(sampling.to_dict(), sort_keys=True), str(options.seed),
-                                        str(item[1])]))
-
-    found: dict[tuple[str, int], list[int]] = {}
-    todo = set()
-    for prompt in prompts:
-        for k in range(options.samples):
-            hit = cache.get(key((prompt.id, k)))
-            if hit is None:
-                todo.add((prompt.id, k))
-            else:
-                found[(prompt.id, k)] = hit
-    reporter.phase("sample", len(todo))
-    items = _SampleItems(options.samples)
-    for members, member_ids in _planned_batches(target, prompts, ids, options, thinking, universe, items, todo):
+    def generate(members, member_ids):
         generators = [generator_for(options.seed, pid, k, target.device) for pid, k in members]
-        for item, cont in zip(members, generate_sampled_batch(target, member_ids, options.max_new_tokens, sampling,
-                                                              generators)):
-            if item in todo or cache.get(key(item)) is None:
-                cache.put(key(item), cont)
-            if item in todo:
-                found[item] = cont
-                reporter.advance("sample", item[0])
-    return found, len(todo)
+        return generate_sampled_batch(target, member_ids, options.max_new_tokens, sampling, generators)
+
+    return _planned(target, prompts, ids, options, thinking, universe, reporter, phase="sample",
+                    items_of=lambda p: [(p.id, k) for k in range(options.samples)],
+                    item_key=lambda item: f"{settings}|k {item[1]}", template="chat", generate=generate)

@@ -14,6 +14,7 @@ from typing import Any
 from ..core import metrics as M
 from ..core import results as R
 from ..core.breakdown import breakdown_documents, parse_depth_buckets
+from ..core.semantics import shorter_final_block
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
 
@@ -239,6 +240,11 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
             "numerics": batching_provenance(options, drafters),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
+            # what each drafter's walk used: a drafter under --semantics vllm drafts full blocks whatever
+            # --final-block says (semantics.shorter_final_block, vLLM's rule)
+            "final_block_by_drafter": {
+                e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
+                         else "full") for e in entries},
             "draft_lengths": options.draft_lengths,
             # SGLang's --speculative-dflash-draft-window-size: the last W context rows (masks.block_masks)
             "draft_window": getattr(options, "draft_window", None),

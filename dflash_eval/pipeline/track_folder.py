@@ -135,8 +135,16 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str,
         "format": entry.spec.format, "block_size": entry.spec.block_size, "metrics": drafter["metrics"],
         "repetition_share": repetition.get("flagged_share"),
         "tau_macro_without_flagged_prompts": repetition.get("tau_macro_without_flagged_prompts"),
-        "counts": drafter["counts"], **estimate, "evaluated_at": now(),
+        "counts": drafter["counts"], **estimate, **breakdown_fields(drafter), "evaluated_at": now(),
     }
+
+
+def breakdown_fields(drafter: dict[str, Any]) -> dict[str, Any]:
+    """What the curve shows beyond the totals, copied from the run folder's drafter object (the same
+    numbers): `by_draft_length` (--draft-lengths: tau at every k, each its own replay) and `depth_edges` /
+    `by_depth` (the latest checkpoint by context depth); absent where the run has none."""
+    keys = ("by_draft_length", "depth_edges", "by_depth")
+    return {key: drafter[key] for key in keys if drafter.get(key)}
 
 
 def track_csv(rows: list[dict[str, Any]]) -> str:
@@ -149,12 +157,15 @@ def track_csv(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     parsed = list(csv.reader(lines))
+    ks = sorted({e["k"] for r in rows for e in r.get("by_draft_length") or []})  # --draft-lengths: tau at each k
     writer.writerow(["role", "step", "tau_macro_ci_low", "tau_macro_ci_high", "repetition_share", "fingerprint",
-                     "path", *parsed[0]])
+                     "path", *parsed[0], *(f"tau_macro_at_k_{k}" for k in ks)])
     for row, cells in zip(rows, parsed[1:]):
         ci = row["metrics"].get("tau_macro_ci") or [None, None]
+        at_k = {e["k"]: e["metrics"].get("tau_macro") for e in row.get("by_draft_length") or []}
         writer.writerow([row["role"], "" if row["step"] is None else row["step"],
                          *("" if v is None else f"{v:.6f}" for v in ci),
                          "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",
-                         row["fingerprint"], row["path"], *cells])
+                         row["fingerprint"], row["path"], *cells,
+                         *("" if at_k.get(k) is None else f"{at_k[k]:.6f}" for k in ks)])
     return out.getvalue()

@@ -102,13 +102,14 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
         return _figure_svg(fig, _clean_svg)
 
 
-def _figure_svg(fig, clean) -> str:
+def _figure_svg(fig, clean, name: str = "tau by depth chart", prefix: str = "k-") -> str:
+    """A figure as inline SVG, its ids prefixed (`prefix`: unique per chart on a page)."""
     import matplotlib
 
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval", "svg.image_inline": True}):
         fig.savefig(buf, format="svg", metadata={"Date": None})
-    return clean(buf.getvalue(), "tau by depth chart", "k-")
+    return clean(buf.getvalue(), name, prefix)
 
 
 def breakdown_view(run: dict[str, Any]) -> dict[str, Any] | None:

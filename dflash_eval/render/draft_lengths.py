@@ -1,6 +1,7 @@
 """The serving decision on screen: tau at every draft length k (each from its own replay with a block of
 k + 1) and the expected-speedup table k x batch with the best k per batch, labelled as a model with its
-inputs. One data shape (`serving_view`) feeds the terminal tables here and the HTML section (run.html.j2)."""
+inputs. One data shape (`serving_view`) feeds the terminal tables here and the HTML section (run.html.j2);
+`draft_length_diff_view` feeds diff.html's (templates/_diff_draft_lengths.html.j2)."""
 
 from __future__ import annotations
 
@@ -104,3 +105,39 @@ def render_draft_length_diff(console: Console, result: dict) -> None:
         if not speed["same_model"]:
             console.print("[yellow]warning:[/] " + safe(f"the two speedups come from different step times: "
                                                         f"A {speed['label_a']}; B {speed['label_b']}"))
+
+
+def draft_length_diff_view(result: dict) -> dict[str, Any] | None:
+    """diff's HTML section: tau of A and B paired at each draft length k both measured (B - A with its
+    paired 95% CI), a chart of tau(k) for both, and the best expected speedup per batch side by side."""
+    part = result.get("draft_lengths")
+    if not part:
+        return None
+    speed = None
+    if part["speedup"]:
+        s = part["speedup"]
+        speed = {"label_a": s["label_a"], "label_b": s["label_b"], "same_model": s["same_model"],
+                 "best": [{**row, "ratio": row["speedup_b"] / row["speedup_a"]
+                           if row["speedup_a"] and row["speedup_b"] else None} for row in s["best"]]}
+    return {"pairs": part["pairs"], "speedup": speed, "note": SPEEDUP_NOTE,
+            "chart": (_diff_tau_chart(part["pairs"], result["a"]["name"], result["b"]["name"])
+                      if part["pairs"] else None)}
+
+
+def _diff_tau_chart(pairs: list[dict[str, Any]], name_a: str, name_b: str) -> str:
+    from .breakdown import _figure_svg
+    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
+
+    ks = [p["k"] for p in pairs]
+    with _rc():
+        fig, (ax,) = _figure(6.0, 3.0)
+        for key, name, color in (("tau_macro_a", f"A: {name_a}", PALETTE[0]),
+                                 ("tau_macro_b", f"B: {name_b}", PALETTE[1])):
+            ax.plot(ks, [p[key] for p in pairs], "o-", color=color, markersize=4, label=_label(name))
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("draft length k (num_speculative_tokens; block k + 1)")
+        ax.set_ylabel("tau macro")
+        ax.set_ylim(bottom=0)
+        ax.set_title("acceptance per draft length, A and B")
+        ax.legend(loc="lower right")
+        return _figure_svg(fig, _clean_svg, "tau per draft length chart", "dk-")

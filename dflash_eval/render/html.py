@@ -46,7 +46,7 @@ from ..core.samples import select_blocks, walk_blocks
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
 from .charts import PALETTE, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
 from .html_blocks import _block, _natural, _pair_block, _view_block
-from .draft_lengths import SPEEDUP_NOTE, serving_view
+from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
 from .breakdown import breakdown_view
 
 WORST_BLOCKS = 20  # worst blocks shown per drafter
@@ -394,4 +394,4 @@ def render_diff_html(result: dict) -> str:
                      else "same")
     return _page("diff.html.j2", title=f"dflash-eval diff: {a['label']} vs {b['label']}", r=result, a=a, b=b,
                  examples=examples, slot_rows=slot_rows, charts=charts, verdict_class=verdict_class,
-                 sample_legend=_sample_legend())
+                 sample_legend=_sample_legend(), draft_lengths=draft_length_diff_view(result))

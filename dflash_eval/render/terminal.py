@@ -82,8 +82,26 @@ def render_run_summary(console: Console, run: dict) -> None:
     elif sc["total"]:
         console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
+    render_numerics(console, prov)
     for warning in prov.get("warnings", []):
         console.print(f"[yellow]warning:[/] {safe(warning)}")
+
+
+def render_numerics(console: Console, prov: dict) -> None:
+    """--numerics-check N: how far the results move with the GEMM shapes, counts as run.json holds them."""
+    measured = (prov.get("numerics") or {}).get("measured")
+    if not measured:
+        return
+    g = measured["generation"]
+    console.print(f"numerics check ({safe(prov.get('dtype'))}, {safe(g['prompts'])} prompts): generated alone vs in "
+                  f"its batch: {safe(g['prompts_identical'])}/{safe(g['prompts'])} prompts identical, "
+                  f"{safe(g['tokens_before_first_difference'])}/{safe(g['tokens'])} tokens before the first difference")
+    for name, a in measured["anchor_batch"].items():
+        w = measured["live"].get(name, {})
+        console.print(f"  {safe(name)}: drafts changed at --anchor-batch {safe(a['other'])} vs {safe(a['run'])}: "
+                      f"{safe(a['drafts_changed'])}/{safe(a['drafts'])}; replay vs live walks equal "
+                      f"{safe(w.get('walks_equal'))}/{safe(w.get('prompts'))} (live text = continuation "
+                      f"{safe(w.get('texts_equal'))}/{safe(w.get('prompts'))})")
 
 
 SUMMARY_HEADERS = ("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", "tau micro\n(vLLM: 1 + accepted\n/ steps)",

@@ -8,6 +8,7 @@ from rich.table import Table
 from ..core.compare import Delta, paired_figure
 from ..core.safe_text import safe
 from .terminal import _fmt
+from .terminal_doctor_windows import render_windows
 
 
 def render_doctor(console: Console, result: dict) -> None:
@@ -54,6 +55,15 @@ def render_doctor(console: Console, result: dict) -> None:
     if lens:
         console.print("drafts agreeing with each layer's logit lens: " + ", ".join(
             f"layer {safe(k)} {100 * v:.1f}%" for k, v in lens["agreement"].items()))
+    norm = result.get("norm_convention")
+    if norm:
+        measured = (f"; drafts agreeing with the target's argmax under x * (1 + w) {100 * norm['agreement']['right']:.1f}%, "
+                    f"under x * w {100 * norm['agreement']['wrong']:.1f}%"
+                    + (f" ({paired_figure(norm['wrong_vs_right'], 3)})" if norm.get("wrong_vs_right") else "")
+                    if norm.get("measured") else "")
+        mark = "[bold red]MIS-SCALED TEACHER[/] " if norm["finding"] and norm["applies"] else ""
+        console.print(f"teacher's final norm: {mark}{safe(norm['rule'])}{safe(measured)}")
+    render_windows(console, result.get("windows"))  # by depth (terminal_doctor_windows.py)
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
     if gap:

@@ -77,6 +77,9 @@ def render_track(console: Console, rows: list[dict[str, Any]], present: dict[str
         console.print(safe(note))
     for line in trainer_lines(c.points):
         console.print(safe(line))
+    from .track_breakdown import render_track_breakdown
+
+    render_track_breakdown(console, c)  # tau per draft length k, the latest checkpoint by depth
     for path, status, detail in pending or []:
         console.print(safe(f"not evaluated yet: {path}: {status} ({detail})"))
     return c
@@ -207,6 +210,7 @@ def _repetition_chart(c: Curve) -> str | None:
 def render_track_html(rows: list[dict[str, Any]], present: dict[str, bool] | None, settings: dict[str, Any],
                       seed: int = 0) -> str:
     from .html import _page
+    from .track_breakdown import track_breakdown_view
 
     c = curve(rows, present=present, seed=seed)
     table = [{"step": p.row.get("step"), "name": p.row["name"], "m": p.row["metrics"], "best": p.is_best,
@@ -224,7 +228,10 @@ def render_track_html(rows: list[dict[str, Any]], present: dict[str, bool] | Non
     context = {"prompts": len(prompts), "target": settings.get("target"), "max_new_tokens": settings.get("max_new_tokens"),
                "thinking": settings.get("thinking")}
     charts = {"curve": _curve_chart(c), "heat": _heatmap(c), "repetition": _repetition_chart(c)}
+    from .track_training import training_section  # the trainer's logged metrics beside measured tau
+
+    training = training_section(c.points)
     return _page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,
-                 vs_reference=vs_reference, charts=charts, context=context,
-                 reference=c.reference, notes=c.notes,
+                 vs_reference=vs_reference, charts=charts, context=context, training=training,
+                 reference=c.reference, notes=c.notes, breakdown=track_breakdown_view(c),
                  estimate=any(p.row["metrics"].get("estimate") for p in c.points))

@@ -49,7 +49,7 @@ from ..model.drafter import DFlashDrafter
 from ..model.drafting import block_token_ids
 from ..model.masks import block_layout, layer_masks
 from ..pipeline.prompts import DEMO_PROMPTS  # noqa: F401  (one list for the demo and the fixtures; re-exported)
-from ..model.target import Target, capture_taps
+from ..model.target import Target, capture_taps, lens_tokens
 
 
 @dataclass
@@ -73,6 +73,9 @@ class TrainConfig:
     # labels from the logit lens of target layer k (lm_head(final_norm(h_k))) instead of the target's real
     # next tokens: the team's "logits taken from layer 61 instead of the final output" bug
     label_layer: int | None = None
+    # "plain": labels from lm_head(x * w) where the target's final norm is x * (1 + w) (Qwen3.5/Next), the
+    # mis-scaled teacher of speculators <= 0.8.1 (PR #1090); "offset": the target's own final norm
+    teacher_norm: str = "offset"
 
 
 def fixture_config(**changes) -> TrainConfig:
@@ -123,7 +126,8 @@ class _Packed:
 
 
 @torch.inference_mode()
-def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], layer: int) -> torch.Tensor:
+def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], layer: int,
+                 plain_norm: bool = False) -> torch.Tensor:
     """[C] per packed row: the token the logit lens of `layer` predicts there (argmax of
     lm_head(final_norm(h_layer)) at the previous position; a sequence's first row keeps its own token)."""
     if not 0 <= layer < target.info.num_layers:
@@ -132,7 +136,7 @@ def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], laye
     for ids, _ in sequences:
         ids = ids.view(-1).cpu()
         hidden = capture_taps(target, ids, [layer]).taps.to(target.device)
-        lens = target.lm_head(target.model.model.norm(hidden)).argmax(-1).cpu()
+        lens = lens_tokens(target, hidden, plain_norm=plain_norm)
         out.append(torch.cat([ids[:1], lens[:-1]]))
     return torch.cat(out).clone()
 
@@ -200,6 +204,16 @@ def _lr_at(step: int, config: TrainConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def optimizer_step(optimizer, loss: torch.Tensor, model: torch.nn.Module, step: int, config: TrainConfig) -> None:
+    """One step at the schedule's learning rate (`_lr_at`), gradients clipped to norm 1 (both trainers)."""
+    for group in optimizer.param_groups:
+        group["lr"] = _lr_at(step, config)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
 def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], config: TrainConfig, out_dir,
                   fmt: str = "speculators", *, saves: "CheckpointSaves | None" = None) -> Path:
     """Train a drafter on `sequences` and write it to `out_dir` in `fmt` ("zlab" or "speculators").
@@ -233,8 +247,11 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         raise ValueError(f"drop_tap {config.drop_tap} is not an index into taps {recorded}")
     width = spec.target_hidden_size
     data = _pack(target, sequences, capture)
-    if config.label_layer is not None:
-        data.labels = _lens_labels(target, sequences, config.label_layer)
+    if config.label_layer is not None or config.teacher_norm != "offset":
+        if config.teacher_norm not in ("offset", "plain"):
+            raise ValueError(f"teacher_norm {config.teacher_norm!r}: choose offset or plain")
+        layer = target.info.num_layers - 1 if config.label_layer is None else config.label_layer
+        data.labels = _lens_labels(target, sequences, layer, config.teacher_norm == "plain")
     if data.anchors.numel() == 0:
         raise ValueError("train_drafter: no sequence has a continuation to draft")
     if config.drop_tap is not None:
@@ -281,12 +298,7 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         ce = F.cross_entropy(logits.view(len(anchor_list), block, -1).flatten(0, 1), labels.flatten(),
                              reduction="none").view(len(anchor_list), block)
         loss = (ce * slot_weight).sum() / slot_weight.sum()
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, config)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(optimizer, loss, drafter, step, config)
         losses.append(float(loss.detach()))
         if saves is not None and (step + 1) % saves.every == 0:
             saves.save(step + 1, spec, drafter, fmt, target, losses[-1])

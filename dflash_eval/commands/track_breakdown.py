@@ -1,0 +1,57 @@
+"""`track --draft-lengths` and `track --depth-buckets`: the options a curve's extra views need, checked once.
+
+Why apart from commands/track.py: the tracker itself stays about polling and batching. Here:
+- `--draft-lengths 3,7|all`: each checkpoint is also replayed with a block of k + 1 per k on the batch's
+  one tap pass (rows.trajectory_rows does it, as for `run`); a draft length the checkpoint's block cannot
+  hold (k > B - 1) makes that checkpoint invalid (reported, looked at again when its files change), as
+  `run` refuses it for a drafter; offline estimates (temperature > 0) are not replayed per k, as in `run`;
+- `--depth-buckets`: the edges every checkpoint's by-depth split uses (the default edges otherwise);
+- both enter the track's settings (a resume with others is refused by name) and each checkpoint's run
+  folder settings, as `run` records them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.breakdown import DEFAULT_DEPTH_EDGES, parse_depth_buckets
+from ..core.errors import InputError
+from ..core.options import RunOptions
+from ..core.speedup import parse_draft_lengths
+
+
+def check_options(run: RunOptions, reference_block: int | None) -> None:
+    """Refused by name before the track folder is touched: the syntax of --draft-lengths, its range for the
+    reference, and --draft-lengths at temperature > 0 (offline estimate)."""
+    text = run.draft_lengths
+    if text is None:
+        return
+    if run.temperature > 0:
+        raise InputError(None, "--draft-lengths at temperature > 0: the offline estimate is not replayed per draft "
+                               "length (use `dflash-eval run --mode live --draft-lengths` on a checkpoint)")
+    if text.strip().lower() != "all":
+        parse_draft_lengths(text, 1 << 20)  # the syntax; each checkpoint's range when it is found
+    if reference_block is not None:
+        parse_draft_lengths(text, reference_block, name="reference")
+
+
+def check_checkpoint(run: RunOptions, name: str, block_size: int) -> None:
+    """A found checkpoint's block must hold every draft length asked for (InputError: reported as invalid)."""
+    if run.draft_lengths is not None:
+        parse_draft_lengths(run.draft_lengths, block_size, name=name)
+
+
+def depth_edges(run: RunOptions) -> tuple[int, ...]:
+    return parse_depth_buckets(run.depth_buckets)
+
+
+def track_settings(run: RunOptions) -> dict[str, Any]:
+    """What the curve's extra views depend on, only when set (a track made without them keeps its digest)."""
+    edges = depth_edges(run)
+    return {**({"draft_lengths": run.draft_lengths} if run.draft_lengths is not None else {}),
+            **({"depth_edges": list(edges)} if edges != DEFAULT_DEPTH_EDGES else {})}
+
+
+def run_settings(run: RunOptions) -> dict[str, Any]:
+    """What `run` adds to a run folder's settings for --draft-lengths (evaluate.serving_inputs)."""
+    return {"draft_lengths": run.draft_lengths} if run.draft_lengths is not None else {}

@@ -1,0 +1,143 @@
+"""`run --numerics-check N`: how much the run's numbers depend on incidental GEMM shapes, measured on the
+run's own first N prompts and recorded as counts in run.json (`provenance.numerics.measured`).
+
+Why: in fp32 a prompt's continuation, its drafts and its walk do not depend on which prompts share a
+generation batch, on anchors per drafter forward, or on replay vs the live loop (tested). In bf16 (fla
+kernels, a GPU) each of these changes GEMM shapes and so can move near-tie argmaxes. The run fixes the
+shapes (the whole-set generation plan, anchor chunks from the shapes), so its numbers are reproducible;
+this check says how much they would move if the shapes were different, on the user's own hardware:
+
+- generation: the continuation the run used (made in its planned batch) against the same prompt
+  generated alone (batch of one);
+- anchor batch: each drafter's drafts replayed at the run's anchors per forward and at another value
+  (one anchor per forward; two when the run's is one);
+- live: the replay's walk against the live loop's on the same prompt (and the live loop's text against
+  the continuation: where the text differs, so may the walk).
+
+Nothing here touches the run's own numbers or files: it reads the run's trajectory and continuation,
+generates alone without the cache, replays and loops without a random draw (greedy), and makes no tap
+pass (`work.tap_passes` stays the run's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..core.errors import InputError
+
+
+def check_numerics_options(options) -> None:
+    """--numerics-check compares greedy replays, generated continuations and the live loop: refused by name
+    where one of them does not exist."""
+    count = getattr(options, "numerics_check", 0) or 0
+    if count < 0:
+        raise InputError(None, f"--numerics-check must be 0 or more (got {count})")
+    if not count:
+        return
+    if options.temperature > 0:
+        raise InputError(None, "--numerics-check measures greedy decoding: it runs at --temperature 0")
+    if options.mode != "trajectory":
+        raise InputError(None, "--numerics-check compares the replay with the live loop: it runs with --mode trajectory")
+    if options.responses is not None:
+        raise InputError(None, "--numerics-check compares generated continuations: it does not run with --responses")
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Tokens equal before the first difference (past it, positions no longer correspond)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def drafts_changed(a: list[list[int]], b: list[list[int]]) -> tuple[int, int, int]:
+    """(drafted slots, slots whose draft differs, anchors with any difference) between two replays of the
+    same anchors."""
+    slots = changed = anchors = 0
+    for x, y in zip(a, b, strict=True):
+        slots += len(x)
+        differ = sum(1 for s, t in zip(x, y, strict=True) if s != t)
+        changed += differ
+        anchors += int(differ > 0)
+    return slots, changed, anchors
+
+
+@dataclasses.dataclass
+class NumericsCheck:
+    """Counts over the first `limit` prompts the run evaluates (in this invocation)."""
+
+    limit: int
+    generation: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(
+        ("prompts", "prompts_identical", "tokens", "tokens_before_first_difference"), 0))
+    anchor_batch: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    live: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+
+    def wants_more(self) -> bool:
+        return self.generation["prompts"] < self.limit
+
+    def add(self, target, drafters: dict, prompt_ids: list[int], continuation: list[int], trajectory,
+            options_by_name: dict) -> None:
+        """One prompt: `continuation` is what the run used, `trajectory` its one target pass,
+        `options_by_name` each drafter's options (the run's)."""
+        from ..model.engine import drafter_anchor_batch
+        from .continuations import generate_greedy
+        from .scoring import score_live, score_on_trajectory, windowed
+
+        max_new_tokens = next(iter(options_by_name.values())).max_new_tokens
+        alone = generate_greedy(target, [prompt_ids], max_new_tokens, 1)[0]
+        g = self.generation
+        g["prompts"] += 1
+        g["prompts_identical"] += int(alone == continuation)
+        g["tokens"] += len(continuation)
+        g["tokens_before_first_difference"] += common_prefix(continuation, alone)
+        for name, drafter in drafters.items():
+            options = options_by_name[name]
+            ran = options.anchor_batch or drafter_anchor_batch(windowed(drafter, options), len(trajectory.tokens))
+            other = 1 if ran > 1 else 2
+            base = score_on_trajectory(drafter, trajectory, options)
+            moved = score_on_trajectory(drafter, trajectory, dataclasses.replace(options, anchor_batch=other))
+            slots, changed, anchors = drafts_changed(base.drafts, moved.drafts)
+            a = self.anchor_batch.setdefault(name, dict.fromkeys(
+                ("run", "other", "prompts", "anchors", "anchors_changed", "drafts", "drafts_changed"), 0))
+            a.update(run=ran, other=other)
+            a["prompts"] += 1
+            a["anchors"] += len(base.anchors)
+            a["anchors_changed"] += anchors
+            a["drafts"] += slots
+            a["drafts_changed"] += changed
+            live = score_live(target, drafter, prompt_ids, options)
+            w = self.live.setdefault(name, dict.fromkeys(("prompts", "texts_equal", "walks_equal"), 0))
+            w["prompts"] += 1
+            w["texts_equal"] += int(live.continuation == continuation)
+            w["walks_equal"] += int(live.walk_anchors == base.walk_anchors
+                                    and live.walk_accept_lengths == base.walk_accept_lengths)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompts_asked": self.limit, "generation": dict(self.generation),
+                "anchor_batch": {k: dict(v) for k, v in self.anchor_batch.items()},
+                "live": {k: dict(v) for k, v in self.live.items()}}
+
+
+def merge_measured(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shards' `measured` counts as one document (merge): every count summed over the shards that
+    measured (each checked its own first N prompts, so `prompts_asked` becomes N summed over them); the
+    anchors-per-forward values compared (`run`, `other`) are the same on every shard (from the shapes) and
+    kept; None when no shard measured."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+
+    def add(a: Any, b: Any, key: str) -> Any:
+        if isinstance(a, dict):
+            return {k: add(a[k], b[k], k) if k in b else a[k] for k in a} | {k: v for k, v in b.items() if k not in a}
+        if key in ("run", "other"):
+            return a
+        return a + b
+
+    out = parts[0]
+    for part in parts[1:]:
+        out = add(out, part, "")
+    return out
