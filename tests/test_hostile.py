@@ -738,6 +738,23 @@ def test_track_takes_a_checkpoint_trained_elsewhere_and_settles_a_copy(world, tm
     assert again.waiting() == [] and again.pending() == []
 
 
+def test_track_refuses_a_nan_target_before_touching_out(world, tmp_path):
+    """track loads its target lazily, so a NaN in the target's weights was found only after --out had been
+    created (or an earlier track removed by --overwrite): now one line, and neither folder is touched."""
+    target = copy_tree(world["target"], tmp_path / "nan-target", files=poke_output_head)
+    save = tmp_path / "save"
+    copy_tree(world["speculators"], save / "checkpoint-1")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "track_state.json").write_text("{}")  # stands for an earlier track: must survive --overwrite
+    for out, extra in ((tmp_path / "fresh", ()), (earlier, ("--overwrite",))):
+        result = runner.invoke(app, ["track", str(save), "--target", str(target), "--out", str(out), "--limit", "1",
+                                     "--max-new-tokens", "4", "--device", "cpu", "--no-html", *extra], env=ENV)
+        assert "holds NaN or infinite values" in refused(result, "nan-target")
+    assert not (tmp_path / "fresh").exists()
+    assert sorted(p.name for p in earlier.iterdir()) == ["track_state.json"]
+
+
 def test_an_empty_shard_gets_its_html_and_merges(world):
     """`--shard 1/2 --limit 1`: a shard without a prompt, so a drafter with no step; its HTML report failed."""
     folders = []

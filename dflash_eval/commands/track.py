@@ -105,6 +105,19 @@ def check_track_options(options: TrackOptions) -> None:
             raise InputError(source, "is not a folder (give a save folder or checkpoint folders)")
 
 
+def _refuse_nonfinite_target(target: Path) -> None:
+    """The target's NaN / inf weights, found on the raw bits of its files: `run` loads the target before it
+    opens --out, track loads it only when a checkpoint needs it, so it scans first (read-only memory map)."""
+    from ..formats.files import nonfinite_tensors, weight_files
+
+    for file in weight_files(target):
+        bad = nonfinite_tensors(file)
+        if bad:
+            raise InputError(file, f"tensor {bad[0]!r} holds NaN or infinite values"
+                                   + (f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else "")
+                                   + "; the weights are damaged or diverged")
+
+
 class Tracker:
     """Polls, evaluates and records; `run()` is the whole command. `on_row(row, reference_tau)` sees each
     new row before it is appended (the CLI's TensorBoard log), `after_batch(tracker)` runs after every
@@ -124,6 +137,7 @@ class Tracker:
         self.base = prepare_inputs(dataclasses.replace(options.run, drafters=[]))
         self.info = target_info(self.base.target_path)
         track_breakdown.check_options(options.run, self.base.entries[0].spec.block_size if self.base.entries else None)
+        _refuse_nonfinite_target(self.base.target_path)  # before --out is created or an earlier track removed
         settings = {**self.base.settings(options.run), "semantics_overrides": list(options.run.semantics),
                     **track_breakdown.track_settings(options.run)}  # --draft-lengths, --depth-buckets
         self.folder = TrackFolder(options.run.out, settings)

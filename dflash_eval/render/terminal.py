@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 from ..core.safe_text import printable, safe
 
