@@ -42,7 +42,7 @@ from typing import Any
 from ..core import compare as C
 from ..core.errors import InputError
 from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,  # noqa: F401
-                       compare_tables, evaluate_variants, rope_variants, table_variant)
+                       compare_tables, evaluate_variants, lens_agreement, rope_variants, table_variant)
 from .doctor_windows import join_verdict, window_section
 
 
@@ -97,20 +97,7 @@ def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: di
     rate, paired bootstrap and permutation test). A drafter trained on the final layer's labels agrees with
     it most; one trained on an inner layer's logits peaks there."""
     final = num_layers - 1
-    per_layer: dict[int, dict[str, tuple[int, int]]] = {}
-    for k, per_traj in lens.items():
-        table: dict[str, tuple[int, int]] = {}
-        for traj, blocks, tokens in zip(trajectories, drafts, per_traj):
-            n = agree = 0
-            for j, block in enumerate(blocks):
-                a = traj.prompt_len + j
-                for i, draft in enumerate(block, 1):
-                    if a + i - 1 < len(tokens) and a + i < len(traj.tokens):
-                        n += 1
-                        agree += int(draft == int(tokens[a + i - 1]))
-            s0, a0 = table.get(traj.id, (0, 0))
-            table[traj.id] = (s0 + n, a0 + agree)
-        per_layer[k] = table
+    per_layer = {k: lens_agreement(drafts, trajectories, per_traj) for k, per_traj in lens.items()}
     rates = {k: (sum(a for _, a in t.values()) / max(1, sum(n for n, _ in t.values()))) for k, t in per_layer.items()}
     best = max(rates, key=lambda k: (rates[k], k))
     out: dict[str, Any] = {"agreement": {str(k): rates[k] for k in sorted(rates)}, "best_layer": best,

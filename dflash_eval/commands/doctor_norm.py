@@ -28,6 +28,7 @@ from typing import Any
 from ..core import compare as C
 from ..core.errors import InputError, read_json_object
 from ..formats.trainer_logs import parse_version
+from .doctor_variants import lens_agreement
 
 OFFSET_NORM_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
 FIXED_IN = (0, 9, 0)
@@ -72,31 +73,19 @@ def checkpoint_facts(path: Path) -> dict[str, Any]:
 def agreement_tables(drafts: list, trajectories: list, right: list, wrong: list) -> dict[str, Any]:
     """Per prompt (slots, agreeing) with the right and with the wrong convention's argmax, and on the
     positions where the two argmaxes differ, how many drafts follow each. Slot i of anchor a (= prompt_len +
-    j) is compared with the token after position a + i - 1, as logit_lens_check does."""
-    tables: dict[str, dict[str, tuple[int, int]]] = {"right": {}, "wrong": {}}
-    differing = {"slots": 0, "right": 0, "wrong": 0}
+    j) is compared with the token after position a + i - 1 (doctor_variants.lens_agreement, as the logit-lens
+    check counts)."""
+    tables = {"right": lens_agreement(drafts, trajectories, right), "wrong": lens_agreement(drafts, trajectories, wrong)}
+    differ = [[int(x) != int(y) for x, y in zip(r, w)] for r, w in zip(right, wrong)]
+    on_right = lens_agreement(drafts, trajectories, right, keep=differ).values()
+    on_wrong = lens_agreement(drafts, trajectories, wrong, keep=differ).values()
+    differing = {"slots": sum(n for n, _ in on_right), "right": sum(a for _, a in on_right),
+                 "wrong": sum(a for _, a in on_wrong)}
     positions = {"all": 0, "differ": 0}
-    for traj, blocks, r, w in zip(trajectories, drafts, right, wrong):
-        n = agree_r = agree_w = 0
-        for j, block in enumerate(blocks):
-            a = traj.prompt_len + j
-            for i, draft in enumerate(block, 1):
-                p = a + i - 1
-                if p < len(r) and a + i < len(traj.tokens):
-                    tr, tw = int(r[p]), int(w[p])
-                    n += 1
-                    agree_r += int(draft == tr)
-                    agree_w += int(draft == tw)
-                    if tr != tw:
-                        differing["slots"] += 1
-                        differing["right"] += int(draft == tr)
-                        differing["wrong"] += int(draft == tw)
-        for side, agree in (("right", agree_r), ("wrong", agree_w)):
-            s0, a0 = tables[side].get(traj.id, (0, 0))
-            tables[side][traj.id] = (s0 + n, a0 + agree)
+    for traj, r, flags in zip(trajectories, right, differ):
         span = range(traj.prompt_len, min(len(r), len(traj.tokens) - 1))
         positions["all"] += len(span)
-        positions["differ"] += sum(int(r[p]) != int(w[p]) for p in span)
+        positions["differ"] += sum(flags[p] for p in span)
     return {"tables": tables, "differing": differing, "positions": positions}
 
 

@@ -16,6 +16,26 @@ from ..core.attention import LayerAttention
 from ..core.spec import DrafterSpec
 
 
+def lens_agreement(drafts: list, trajectories: list, tokens: list, keep: list | None = None) -> dict[str, tuple[int, int]]:
+    """Per prompt id (samples add up): (slots compared, slots whose draft equals the token). Slot i of
+    anchor a (= prompt_len + j) is compared with tokens[t][a + i - 1], the token a lens or argmax puts after
+    position a + i - 1, wherever that position and the text's next token exist; keep[t][p] False leaves
+    position p out. The logit-lens check and the final-norm check both count with it."""
+    table: dict[str, tuple[int, int]] = {}
+    for t, (traj, blocks, toks) in enumerate(zip(trajectories, drafts, tokens)):
+        n = agree = 0
+        for j, block in enumerate(blocks):
+            a = traj.prompt_len + j
+            for i, draft in enumerate(block, 1):
+                p = a + i - 1
+                if p < len(toks) and a + i < len(traj.tokens) and (keep is None or keep[t][p]):
+                    n += 1
+                    agree += int(draft == int(toks[p]))
+        s0, a0 = table.get(traj.id, (0, 0))
+        table[traj.id] = (s0 + n, a0 + agree)
+    return table
+
+
 @dataclass
 class Variant:
     name: str

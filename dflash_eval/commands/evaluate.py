@@ -94,10 +94,9 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
     mean context of a step: the prompts' mean length plus half the generation cap."""
     import json
 
-    from ..core.speedup import roofline_step_times as build
+    from ..core.speedup import mean_context, roofline_step_times as build
 
-    lengths = [len(ids) for ids in inputs.prompt_ids().values()]
-    context = round(sum(lengths) / max(len(lengths), 1) + options.max_new_tokens / 2)
+    context = mean_context((len(ids) for ids in inputs.prompt_ids().values()), options.max_new_tokens)
     from ..core.errors import InputError
 
     config = json.loads((inputs.target_path / "config.json").read_text())

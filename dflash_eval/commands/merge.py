@@ -152,10 +152,10 @@ def _depth_edges(shards: list[dict[str, Any]]) -> list[int] | None:
 def _step_times(shards: list[dict[str, Any]], rows: list[dict[str, Any]], max_new_tokens: int) -> dict[str, Any]:
     """drafter name -> the step times its shards' speedup tables were computed with (file or roofline),
     for the table to be recomputed from the merged counts; live-measured ones are rebuilt from the rows."""
-    from ..core.speedup import recorded_step_times
+    from ..core.speedup import mean_context, recorded_step_times
 
     lengths = {r["prompt_id"]: int(r["prompt_len"]) for r in rows}
-    context = round(sum(lengths.values()) / max(len(lengths), 1) + max_new_tokens / 2)  # as evaluate's roofline
+    context = mean_context(lengths.values(), max_new_tokens)  # what one process's roofline used
     recorded: dict[str, tuple[Path, dict[str, Any], Any]] = {}
     for shard in shards:
         for d in shard["run"]["drafters"]:

@@ -108,14 +108,13 @@ def check_track_options(options: TrackOptions) -> None:
 def _refuse_nonfinite_target(target: Path) -> None:
     """The target's NaN / inf weights, found on the raw bits of its files: `run` loads the target before it
     opens --out, track loads it only when a checkpoint needs it, so it scans first (read-only memory map)."""
+    from ..core.errors import nonfinite_error
     from ..formats.files import nonfinite_tensors, weight_files
 
     for file in weight_files(target):
         bad = nonfinite_tensors(file)
         if bad:
-            raise InputError(file, f"tensor {bad[0]!r} holds NaN or infinite values"
-                                   + (f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else "")
-                                   + "; the weights are damaged or diverged")
+            raise nonfinite_error(file, bad)
 
 
 class Tracker:

@@ -25,6 +25,14 @@ class InputError(Exception):
         return f"{self.path}: {self.problem}" if self.path else self.problem
 
 
+def nonfinite_error(where, bad: list[str]) -> InputError:
+    """The refusal of weights holding NaN or infinite values (`bad`: tensor names, first named), whether found
+    on a loaded model or on the raw bits of its files."""
+    return InputError(where, f"tensor {bad[0]!r} holds NaN or infinite values"
+                             + (f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else "")
+                             + "; the weights are damaged or diverged")
+
+
 def loads(text: str):
     """`json.loads`, with every way it can fail as a ValueError whose message is one readable phrase:
     invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert."""

@@ -57,6 +57,13 @@ def parse_draft_lengths(text: str | None, block_size: int, *, name: str = "") ->
     return tuple(sorted(set(values)))
 
 
+def mean_context(prompt_lengths, max_new_tokens: int) -> int:
+    """The context a roofline step is modelled at: the prompts' mean length plus half the generation cap
+    (the middle of a generation); run and merge both use it, so a merged table equals one process's."""
+    lengths = list(prompt_lengths)
+    return round(sum(lengths) / max(len(lengths), 1) + max_new_tokens / 2)
+
+
 def speedup(tokens_per_step: float, t_target_one: float, t_target_block: float, t_drafter_block: float) -> float:
     """E[tokens per step] x t_target(1) / (t_target(k + 1) + t_drafter(k + 1)): the one formula."""
     if not tokens_per_step >= 1.0:

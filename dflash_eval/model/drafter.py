@@ -150,7 +150,8 @@ class DrafterLayer(nn.Module):
             self.mlp_conv = GroupedDynamicConv(spec.hidden_size, spec.conv_kernel_size, spec.conv_group_size)
 
     def forward(self, x, ctx, rope_ctx, rope_block, mask):
-        if self.dflash2:
+        if self.dflash2:  # the flattened layout has no block boundaries for the convolutions to reset at; every
+            # product path (replay, live, estimate) calls forward_blocks, so only a wrong internal call lands here
             raise NotImplementedError("DFlash2 convolves over the slots of each block: use forward_blocks")
         # input_layernorm applies to the block stream only, never to ctx (primer section 1)
         x = x + self.self_attn(self.input_layernorm(x), ctx, rope_ctx, rope_block, mask)
@@ -305,13 +306,11 @@ def nonfinite_tensors(named, chunk: int = 1 << 24) -> list[str]:
 def refuse_nonfinite(named, where) -> None:
     """One InputError naming the first tensor with NaN or infinite values (a damaged or diverged checkpoint
     would otherwise score tau 1.00 without a word)."""
-    from ..core.errors import InputError
+    from ..core.errors import nonfinite_error
 
     bad = nonfinite_tensors(named)
     if bad:
-        raise InputError(where, f"tensor {bad[0]!r} holds NaN or infinite values"
-                                + (f" (and {len(bad) - 1} more tensors)" if len(bad) > 1 else "")
-                                + "; the weights are damaged or diverged")
+        raise nonfinite_error(where, bad)
 
 
 def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu", dtype=torch.float32) -> DFlashDrafter:

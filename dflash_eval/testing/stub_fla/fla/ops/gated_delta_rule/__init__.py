@@ -28,7 +28,8 @@ def _l2norm(x: torch.Tensor) -> torch.Tensor:
 def _gated_delta(name, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                  cu_seqlens):
     _refuse_cpu(name, q)
-    if cu_seqlens is not None:
+    if cu_seqlens is not None:  # dflash-eval's batches are padded, never packed, so its calls pass no cu_seqlens;
+        # refused rather than computed wrongly, so a rehearsal that reached it would fail loudly
         raise NotImplementedError(f"fla stub {name}: packed sequences (cu_seqlens) are not implemented")
     CALLS[name] += 1
     dtype = v.dtype
