@@ -177,9 +177,9 @@ def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[st
     pairs = []
     for k in sorted(ks_a & ks_b):
         ca, cb = _counts_at(a, k, common), _counts_at(b, k, common)
-        if ca is not None and cb is not None and ca.steps and cb.steps:
-            pairs.append({"k": k, "tau_macro_a": M.tau_macro(ca), "tau_macro_b": M.tau_macro(cb),
-                          "delta_tau_macro": C.delta_tau(ca, cb, kind="macro", seed=seed).to_dict()})
+        row = C.paired_row(ca.per_prompt, cb.per_prompt, seed=seed) if ca is not None and cb is not None else None
+        if row is not None:  # every figure of the row over the prompts with steps on both sides at k
+            pairs.append({"k": k, **{key: row[key] for key in ("tau_macro_a", "tau_macro_b", "delta_tau_macro")}})
     sa, sb = a.drafter.get("speedup"), b.drafter.get("speedup")
     speed = None
     if sa and sb:
