@@ -369,6 +369,10 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
         raise InputError(path, f"is not a run document (a JSON {type(data).__name__}, expected an object)")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    from .invariants import check_run_document
+
+    with interpreting(directory):
+        check_run_document(data, path)  # the numbers a run document must satisfy
     return data
 
 
