@@ -27,13 +27,14 @@ def export_serving(
 ) -> None:
     """Write the serving engine's settings that accept at this drafter's measured per-position rates."""
     from ..commands.export_serving import export_serving as build
-    from ..core.paths import writable_file
+    from ..core.paths import output_path
+    from ..core.results import atomic_write
 
     if out is not None:
-        writable_file(out, "--out")
+        output_path(out, "--out", reads=[run_dir])  # the one output guard (core/paths.py)
     result = build(run_dir, engine, k=k, drafter=drafter)
     if out is None:
         typer.echo(result["text"], nl=False)
         return
-    out.write_text(result["text"])
+    atomic_write(out, result["text"])
     stdout_console().print(_safe(f"written: {out} ({engine}, k = {result['k']})"))

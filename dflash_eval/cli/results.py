@@ -20,13 +20,13 @@ def report(
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: show the prompts done so far, under a banner."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
-    from ..core.paths import writable_file
+    from ..core.paths import output_path
     from ..render.terminal import render_report
     from ..core.results import interpreting, read_run
     from ..core.run_rows import run_rows
 
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[run_dir])
     run = read_run(run_dir, partial=partial)
     with interpreting(run_dir):
         rows = run_rows(run_dir, run)
@@ -64,13 +64,13 @@ def diff(
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
     import json as json_module
 
-    from ..commands.diff import diff as run_diff
-    from ..core.paths import writable_file
+    from ..commands.diff import diff as run_diff, side_folder
+    from ..core.paths import output_path
     from ..render.terminal_diff import render_diff
     from ..core.results import interpreting
 
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
     with interpreting(f"{a} / {b}"):
         result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)

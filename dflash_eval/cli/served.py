@@ -27,11 +27,12 @@ def served(
 ) -> None:
     """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
     from ..commands.served import served as compose
-    from ..core.paths import writable_file
+    from ..commands.diff import side_folder
+    from ..core.paths import output_path
     from ..render.served import render_served, render_served_html
 
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[*dumps, *([side_folder(run)] if run else [])])
     result = compose(list(dumps), model=model, run=run)
     page = render_served_html(result) if html is not None else None
     if as_json:

@@ -71,9 +71,9 @@ def track(
     if tensorboard is not None:
         import importlib.util
 
-        from ..core.paths import writable_dir
+        from ..core.paths import output_path
 
-        writable_dir(tensorboard, "--tensorboard")
+        output_path(tensorboard, "--tensorboard", folder=True)
         if importlib.util.find_spec("tensorboard") is None:
             raise fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
 

@@ -43,10 +43,19 @@ class Side:
         return total
 
 
+def split_side(value: str) -> tuple[Path, str | None]:
+    """RUN_DIR or RUN_DIR:DRAFTER_NAME -> (run folder, drafter name or None)."""
+    head, sep, tail = value.rpartition(":")
+    return (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
+
+
+def side_folder(value: str) -> Path:
+    return split_side(value)[0]
+
+
 def load_side(value: str, partial: bool = False) -> Side:
     """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
-    head, sep, tail = value.rpartition(":")
-    run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
+    run_dir, name = split_side(value)
     run = read_run(run_dir, partial=partial)
     name = drafter_named(run, run_dir, name, f"say which, as {run_dir}:NAME")["name"]
     rows: dict[str, dict[str, Any]] = {}
