@@ -15,7 +15,8 @@ from .root import app
 @reports_input_errors
 def plan(
     target: str = typer.Option(..., "--target", "-t", help="Target folder or HF cache name (its config.json; its tokenizer when present)."),
-    drafter: list[str] = typer.Option(..., "--drafter", "-d", help="Drafter folder or HF cache name (config.json is enough); repeatable."),
+    drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter folder or HF cache name (config.json is enough); repeatable."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Also plan a reference drafter: 'z-lab' (the published drafter for the target, from the HF cache, as `run --reference z-lab`) or a path."),
     prompts: str = typer.Option("demo", "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Generation cap (the run's default 256)."),
@@ -39,7 +40,7 @@ def plan(
                             generation_batch=generation_batch, anchor_batch=anchor_batch, tap_chunk=tap_chunk,
                             temperature=temperature, samples=samples, doctor=doctor,
                             context_variants=context_variants, thinking=thinking)
-    result = make_plan(target, drafter, settings)
+    result = make_plan(target, list(drafter), settings, reference=reference)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

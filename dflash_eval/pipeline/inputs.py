@@ -276,6 +276,7 @@ class Inputs:
         }
 
 
+MAX_SAMPLES = 1024  # sampled continuations per prompt: far past where a prompt-level interval stops narrowing
 MIN_TEMPERATURE = 1e-30  # float32 logits / temperature stay finite for |logit| < 3e8 (1e-45: inf, then NaN)
 
 
@@ -322,8 +323,8 @@ def check_options(options: RunOptions) -> Resolved:
     from ..core.options import parse_max_memory
 
     max_memory = parse_max_memory(options.max_memory)
-    if options.samples < 1:
-        raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
+    if not 1 <= options.samples <= MAX_SAMPLES:
+        raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
         raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
     if options.draft_policy == "both" and options.temperature <= 0:
