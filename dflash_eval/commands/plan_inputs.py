@@ -9,6 +9,7 @@ the very line run gives.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,11 @@ def _target(name: str):
     from ..formats.files import resolve_local_or_cached
     from ..formats.validation import check_target_config
 
+    from ..core.paths import regular_files
+    from ..formats.files import TOKENIZER_FILES
+
     path = resolve_local_or_cached(name)
+    regular_files([path / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])  # as run
     config = read_json_object(path / "config.json", missing="not a model folder: no config.json")
     check_target_config(config, path / "config.json")  # run's own check of the target's numbers
     try:
@@ -76,16 +81,14 @@ def drafter_spec(name: str | Path, target=None) -> DrafterSpec:
     `inspect` refuse a pair) when the checkpoint has weights; from config.json alone the same reader with the
     format's convention for the tables (speculators: copies of both) and every check a config can fail."""
     from ..formats import checkpoints as C
-    from ..formats.files import read_config, resolve_local_or_cached, weight_files
+    from ..formats.files import INDEX_WEIGHTS, SINGLE_WEIGHTS, read_config, resolve_local_or_cached
     from ..formats.validation import config_checks, first_failure
 
     path = resolve_local_or_cached(str(name))
     config = read_config(path)
     fmt = C.detect_format(config, path / "config.json")
-    try:
-        has_weights = bool(weight_files(path))
-    except InputError:  # a folder with config.json only: plan from the config
-        has_weights = False
+    has_weights = any(os.path.lexists(path / name) for name in (SINGLE_WEIGHTS, INDEX_WEIGHTS)) or any(
+        path.glob("*.safetensors"))  # else a folder with config.json only: plan from the config
     if has_weights:
         return C.checked_spec(path, target)[0]
     if fmt == "speculators":

@@ -21,7 +21,9 @@ from ..core.semantics import layers_under
 
 def _text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        from ..core.paths import read_text
+
+        return read_text(path)  # a regular file: a FIFO is refused by name (core/paths.open_regular)
     except FileNotFoundError:
         raise InputError(path, "no such file (expected a /metrics dump or a `vllm bench serve` result)") from None
     except IsADirectoryError:

@@ -50,8 +50,10 @@ def loads(text: str):
 
 def read_json_object(path: Path, *, missing: str) -> dict:
     """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
+    from .paths import read_text
+
     try:
-        data = loads(Path(path).read_text(encoding="utf-8"))
+        data = loads(read_text(path))  # a regular file only: a FIFO is refused by name, never waited on
     except FileNotFoundError:
         raise InputError(path, missing) from None
     except UnicodeDecodeError:

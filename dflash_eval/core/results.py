@@ -278,8 +278,10 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
     path = Path(path)
     if not path.exists():
         return []
+    from .paths import read_bytes
+
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"is not UTF-8 text (byte {exc.start}); edited or damaged?") from None
     except OSError as exc:
@@ -356,9 +358,10 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
     from .errors import loads
+    from .paths import read_text
 
     try:
-        data = loads(path.read_text(encoding="utf-8"))
+        data = loads(read_text(path))
     except UnicodeDecodeError as exc:
         raise InputError(path, f"is not UTF-8 text (byte {exc.start})") from None
     except OSError:

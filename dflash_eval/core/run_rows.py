@@ -84,7 +84,7 @@ def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]
     `diff`, `merge` and `read_run()` compute from. An unfinished run (`incomplete`) may end in a torn line."""
 
     path = Path(directory) / SAMPLES
-    if not path.is_file():
+    if not path.exists():
         raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
     partial = bool(run.get("incomplete"))
     rows = read_samples(path, torn_tail="drop" if partial else "refuse")

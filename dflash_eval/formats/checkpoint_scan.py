@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ..core.paths import read_text
+
 from .files import CONFIG_NAME, read_safetensors_header, weight_files
 from ..core.errors import InputError
 
@@ -96,7 +98,7 @@ def _state_step(folder: Path) -> tuple[int | None, str]:
     """global_step from a trainer's JSON state file, when one is there and readable."""
     for name in ("training_state.json", "trainer_state.json"):
         try:
-            data = json.loads((folder / name).read_text())
+            data = json.loads(read_text(folder / name))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
         step = data.get("global_step") if isinstance(data, dict) else None
@@ -119,7 +121,7 @@ def completeness_problem(folder: Path) -> str | None:
     if not config.is_file():
         return "no config.json yet"
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
+        data = json.loads(read_text(config))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return "config.json is not valid JSON yet (still being written?)"
     if not isinstance(data, dict):

@@ -56,7 +56,9 @@ def _target_names(target: str) -> list[str]:
     config = path / "config.json"
     if config.is_file():
         try:
-            recorded = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path")
+            from ..core.paths import read_text
+
+            recorded = json.loads(read_text(config)).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             recorded = None
         if isinstance(recorded, str) and recorded.strip():

@@ -251,8 +251,11 @@ def check_target_files(target: Path) -> None:
     """A target's config numbers (`check_target_config`) and weight headers (truncation, unknown dtypes,
     offsets that do not match a shape), before anything is loaded or written."""
     from ..core.errors import read_json_object
-    from .files import read_weight_metadata
+    from ..core.paths import regular_files
+    from .files import TOKENIZER_FILES, read_weight_metadata
 
+    # every file transformers will open itself is a regular file (a FIFO would block the load forever)
+    regular_files([Path(target) / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])
     config_file = Path(target) / "config.json"
     check_target_config(read_json_object(config_file, missing="not a model folder: no config.json"), config_file)
     read_weight_metadata(Path(target))

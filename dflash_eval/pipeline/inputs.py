@@ -180,7 +180,9 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
 
     out: dict[str, list[int]] = {}
     try:  # a BOM is allowed (as for prompts); lines end at "\n" only, so U+2028 inside a string is text
-        lines = [line.rstrip("\r") for line in Path(path).read_text(encoding="utf-8-sig").split("\n")]
+        from ..core.paths import read_text
+
+        lines = [line.rstrip("\r") for line in read_text(path, "utf-8-sig").split("\n")]
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text") from None
     except OSError as exc:

@@ -192,9 +192,11 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
 
 def read_prompts_file(path: str | Path) -> list[Prompt]:
     """A JSONL file of {"id", "prompt"} or {"id", "messages"} rows (optional "set"; ids unique)."""
+    from ..core.paths import read_text
+
     path = Path(path)
     try:
-        content = path.read_text(encoding="utf-8-sig")
+        content = read_text(path, "utf-8-sig")
     except FileNotFoundError:
         raise InputError(path, "cannot read prompts: no such file (" + _did_you_mean(str(path)) + "prompt sources: "
                          + ", ".join(PROMPT_SETS) + ", a FILE.jsonl or dir:PATH)") from None
