@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .common import reports_input_errors, stdout_console
+from .options import finite_number
 from .root import app
 
 
@@ -24,7 +25,7 @@ def plan(
     generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together (default: the run's rule)."),
     anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: the run's rule)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="> 0: K sampled continuations per prompt."),
+    temperature: float = typer.Option(0.0, "--temperature", parser=finite_number(0), help="> 0: K sampled continuations per prompt."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt."),
     doctor: bool = typer.Option(False, "--doctor/--no-doctor", help="Also plan `doctor` on the first drafter."),
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="doctor's thinking-flipped and raw-prompt variants."),

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .options import finite_number
 from .common import _incomplete_banner, _safe, fail, reports_input_errors, stdout_console
 from .root import app
 
@@ -53,7 +54,7 @@ def diff(
     a: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the baseline)."),
     b: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the candidate)."),
     force: bool = typer.Option(False, "--force", help="Compare even when the settings differ (loudly flagged)."),
-    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", min=0.0, max=1.0,
+    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", parser=finite_number(0, 1),
                                        help="Largest share of differing target continuation tokens accepted as fair."),
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),

@@ -58,7 +58,7 @@ def run(
     draft_window: opt.DraftWindow = None,
     context_tokens: opt.ContextTokens = None,
     max_context: opt.MaxContext = "refuse",
-    dist_timeout: float = typer.Option(6 * 3600.0, "--dist-timeout", min=1, help="Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's time (a failing rank ends the job at once)."),
+    dist_timeout: float = typer.Option(6 * 3600.0, "--dist-timeout", parser=opt.finite_number(1), help="Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's time (a failing rank ends the job at once)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from ..commands.evaluate import RunOptions

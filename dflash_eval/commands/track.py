@@ -96,8 +96,15 @@ def check_track_options(options: TrackOptions) -> None:
         if "=" in value:
             raise InputError(None, f"--semantics {value!r}: track applies one rule set to every checkpoint "
                                    "(give RULES, not NAME=RULES)")
-    if options.interval <= 0 or options.settle < 0 or options.max_batch < 1:
-        raise InputError(None, "--interval must be > 0, --settle >= 0 and --batch >= 1")
+    import math
+
+    for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
+        # NaN compares false with everything and inf reached time.sleep after the checkpoints were evaluated
+        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)):
+            raise InputError(None, f"{name} must be a finite number {'>' if name == '--interval' else '>='} 0 "
+                                   f"seconds (got {value})")
+    if options.max_batch < 1:
+        raise InputError(None, "--batch must be >= 1")
     for source in options.sources:
         if not Path(source).exists() and not options.watch:
             raise InputError(source, "no such folder (with --watch the tracker waits for it)")
