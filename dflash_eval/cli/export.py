@@ -32,9 +32,12 @@ def export_serving(
 
     if out is not None:
         output_path(out, "--out", reads=[run_dir])  # the one output guard (core/paths.py)
+    from ..core.safe_text import printable
+
     result = build(run_dir, engine, k=k, drafter=drafter)
+    text = printable(result["text"], keep="\n")  # the one escaping rule: a drafter name never drives a terminal
     if out is None:
-        typer.echo(result["text"], nl=False)
+        typer.echo(text, nl=False)
         return
-    atomic_write(out, result["text"])
+    atomic_write(out, text)
     stdout_console().print(_safe(f"written: {out} ({engine}, k = {result['k']})"))

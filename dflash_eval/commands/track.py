@@ -243,7 +243,8 @@ class Tracker:
         drafters = [] if role == "reference" else [str(entry.path)]
         options = dataclasses.replace(self.options.run, drafters=drafters, out=out,
                                       reference=self.options.run.reference if role == "reference" else None)
-        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)})
+        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)},
+                           owner=self.folder.path)  # the track writes its own runs/<label>
         try:
             done = folder.open()
         except InputError:  # our own folder, left by another version with other settings: redone

@@ -256,9 +256,11 @@ def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: lis
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
+    from .safe_text import printable
+
     for d in drafters:
         m = d["metrics"]
-        row = [d["name"], m["tau_macro"], m["tau_micro"]]
+        row = [printable(d["name"]), m["tau_macro"], m["tau_micro"]]  # a name never drives a terminal
         for key, _ in slots:
             values = list(m[key]) + [None] * (width - len(m[key]))
             row += ["" if v is None else f"{v:.6f}" for v in values]

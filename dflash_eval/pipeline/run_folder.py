@@ -147,20 +147,29 @@ class RunFolder:
     """`--out`: created fresh, or resumed when it holds an unfinished run with the same settings. Opened, it
     holds the folder's lock until `finish` or `close`."""
 
-    def __init__(self, path: Path, settings: dict[str, Any]):
+    def __init__(self, path: Path, settings: dict[str, Any], *, owner: Path | None = None):
+        """`owner`: the result folder this run belongs to (a track's runs/<label>), the one writer allowed
+        inside it; a user's --out is never inside another result folder (core/paths.output_path)."""
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
         self.lock = FolderLock(self.path)
+        self.owner = owner
+
+    def _guard(self) -> None:
+        from ..core.paths import output_path, writable_dir
+
+        if self.owner is None:
+            output_path(self.path, "--out", folder=True)
+        else:
+            writable_dir(self.path, "--out")
 
     def check(self, overwrite: bool = False) -> None:
         """What `open` would refuse, found without writing anything (a foreign folder, a run with other
         settings, a folder another process is writing into): called before the models load, so a refusal
         comes at once. An existing run folder's lock is taken here and held until `finish` or `close`, so
         no other writer slips in between this check and the last file written."""
-        from ..core.paths import output_path
-
-        output_path(self.path, "--out", folder=True)
+        self._guard()
         state_path = self.path / R.STATE
         if state_path.exists():
             self.lock.acquire()  # held from here: a run still writing here is refused before anything loads
@@ -187,9 +196,7 @@ class RunFolder:
         """Create, resume or refuse (naming each setting that differs); the rows already written.
         `overwrite` replaces what dflash-eval wrote into the folder, never a foreign file. Call it once every
         input is validated: it is the first thing that touches the folder."""
-        from ..core.paths import output_path
-
-        output_path(self.path, "--out", folder=True)
+        self._guard()
         state_path = self.path / R.STATE
         if state_path.exists():
             self.lock.acquire()  # (already held since `check`: acquiring again is a no-op)

@@ -158,6 +158,8 @@ def track_csv(rows: list[dict[str, Any]]) -> str:
     import csv
     import io
 
+    from ..core.safe_text import printable
+
     body = R.per_position_csv([{"name": r["name"], "metrics": r["metrics"]} for r in rows])
     lines = body.splitlines()
     out = io.StringIO()
@@ -172,6 +174,6 @@ def track_csv(rows: list[dict[str, Any]]) -> str:
         writer.writerow([row["role"], "" if row["step"] is None else row["step"],
                          *("" if v is None else f"{v:.6f}" for v in ci),
                          "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",
-                         row["fingerprint"], row["path"], *cells,
+                         printable(row["fingerprint"]), printable(row["path"]), *cells,
                          *("" if at_k.get(k) is None else f"{at_k[k]:.6f}" for k in ks)])
     return out.getvalue()

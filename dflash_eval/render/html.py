@@ -73,11 +73,25 @@ def _env():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(loader=PackageLoader("dflash_eval", "render/templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=_visible)
     env.filters["num"] = _num
     env.filters["signed"] = _signed
     env.filters["pct"] = _pct
     return env
+
+
+def _visible(value):
+    """Every value a template prints, through the one escaping rule of every output (core/safe_text.printable):
+    control and invisible format characters from data (ESC in a prompt id or a drafter name, bidi overrides)
+    become visible escapes before autoescaping, so `cat report.html` never drives a terminal and the page
+    never reorders text. Markup (the charts' SVG) keeps its tags; newlines and tabs stay."""
+    from markupsafe import Markup
+
+    from ..core.safe_text import printable
+
+    if isinstance(value, Markup):
+        return Markup(printable(str(value), keep="\n\t"))
+    return printable(value, keep="\n\t") if isinstance(value, str) else value
 
 
 def _num(value, digits: int = 2) -> str:
