@@ -33,19 +33,36 @@ def nonfinite_error(where, bad: list[str]) -> InputError:
                              + "; the weights are damaged or diverged")
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object's keys, each once: `{"id": "a", "id": "b"}` is refused, never read as its last value."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"the key {key!r} appears twice in one object (which value is meant?)")
+        out[key] = value
+    return out
+
+
 def loads(text: str):
     """`json.loads`, with every way it can fail as a ValueError whose message is one readable phrase:
-    invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert."""
+    invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert, a key
+    given twice in one object (the standard library keeps the last: an ambiguity, refused)."""
     import json
 
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    except DuplicateKey:
+        raise
     except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
         raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def read_json_object(path: Path, *, missing: str) -> dict:

@@ -56,9 +56,10 @@ def _target_names(target: str) -> list[str]:
     config = path / "config.json"
     if config.is_file():
         try:
+            from ..core.errors import loads
             from ..core.paths import read_text
 
-            recorded = json.loads(read_text(config)).get("_name_or_path")
+            recorded = loads(read_text(config)).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             recorded = None
         if isinstance(recorded, str) and recorded.strip():

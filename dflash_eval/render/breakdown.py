@@ -69,7 +69,7 @@ def render_breakdown(console: Console, run: dict[str, Any]) -> None:
 def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
     """tau macro per depth bucket, one line per drafter with its bootstrap 95% interval as a band (buckets
     without steps left out of that drafter's line); None when no drafter has a depth split."""
-    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
+    from .charts import PALETTE, _clean_svg, _figure, _label, _chart_legend, _rc
 
     buckets: list[str] = []
     for d in drafters:
@@ -98,7 +98,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("tau by context depth (95% CI over prompts)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _figure_svg(fig, _clean_svg)
 
 

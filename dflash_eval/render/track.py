@@ -124,7 +124,7 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .charts import _figure, _label, _rc, _svg
+    from .charts import _figure, _label, _chart_legend, _rc, _svg
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
@@ -153,12 +153,12 @@ def _curve_chart(c: Curve) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per checkpoint")
-        ax.legend(loc="lower right")
+        _chart_legend(ax, loc="lower right")
         return _svg(fig, "curve")
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import _figure, _rc, _svg
+    from .charts import _figure, _chart_legend, _rc, _svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -187,7 +187,7 @@ def _heatmap(c: Curve) -> str | None:
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .charts import _figure, _rc, _svg
+    from .charts import _figure, _chart_legend, _rc, _svg
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:
@@ -203,7 +203,7 @@ def _repetition_chart(c: Curve) -> str | None:
         ax.set_ylabel("flagged blocks (%)")
         ax.set_ylim(bottom=0)
         ax.set_title("repetitive drafts per checkpoint (walk blocks flagged by the detectors)")
-        ax.legend(loc="upper right")
+        _chart_legend(ax, loc="upper right")
         return _svg(fig, "trep")
 
 
