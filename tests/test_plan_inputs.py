@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

@@ -62,7 +62,7 @@ def _target(name: str):
     from ..formats.files import resolve_local_or_cached
     from ..formats.validation import check_target_config
 
-    from ..core.paths import regular_files
+    from ..core.errors import regular_files
     from ..formats.files import TOKENIZER_FILES
 
     path = resolve_local_or_cached(name)

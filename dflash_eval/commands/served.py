@@ -21,7 +21,7 @@ from ..core.semantics import layers_under
 
 def _text(path: Path) -> str:
     try:
-        from ..core.paths import read_text
+        from ..core.errors import read_text
 
         return read_text(path)  # a regular file: a FIFO is refused by name (core/paths.open_regular)
     except FileNotFoundError:

@@ -280,7 +280,7 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
     path = Path(path)
     if not path.exists():
         return []
-    from .paths import read_bytes
+    from .errors import read_bytes
 
     try:
         text = read_bytes(path).decode("utf-8")
@@ -360,7 +360,7 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
     from .errors import loads
-    from .paths import read_text
+    from .errors import read_text
 
     try:
         data = loads(read_text(path))

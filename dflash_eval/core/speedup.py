@@ -175,7 +175,7 @@ def read_step_times(path: Path | str) -> StepTimes:
     from .errors import loads
 
     try:
-        from .paths import read_text
+        from .errors import read_text
 
         text = read_text(path)
     except OSError as exc:

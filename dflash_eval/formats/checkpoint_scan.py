@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import loads
-from ..core.paths import read_text
+from ..core.errors import read_text
 
 from .files import CONFIG_NAME, read_safetensors_header, weight_files
 from ..core.errors import InputError

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError, read_json_object
-from ..core.paths import open_regular, regular_files
+from ..core.errors import open_regular, regular_files
 
 
 CONFIG_NAME = "config.json"

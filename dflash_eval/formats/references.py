@@ -57,7 +57,7 @@ def _target_names(target: str) -> list[str]:
     if config.is_file():
         try:
             from ..core.errors import loads
-            from ..core.paths import read_text
+            from ..core.errors import read_text
 
             recorded = loads(read_text(config)).get("_name_or_path")
         except (OSError, ValueError, AttributeError):

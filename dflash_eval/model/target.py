@@ -61,7 +61,7 @@ class Target:
         checkpoints of one architecture apart. 64 windows of 64 KiB spread over each shard do (and small
         shards, like the test bed's, are hashed whole)."""
         if self._fingerprint is None:
-            from ..core.paths import open_regular, read_bytes
+            from ..core.errors import open_regular, read_bytes
 
             digest = hashlib.sha256(read_bytes(self.path / "config.json"))
             for file in sorted(self.path.glob("*.safetensors")):
@@ -103,7 +103,7 @@ def load_tokenizer(path: Path):
     """The target's tokenizer with its chat template, or one line naming the target folder."""
     from transformers import AutoTokenizer
 
-    from ..core.paths import regular_files
+    from ..core.errors import regular_files
     from ..formats.files import TOKENIZER_FILES as ALL_TOKENIZER_FILES
 
     path = Path(path)

@@ -192,7 +192,7 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
 
 def read_prompts_file(path: str | Path) -> list[Prompt]:
     """A JSONL file of {"id", "prompt"} or {"id", "messages"} rows (optional "set"; ids unique)."""
-    from ..core.paths import read_text
+    from ..core.errors import read_text
 
     path = Path(path)
     try:

@@ -20,7 +20,7 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
 
     out: dict[str, list[int]] = {}
     try:  # a BOM is allowed (as for prompts); lines end at "\n" only, so U+2028 inside a string is text
-        from ..core.paths import read_text
+        from ..core.errors import read_text
 
         lines = [line.rstrip("\r") for line in read_text(path, "utf-8-sig").split("\n")]
     except UnicodeDecodeError:

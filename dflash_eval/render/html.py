@@ -45,7 +45,7 @@ from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
 from .charts import PALETTE, _chart_legend, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
-from .html_blocks import _block, _natural, _pair_block, _view_block
+from .html_blocks import _block, _natural, _pair_block, _view_block, _visible
 from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
 from .breakdown import breakdown_view
 
@@ -78,20 +78,6 @@ def _env():
     env.filters["signed"] = _signed
     env.filters["pct"] = _pct
     return env
-
-
-def _visible(value):
-    """Every value a template prints, through the one escaping rule of every output (core/safe_text.printable):
-    control and invisible format characters from data (ESC in a prompt id or a drafter name, bidi overrides)
-    become visible escapes before autoescaping, so `cat report.html` never drives a terminal and the page
-    never reorders text. Markup (the charts' SVG) keeps its tags; newlines and tabs stay."""
-    from markupsafe import Markup
-
-    from ..core.safe_text import printable
-
-    if isinstance(value, Markup):
-        return Markup(printable(str(value), keep="\n\t"))
-    return printable(value, keep="\n\t") if isinstance(value, str) else value
 
 
 def _num(value, digits: int = 2) -> str:

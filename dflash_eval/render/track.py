@@ -158,7 +158,7 @@ def _curve_chart(c: Curve) -> str | None:
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import _figure, _chart_legend, _rc, _svg
+    from .charts import _figure, _rc, _svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
