@@ -28,7 +28,8 @@ def render_inspection(console: Console, result: Inspection) -> None:
     def row(field: str, value: str) -> None:  # every value may quote the checkpoint's config: escaped
         table.add_row(safe(field), safe(value))
 
-    row("format", spec.format)
+    row("format", spec.format + (f" (a {spec.layout} checkpoint, read as z-lab's: formats/muse_glimmer.py)"
+                                 if spec.layout else ""))
     row("snapshot", _snapshot(result.snapshot))
     row("target", result.target_note + (f" ({_snapshot(result.target_snapshot)})" if result.target_snapshot else ""))
     row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
