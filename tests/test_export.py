@@ -67,18 +67,23 @@ def dynamo_rules(flags: list[str]) -> tuple[int, list[float], list[str]]:
     return nextn, (rates + [0.0] * 5)[:5], problems
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def demo_run(root, draft_lengths: str):
+    """The demo pair (ref = the reference drafter, inhouse = the in-house one) on 3 demo prompts, replayed at
+    `draft_lengths` too; returns the run folder."""
     from dflash_eval.demo import drafter_paths, target_path
 
-    root = tmp_path_factory.mktemp("export")
     reference, inhouse = drafter_paths()
     result = CliRunner().invoke(app, [
         "run", "--target", str(target_path()), "-d", f"{reference}:ref", "-d", f"{inhouse}:inhouse",
-        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths", "3",
-        "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
+        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths",
+        draft_lengths, "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
     assert result.exit_code == 0, result.output
     return root / "run"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return demo_run(tmp_path_factory.mktemp("export"), "3")
 
 
 def _export(*args):

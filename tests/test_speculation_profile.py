@@ -46,16 +46,10 @@ def modelopt_rates_from_histogram(histogram: dict[str, int], k: int) -> tuple[li
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    from dflash_eval.demo import drafter_paths, target_path
+    from test_export import demo_run
 
-    root = tmp_path_factory.mktemp("profile")
-    reference, inhouse = drafter_paths()
-    result = CliRunner().invoke(app, [
-        "run", "--target", str(target_path()), "-d", f"{reference}:ref", "-d", f"{inhouse}:inhouse",
-        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths", "all",
-        "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
-    assert result.exit_code == 0, result.output
-    return root / "run", json.loads((root / "run" / "run.json").read_text())
+    run_dir = demo_run(tmp_path_factory.mktemp("profile"), "all")
+    return run_dir, json.loads((run_dir / "run.json").read_text())
 
 
 @pytest.mark.parametrize("drafter", ["ref", "inhouse"])
