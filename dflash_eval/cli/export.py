@@ -1,6 +1,6 @@
 """`dflash-eval export-serving`: the speculative-decoding settings that make vLLM, SGLang or Dynamo accept at
-a drafter's measured rates, or its Model-Optimizer speculation profile (load tests before deployment). Parses, calls commands.export_serving, prints or
-writes its text."""
+a drafter's measured rates, or its Model-Optimizer speculation profile (load tests before deployment).
+Parses, calls commands.export_serving, prints or writes its text."""
 
 from __future__ import annotations
 

@@ -132,7 +132,8 @@ def _head(engine: str, k: int, d: dict, line: str) -> list[str]:
 
 
 def _vllm(d: dict, k: int, rates: list[float], tau: float, synthetic: str, head: list[str]) -> dict[str, Any]:
-    config = {"method": "dflash", "model": d["path"], "num_speculative_tokens": k, "rejection_sample_method": "synthetic"}
+    config = {"method": "dflash", "model": d["path"], "num_speculative_tokens": k,
+              "rejection_sample_method": "synthetic"}
     if synthetic == "length":
         config["synthetic_acceptance_length"] = tau
         problems = vllm_length_problems(tau, k)

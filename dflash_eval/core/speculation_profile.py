@@ -4,13 +4,13 @@ one dflash-eval measured, in the schema Model-Optimizer's own producers write an
 
 The names are a trap, so once, exactly:
 
-| Model-Optimizer field      | its definition (speculation_profile.py)            | dflash-eval                  | consumer          |
-|----------------------------|----------------------------------------------------|------------------------------|-------------------|
-| `marginal_accept_rates`    | P(first i+1 drafts all accepted), `_dense_survival` | reach r_i (all-steps denominator) | vLLM `synthetic_acceptance_rates` |
-| `conditional_accept_rates` | marginal[i] / marginal[i-1] (0.0 when the previous is 0) | conditional c_i = r_i / r_(i-1) | Dynamo `--aic-nextn-accept-rates` |
-| `mean_accept_length`       | per-step mean of the acceptance-length histogram   | tau_micro                    | both              |
-| `mean_accept_length_per_request` | `AcceptanceRate.out["Average_AL"]`: mean over requests | tau_macro (mean over prompts) | model cards  |
-| `acceptance_length_histogram` | {acceptance length (drafts + the bonus token): steps} | histogram h_n keyed n + 1 | -              |
+- `marginal_accept_rates`: P(first i+1 drafts all accepted) (`_dense_survival`), what vLLM's
+  `synthetic_acceptance_rates` take: our reach r_i (all-steps denominator).
+- `conditional_accept_rates`: marginal[i] / marginal[i-1] (0.0 when the previous is 0), what Dynamo's
+  `--aic-nextn-accept-rates` take: our conditional c_i = r_i / r_(i-1).
+- `mean_accept_length`: the per-step mean of the length histogram: tau_micro.
+- `mean_accept_length_per_request`: `AcceptanceRate.out["Average_AL"]`, a mean over requests: tau_macro.
+- `acceptance_length_histogram`: {drafts + the bonus token: steps}: our histogram h_n keyed n + 1.
 
 dflash-eval's own "marginal" m_i (teacher-forced: slot i right whatever earlier slots did) is neither, and is
 never written here. Model-Optimizer rounds to 6 digits; these rates are written unrounded, so they equal the
