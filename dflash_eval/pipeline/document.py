@@ -29,6 +29,15 @@ def _git_sha() -> str | None:
         return None
 
 
+def _dataset(options) -> dict[str, Any]:
+    """{"dataset": ...} for a Hugging Face cache source (repo, revision, config, split, files, construction,
+    draw: hf_prompts.provenance), else nothing."""
+    from .hf_prompts import provenance
+
+    found = provenance(str(options.prompts), getattr(options, "prompt_field", None))
+    return {"dataset": found} if found else {}
+
+
 def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.AcceptanceCounts],
                         block_size: int, seed: int) -> dict[str, Any] | None:
     from ..core import repetition
@@ -260,6 +269,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             # with --responses the same count measures how far the external continuations are greedy
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
             "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
+                        **_dataset(options),  # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
                         **({"context_tokens": getattr(options, "context_tokens", None) or 8192,
                             "max_context": getattr(options, "max_context", "refuse")}
                            if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},
