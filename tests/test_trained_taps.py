@@ -314,6 +314,21 @@ def test_bad_training_data_is_one_line_naming_the_file(bed, tmp_path):
     bad = runner.invoke(app, base + [str(foreign), "--layer-ids", "1,2,3"])
     assert bad.exit_code == 2 and "data_1.ckpt: is not a torch.save archive" in " ".join(bad.output.split())
     assert "Traceback" not in bad.output
+    zipped = W.write_specforge(tmp_path / "sf-cut", bed["samples"][:2], slots[:2])
+    ckpt = zipped / "rows_0-2000" / "data_0.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[:-200])
+    cut_zip = runner.invoke(app, base + [str(zipped), "--layer-ids", "1,2,3"])
+    assert cut_zip.exit_code == 2 and "data_0.ckpt: is a truncated torch.save archive" in " ".join(cut_zip.output.split())
+    gz = W.write_specforge(tmp_path / "sf-gz", bed["samples"][:2], slots[:2], compress=True)
+    stream = gz / "rows_0-2000" / "data_1.ckpt.gz"
+    stream.write_bytes(stream.read_bytes()[:len(stream.read_bytes()) // 2])
+    cut_gz = runner.invoke(app, base + [str(gz), "--layer-ids", "1,2,3"])
+    assert cut_gz.exit_code == 2 and "data_1.ckpt.gz: is a truncated or damaged gzip stream" in " ".join(cut_gz.output.split())
+    deep = W.write_deepspec(tmp_path / "ds-cut", bed["samples"][:3], slots[:3], pre[:3], TAPS, "t")
+    shard = deep / "shard-00000.bin"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    cut_ds = runner.invoke(app, base + [str(deep)])
+    assert cut_ds.exit_code == 2 and "shard-00000.bin: is truncated: samples.idx record 2" in " ".join(cut_ds.output.split())
     wrong = runner.invoke(app, base + [str(data), "--layer-ids", "2,3"])
     assert wrong.exit_code == 2 and "holds 4 layers (the taps, then the last layer)" in " ".join(wrong.output.split())
     other = tmp_path / "foreign-out"
