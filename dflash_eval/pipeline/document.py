@@ -15,6 +15,7 @@ from ..core import metrics as M
 from ..core import results as R
 from ..core.breakdown import breakdown_documents, parse_depth_buckets
 from ..core.semantics import shorter_final_block
+from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
 
@@ -66,7 +67,8 @@ def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[st
         sums = sums.pooled(EstimateSums.from_dict(r["estimate"]))
     return {"name": entry.name, "path": str(entry.path), "format": entry.spec.format,
             "draft_policy": entry.draft_policy or options.draft_policy,
-            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
+            "spec": entry.spec.to_dict(),
             "metrics": summary(sums, seed=options.seed), "estimate": sums.to_dict(), "counts": None,
             "repetition": None, "by_prompt_set": {}}
 
@@ -161,7 +163,8 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
         obj = {
             "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
             **({"draft_policy": entry.draft_policy or options.draft_policy} if options.temperature > 0 else {}),
-            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
+            "spec": entry.spec.to_dict(),
             "metrics": {**R.metrics_summary(merged, seed=options.seed),
                         "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
             "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
@@ -226,7 +229,8 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "python": platform.python_version(), "git_sha": _git_sha(), "argv": options.argv,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
-                       "model_type": getattr(text, "model_type", None), "num_layers": target.info.num_layers,
+                       "snapshot": snapshot_of(target.path), "model_type": getattr(text, "model_type", None),
+                       "num_layers": target.info.num_layers,
                        "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
             "inputs": content,  # sha256 of each input file set the numbers depend on (formats.files.target_content)
             "tokenizer_hash": tokenizer_hash(target.tokenizer),
