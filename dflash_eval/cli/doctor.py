@@ -38,6 +38,7 @@ def doctor(
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
     depth_buckets: opt.DepthBuckets = None,
     draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-dflash-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -69,7 +70,7 @@ def doctor(
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
                          prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
-                         depth_buckets=depth_buckets, draft_window=draft_window, **shared)
+                         depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
     try:
         result = run_doctor(options, reporter)
     finally:
