@@ -20,6 +20,7 @@ def doctor(
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
     target: opt.Target = None,
     prompts: opt.Prompts = None,
+    prompt_field: opt.PromptField = None,
     limit: opt.Limit = None,
     max_new_tokens: opt.MaxNewTokens = None,
     thinking: opt.Thinking = None,
@@ -37,6 +38,7 @@ def doctor(
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
     depth_buckets: opt.DepthBuckets = None,
     draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-dflash-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     from ..core.paths import output_path
@@ -85,8 +87,9 @@ def _doctor(drafter, reference, target, prompts, limit, max_new_tokens, thinking
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+                         prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
-                         depth_buckets=depth_buckets, draft_window=draft_window, **shared)
+                         depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
     try:
         result = run_doctor(options, reporter)
     finally:

@@ -25,6 +25,7 @@ class RunOptions:
     prompts: str = "demo"
     limit: int | None = None
     prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
+    prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
     max_new_tokens: int = 256
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
     mode: str = "trajectory"  # or "live"
@@ -71,6 +72,8 @@ class RunOptions:
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
     numerics_check: int = 0
+    # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
+    trained_taps: Path | None = None
 
 
 def parse_max_memory(value: str | None) -> dict | None:
