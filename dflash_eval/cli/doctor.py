@@ -41,6 +41,7 @@ def doctor(
     trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
+    given = dict(locals())  # every option, passed on whole (a new option needs no second list)
     from ..core.paths import output_path
 
     if out is not None:
@@ -52,17 +53,16 @@ def doctor(
         lock = FolderLock(out)
         lock.acquire()
     try:
-        _doctor(drafter, reference, target, prompts, limit, max_new_tokens, thinking, out, device, dtype, cache_dir,
-                seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants, depth_buckets,
-                draft_window)
+        _doctor(**given)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _doctor(drafter, reference, target, prompts, limit, max_new_tokens, thinking, out, device, dtype, cache_dir, seed,
-            semantics, temperature, top_p, top_k, draft_policy, samples, context_variants, depth_buckets,
-            draft_window) -> None:
+def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
+            cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
+            depth_buckets, draft_window, trained_taps) -> None:
+    """doctor's work once its --out (a run folder) is locked."""
     import json as json_module
 
     from ..commands.evaluate import RunOptions

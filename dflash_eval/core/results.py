@@ -282,13 +282,11 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
     `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
     "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
     that prompt is redone or not shown yet). A missing file is no rows; readers that need rows say so."""
-    from .errors import InputError, loads
+    from .errors import InputError, loads, read_bytes
 
     path = Path(path)
     if not path.exists():
         return []
-    from .errors import read_bytes
-
     try:
         text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -366,8 +364,7 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
                              + ("" if partial or not (directory / PARTIAL_JSON).is_file()
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
-    from .errors import loads
-    from .errors import read_text
+    from .errors import loads, read_text
 
     try:
         data = loads(read_text(path))
