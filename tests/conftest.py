@@ -132,3 +132,24 @@ def escaped_run(test_bed, drafter_dirs, tmp_path_factory) -> dict:
                                       str(folder)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     return {"folder": folder, "a": a, "b": b, "ids": HOSTILE_IDS}
+
+
+def invoke_within(args: list[str], seconds: int, env: dict | None = None):
+    """The CLI's result on `args` (in-process), or AssertionError after `seconds`: a hang (a FIFO opened, a loop
+    over ten million steps) is the failure, not a slow answer. SIGALRM, so the main thread only."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    def alarm(*_):
+        raise AssertionError(f"no answer within {seconds} s: {args}")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return CliRunner().invoke(app, args, env=env or {"COLUMNS": "200"}, catch_exceptions=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

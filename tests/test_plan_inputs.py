@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 
 import pytest
 from hypothesis import given, settings
@@ -111,22 +110,11 @@ def test_plan_refuses_the_options_run_refuses(test_bed, drafter_dirs):
         assert fragment in error_line(runner.invoke(app, ["plan", *common, *extra], env=ENV))
 
 
-class Hang(Exception):
-    pass
-
-
 def _answer(args: list[str], seconds: int = 120):
-    """The plan's result, or Hang after `seconds` (a hang is the failure, not a slow answer)."""
-    def alarm(*_):
-        raise Hang(f"plan did not answer within {seconds} s: {args}")
+    """The plan's result, or a failure after `seconds` (a hang is the failure, not a slow answer)."""
+    from conftest import invoke_within
 
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        return runner.invoke(app, ["plan", *args, "--json"], env=ENV, catch_exceptions=False)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return invoke_within(["plan", *args, "--json"], seconds, ENV)
 
 
 def test_plan_answers_for_any_token_count(test_bed, drafter_dirs, tmp_path):

@@ -1,8 +1,8 @@
 """Nothing blocks on a special file (issue 36, class 4).
 
 A weights file that was a FIFO blocked `inspect` and `run` forever. Every file dflash-eval reads is opened
-by core/paths.open_regular (non-blocking, checked on the descriptor) or, for the files a library opens
-itself (transformers' tokenizer and config, safetensors), checked first by core/paths.regular_files. Here
+by core/errors.open_regular (non-blocking, checked on the descriptor) or, for the files a library opens
+itself (transformers' tokenizer and config, safetensors), checked first by core/errors.regular_files. Here
 each kind of file each command reads is replaced by a FIFO, and the command must refuse it by name, exit 2,
 instead of waiting: a SIGALRM turns a hang into a failure."""
 
@@ -10,33 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from dflash_eval.cli import app
+from conftest import invoke_within
 
-runner = CliRunner()
 ENV = {"COLUMNS": "200"}
 
 
-class Hang(Exception):
-    pass
-
-
 def invoke(args: list[str], seconds: int = 60):
-    def alarm(*_):
-        raise Hang(f"blocked for {seconds} s: {args}")
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        return runner.invoke(app, args, env=ENV, catch_exceptions=False)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    return invoke_within(args, seconds, ENV)
 
 
 @pytest.fixture(scope="module")

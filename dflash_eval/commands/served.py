@@ -23,7 +23,7 @@ def _text(path: Path) -> str:
     try:
         from ..core.errors import read_text
 
-        return read_text(path)  # a regular file: a FIFO is refused by name (core/paths.open_regular)
+        return read_text(path)  # a regular file: a FIFO is refused by name (core/errors.open_regular)
     except FileNotFoundError:
         raise InputError(path, "no such file (expected a /metrics dump or a `vllm bench serve` result)") from None
     except IsADirectoryError:
