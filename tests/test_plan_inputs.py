@@ -152,3 +152,8 @@ def test_plan_takes_the_reference_as_run_does(tmp_path, monkeypatch):
     result = runner.invoke(app, ["plan", "--target", str(target), "--reference", "z-lab", "--json"], env=ENV)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["drafters"][0]["path"].endswith("snapshots/" + "0123456789abcdef" * 2 + "01234567")
+    for command in ("plan", "run"):  # -d z-lab names no folder: both say where the published drafter goes
+        line = error_line(runner.invoke(app, [command, "-d", "z-lab", "--target", str(target), "--out", str(tmp_path / "o")]
+                                        if command == "run" else [command, "-d", "z-lab", "--target", str(target)], env=ENV))
+        assert line == "error: z-lab: no such file or directory; the published z-lab drafter is given as --reference z-lab"
+

@@ -204,7 +204,8 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
             return Path(snapshot_download(name_or_path, local_files_only=True))
         except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
             raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline lookup)") from None
-    raise InputError(name_or_path, "no such file or directory")
+    hint = "; the published z-lab drafter is given as --reference z-lab" if name_or_path == "z-lab" else ""
+    raise InputError(name_or_path, f"no such file or directory{hint}")
 
 
 def file_digest(path: Path, cache_dir: str | Path | None = None) -> str:
