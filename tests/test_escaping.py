@@ -80,8 +80,13 @@ def test_a_track_named_with_escapes_writes_escaped_files(test_bed, drafter_dirs,
     save = tmp_path / "save"
     shutil.copytree(drafter_dirs["zlab"], save / "checkpoint-10\x1b[31m")
     out = tmp_path / "track"
-    printed = ok(runner.invoke(app, ["track", str(save), "--target", str(test_bed["qwen3"]), "--limit", "2",
-                                     "--max-new-tokens", "6", "--device", "cpu", "--out", str(out)], env=ENV))
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # the charts' labels too: no raw ESC reaches the font
+        warnings.simplefilter("always")
+        printed = ok(runner.invoke(app, ["track", str(save), "--target", str(test_bed["qwen3"]), "--limit", "2",
+                                         "--max-new-tokens", "6", "--device", "cpu", "--out", str(out)], env=ENV))
+    assert not [w for w in caught if "\x1b" in str(w.message)], [str(w.message) for w in caught]
     texts = {"stdout": printed, **{p.name: p.read_text() for p in (out / "track.html", out / "track.csv",
                                                                    out / "track.jsonl")}}
     found = {name: hidden(text) for name, text in texts.items() if hidden(text)}

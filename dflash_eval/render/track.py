@@ -158,7 +158,7 @@ def _curve_chart(c: Curve) -> str | None:
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import _figure, _rc, _svg
+    from .charts import _figure, _label, _rc, _svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -172,7 +172,7 @@ def _heatmap(c: Curve) -> str | None:
         image = ax.imshow(table, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.grid(False)
         ax.set_xticks(range(width), [str(i + 1) for i in range(width)])
-        ax.set_yticks(range(len(points)), [label(p.row) for p in points])
+        ax.set_yticks(range(len(points)), [_label(label(p.row)) for p in points])  # a name: escaped
         ax.set_xlabel("slot i (expected reach, teacher forced: ESTIMATE at temperature > 0)" if estimate
                       else "slot i (reach r_i: share of steps accepting at least i drafts)")
         ax.set_title("expected reach per slot and step (estimate)" if estimate else "reach per slot and step")
