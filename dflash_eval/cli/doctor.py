@@ -36,7 +36,7 @@ def doctor(
     samples: opt.Samples = 1,
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
     depth_buckets: opt.DepthBuckets = None,
-    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-dflash-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module

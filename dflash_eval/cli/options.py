@@ -80,7 +80,7 @@ DepthBuckets = Annotated[Optional[str], typer.Option(
                             "anchor's position: 0,512,2048,... (K = 1024; default 1K,2K,4K,8K,16K,32K).")]
 DraftWindow = Annotated[Optional[int], typer.Option(
     "--draft-window", min=1, help="The drafter sees only the last W context rows before each anchor, on every layer, "
-                                  "as SGLang's --speculative-dflash-draft-window-size serves it.")]
+                                  "as SGLang's --speculative-draft-window-size serves it.")]
 
 ContextTokens = Annotated[Optional[int], typer.Option(
     "--context-tokens", min=64, help="With --prompts repo:PATH or stdlib: tokens of each packed prompt (default 8192).")]

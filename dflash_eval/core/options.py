@@ -61,7 +61,7 @@ class RunOptions:
     accelerator: str | None = None
     step_times: Path | None = None
     # where acceptance is lost (breakdown.py): depth bucket edges "0,512,2048" (default 1K..32K); the drafter
-    # sees only the last W context rows, as SGLang's --speculative-dflash-draft-window-size serves it
+    # sees only the last W context rows, as SGLang's --speculative-draft-window-size serves it
     depth_buckets: str | None = None
     draft_window: int | None = None
     # long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts of N tokens; "refuse" or "truncate"
