@@ -36,6 +36,7 @@ def doctor(
     samples: opt.Samples = 1,
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
     depth_buckets: opt.DepthBuckets = None,
+    engines: bool = typer.Option(False, "--engines", help="Instead of the variants: the drafter under every engine's reading of its checkpoint (z-lab, speculators, vLLM, SGLang, llama.cpp) on the same trajectories, tau per engine and the rule responsible for each difference; writes engines.json with --out."),
     draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
@@ -68,6 +69,9 @@ def doctor(
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
                          depth_buckets=depth_buckets, draft_window=draft_window, **shared)
+    if engines:
+        _engines(options, reporter, console, out)
+        return
     try:
         result = run_doctor(options, reporter)
     finally:
@@ -89,3 +93,25 @@ def doctor(
 
                 write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
         console.print(_safe(f"written: {out / 'doctor.json'}"))
+
+
+def _engines(options, reporter, console, out: Optional[Path]) -> None:
+    """doctor --engines: commands/doctor_engines.py composes, render/doctor_engines.py shows, engines.json."""
+    import json as json_module
+
+    from ..commands.doctor_engines import run_engines
+    from ..core.results import atomic_write
+    from ..render.doctor_engines import render_engines
+
+    try:
+        result = run_engines(options, reporter)
+    finally:
+        reporter.close()
+    render_engines(console, result)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "engines.json", json_module.dumps(result, indent=1) + "\n")
+        from ..pipeline.run_folder import record_written
+
+        record_written(out, "engines.json")
+        console.print(_safe(f"written: {out / 'engines.json'}"))
