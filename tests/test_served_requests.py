@@ -13,18 +13,18 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from dflash_eval.demo import reference_path, target_path
 from dflash_eval.testing import served_payloads as P
 
 runner = CliRunner()
-K = 7  # the demo drafters' block of 8
+K = 3  # the fixture drafters' block of 4
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
+def demo_run(trained, tmp_path_factory):
+    """The offline run the served files are built from: the fixture trainer's good drafter on the tiny qwen3."""
     out = tmp_path_factory.mktemp("per-request") / "run"
-    made = runner.invoke(app, ["run", "-d", f"{reference_path()}:ref", "--target", str(target_path()), "--prompts",
-                               "demo", "--limit", "4", "--max-new-tokens", "40", "--no-thinking", "--out", str(out),
+    made = runner.invoke(app, ["run", "-d", f"{trained['qwen3']['good']}:good", "--target", str(trained["qwen3"]["target"]),
+                               "--prompts", "demo", "--limit", "4", "--max-new-tokens", "40", "--out", str(out),
                                "--cache-dir", str(out.parent / "cache")])
     assert made.exit_code == 0, made.output
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
@@ -126,12 +126,14 @@ def test_requests_without_ids_are_matched_by_their_prompt(demo_run, tmp_path):
 
     run, rows = demo_run
     prompts = {p.id: p for p in load_prompts("demo")}
-    tokenizer = load_tokenizer(target_path())
+    from dflash_eval.core.results import read_run
+
+    tokenizer = load_tokenizer(read_run(run)["provenance"]["target"]["path"])
     first, second = rows[0], rows[1]
     by_chat = vllm_line(first, key=False, request={"messages": prompts[first["prompt_id"]].chat(), "temperature": 0})
     body = P.sglang_generate_response("".join(second["continuation_pieces"]), second["continuation_ids"], walk(second),
                                       K, second["prompt_len"])
-    by_ids = P.starlette_json({"request": {"input_ids": prompt_ids(tokenizer, prompts[second["prompt_id"]], False)},
+    by_ids = P.starlette_json({"request": {"input_ids": prompt_ids(tokenizer, prompts[second["prompt_id"]], read_run(run)["provenance"]["enable_thinking"])},
                                "response": body})
     data = as_json(reconcile(write(tmp_path, [by_chat, by_ids]), run, "--json"))
     assert [(e["prompt"], e["matched_by"]) for e in data["prompts"]] == [(first["prompt_id"], "chat messages"),
