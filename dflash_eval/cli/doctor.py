@@ -78,11 +78,7 @@ def doctor(
         reporter.close()
     render_doctor(console, result)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "doctor.json", json_module.dumps(result, indent=1) + "\n")
-        from ..pipeline.run_folder import record_written
-
-        record_written(out, "doctor.json")  # --overwrite of a run folder removes it with the run
+        _write(out, "doctor.json", result)  # --overwrite of a run folder removes it with the run
         if (out / RUN_JSON).exists():
             run_data = json_module.loads((out / RUN_JSON).read_text())
             run_data["doctor"] = result
@@ -97,10 +93,7 @@ def doctor(
 
 def _engines(options, reporter, console, out: Optional[Path]) -> None:
     """doctor --engines: commands/doctor_engines.py composes, render/doctor_engines.py shows, engines.json."""
-    import json as json_module
-
     from ..commands.doctor_engines import run_engines
-    from ..core.results import atomic_write
     from ..render.doctor_engines import render_engines
 
     try:
@@ -109,9 +102,17 @@ def _engines(options, reporter, console, out: Optional[Path]) -> None:
         reporter.close()
     render_engines(console, result)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "engines.json", json_module.dumps(result, indent=1) + "\n")
-        from ..pipeline.run_folder import record_written
-
-        record_written(out, "engines.json")
+        _write(out, "engines.json", result)
         console.print(_safe(f"written: {out / 'engines.json'}"))
+
+
+def _write(out: Path, name: str, result: dict) -> None:
+    """OUT/NAME as JSON, recorded among the folder's written files (an --overwrite removes it with the run)."""
+    import json as json_module
+
+    from ..core.results import atomic_write
+    from ..pipeline.run_folder import record_written
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / name, json_module.dumps(result, indent=1) + "\n")
+    record_written(out, name)

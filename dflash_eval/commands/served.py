@@ -18,19 +18,12 @@ from ..core import served as S
 from ..core import served_sglang as sglang_counters
 from ..core.served_gap import gap_to_offline
 from ..core.attention import AttentionConfig
-from ..core.errors import InputError, loads
+from ..core.errors import InputError, loads, read_text_file
 from ..core.semantics import layers_under
 
 
 def _text(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "no such file (expected a /metrics dump or a `vllm bench serve` result)") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder, not a metrics dump") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text (expected a /metrics dump or JSON)") from None
+    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")
 
 
 def _bench(path: Path, text: str, model: str | None) -> S.Served:

@@ -47,7 +47,7 @@ class _Prompts:
 
     def index(self) -> dict:
         if self._index is None:
-            from ..pipeline.prompts import load_prompts, prompt_ids
+            from ..pipeline.prompts import chat_text, load_prompts, prompt_ids
 
             prov = self.side.run["provenance"]
             try:
@@ -56,10 +56,12 @@ class _Prompts:
                 raise InputError(self.side.run_dir, f"cannot reload the run's prompts to match requests by text "
                                                     f"({exc.one_line()}): give each request the prompt's id") from None
             texts, chats, ids = {}, {}, {}
+            thinking = bool(prov["enable_thinking"])
             for p in prompts:
                 texts[p.text] = p.id
+                texts[chat_text(self.tokenizer(), p, thinking)] = p.id  # a completions request sends the templated text
                 chats[tuple(tuple(sorted(m.items())) for m in p.chat())] = p.id
-                ids[tuple(prompt_ids(self.tokenizer(), p, bool(prov["enable_thinking"])))] = p.id
+                ids[tuple(prompt_ids(self.tokenizer(), p, thinking))] = p.id
             self._index = {"text": texts, "chat": chats, "ids": ids}
         return self._index
 
@@ -84,6 +86,15 @@ def _text_check(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str, A
     """The served text against the offline greedy continuation."""
     if r.temperature:
         return {"status": "sampled", "detail": f"temperature {r.temperature}: not compared with the greedy text"}
+    out = _text_against(r, row, prompts)
+    if out["status"] == "differs" and r.temperature is None:
+        out["detail"] += " (the file holds no request temperature: taken as 0)"
+    return out
+
+
+def _text_against(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str, Any]:
+    """Token ids when the response holds them (the first differing token), else the text against the decoded
+    continuation (the first differing character)."""
     offline = row["continuation_ids"]
     if r.output_ids is not None:
         served = list(r.output_ids)
@@ -186,6 +197,9 @@ def reconcile(path: Path, run: str) -> dict[str, Any]:
                  "offline": {"steps": len(walk), "accepted": sum(walk), "tau": R.tau(len(walk), sum(walk)),
                              "histogram": offline_hist},
                  "text": text, "walk": _walk_check(r, walk, text, k_offline), "notes": list(r.notes)}
+        if r.num_spec_tokens and r.draft_tokens is not None and r.draft_tokens != r.steps * r.num_spec_tokens:
+            entry["notes"].append(f"{r.draft_tokens} drafted tokens in {r.steps} steps of k = {r.num_spec_tokens}: the "
+                                  "draft length varied (dynamic speculation) or grammar invalidated drafts")
         entry["delta"] = None if r.tau is None or entry["offline"]["tau"] is None else r.tau - entry["offline"]["tau"]
         gap = R.below_offline(served_hist, offline_hist) if served_hist is not None else None
         entry["gap"] = gap
@@ -202,11 +216,14 @@ def reconcile(path: Path, run: str) -> dict[str, Any]:
         paired = C.delta_tau_per_prompt({p: offline_pp[p] for p in both}, {p: served_pp[p] for p in both},
                                         seed=0).to_dict()
     engines = sorted({r.engine for r in matched.values()})
+    drafted = sorted({r.num_spec_tokens for r in matched.values() if r.num_spec_tokens is not None} - {k_offline})
+    notes = [f"the server drafts {', '.join(map(str, drafted))} tokens per step, the offline run {k_offline}: a DFlash "
+             "block of another length is not a prefix of this one, so tau and the walks are not comparable"] if drafted else []
     return {"kind": "dflash-eval served --per-request", "file": str(path), "run": str(side.run_dir),
             "drafter": side.name, "block_size": k_offline + 1, "engines": engines, "requests": len(requests),
             "matched": len(matched), "unmatched": unmatched,
             "offline_prompts_without_request": sorted(set(side.rows) - set(matched)),
-            "prompts": rows, "paired_delta": paired,
+            "prompts": rows, "paired_delta": paired, "notes": notes,
             "histogram_shift": R.histogram_shift([pooled_served.get(n, 0) for n in range(max(pooled_served) + 1)],
                                                  pooled_offline) if pooled_served else None,
             "not_greedy": [e["prompt"] for e in rows if e["text"]["status"] == "differs"],

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import served_checks as checks
-from ..core.errors import InputError, loads
+from ..core.errors import InputError, loads, read_text_file
 from ..core.served_requests import ServedRequest, check_request
 
 
@@ -182,14 +182,7 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
 
 def read_requests(path: Path) -> list[ServedRequest]:
     """Every line of the file as a ServedRequest; InputError naming the file and line otherwise."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "no such file (expected a JSONL of server responses, one request a line)") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder, not a JSONL of responses") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text (expected a JSONL of responses)") from None
+    text = read_text_file(path, "a JSONL of server responses, one request a line")
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -39,6 +39,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             f"{u['request']}: {u['why']}" for u in result["unmatched"][:5]) + (" ..." if len(result["unmatched"]) > 5 else ""))
     if result["offline_prompts_without_request"]:
         lines.append(f"{len(result['offline_prompts_without_request'])} offline prompts have no request")
+    lines.extend(f"note: {n}" for n in result.get("notes", []))
     if result["paired_delta"]:
         lines.append(f"served - offline tau over prompts: {paired_figure(result['paired_delta'], 3)}")
     for prompt in result["not_greedy"]:
