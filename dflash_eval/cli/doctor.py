@@ -20,6 +20,7 @@ def doctor(
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
     target: opt.Target = None,
     prompts: opt.Prompts = None,
+    prompt_field: opt.PromptField = None,
     limit: opt.Limit = None,
     max_new_tokens: opt.MaxNewTokens = None,
     thinking: opt.Thinking = None,
@@ -67,6 +68,7 @@ def doctor(
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+                         prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
                          depth_buckets=depth_buckets, draft_window=draft_window, **shared)
     if engines:

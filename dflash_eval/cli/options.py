@@ -19,9 +19,16 @@ SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab 
 Target = Annotated[Optional[str], typer.Option(
     "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).")]
 Prompts = Annotated[Optional[str], typer.Option(
-    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH, or long contexts: repo:PATH (a repository's "
+    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH; from the Hugging Face cache the paper's "
+                            "sets (gsm8k, math500, aime24, aime25, livecodebench, swe-bench, mt-bench, alpaca; "
+                            "paper:NAME for only the paper's rows) or hf:REPO[:CONFIG][:SPLIT]; or long contexts: "
+                            "repo:PATH (a repository's "
                             "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
                             "sources) (`dflash-eval prompts list`; default demo).")]
+PromptField = Annotated[Optional[str], typer.Option(
+    "--prompt-field", help="With --prompts hf:REPO[:CONFIG][:SPLIT]: the column holding the prompt (a string, a list "
+                           "of user turns or a list of {role, content} messages; default: prompt, messages, question, "
+                           "problem, instruction or text, whichever the dataset has).")]
 Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).")]
 Seed = Annotated[Optional[int], typer.Option(
     "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).")]

@@ -188,7 +188,9 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     from ..pipeline.trajectories import capture_trajectory
 
     reporter = reporter or Reporter()
-    inputs = prepare_inputs(options, one_drafter=True)
+    from ..pipeline.turns import answer_earlier_turns
+
+    inputs = answer_earlier_turns(prepare_inputs(options, one_drafter=True), options, reporter)  # multi-turn sets
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
     reference = inputs.entries[1] if options.reference else None
     n_contexts = 2 if options.context_variants and options.temperature <= 0 else 0

@@ -16,6 +16,7 @@ from typing import Any
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
+from ..pipeline.turns import answer_earlier_turns
 from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.rows import (add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder,
                              trajectory_rows)
@@ -32,7 +33,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     from ..model.target import load_target
 
     reporter = reporter or Reporter()
-    inputs = prepare_inputs(options)
+    inputs = answer_earlier_turns(prepare_inputs(options), options, reporter)  # multi-turn sets: turns.py
     serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
     from ..pipeline.numerics import check_numerics_options
 

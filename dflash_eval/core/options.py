@@ -25,6 +25,7 @@ class RunOptions:
     prompts: str = "demo"
     limit: int | None = None
     prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
+    prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
     max_new_tokens: int = 256
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
     mode: str = "trajectory"  # or "live"

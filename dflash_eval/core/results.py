@@ -10,7 +10,7 @@ DIR/run.json
         git_sha          commit of the dflash-eval checkout, or null when not installed from git
         argv             the command line
         created          UTC timestamp of the final write
-        target           {"name", "path", "fingerprint", "model_type", "num_layers", "hidden_size", "vocab_size"}
+        target           {"name", "path", "fingerprint", "snapshot", "model_type", "num_layers", "hidden_size", "vocab_size"}
         inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
                          target_config, target_weights, tokenizer_files, chat_template, responses_file
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
@@ -55,6 +55,7 @@ DIR/run.json
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"
         fingerprint     sha256 of config.json + weight files
+        snapshot        {"repo", "revision"}: the HF cache snapshot it was read from (core/snapshots.py), else null
         spec            the normalized DrafterSpec (taps in z-lab numbering, plus speculators_taps,
                         block_size, mask_token_id, per-layer attention kind/window/causality, ...)
         metrics         tau_macro (z-lab), tau_micro (vLLM), tau_macro_ci [lo, hi] (bootstrap 95% over

@@ -68,6 +68,10 @@ class DrafterSpec:
     # DFlash2 only (None for DFlash; formats/dflash2.py): the grouped dynamic causal convolutions around each
     # layer's attention and MLP (taps over the slots of a block, channels per dynamic kernel), and the
     # candidate selector (rank of its low-rank edge term, unary candidates reranked per slot)
+    # a layout read as another (formats/muse_glimmer.py: muse_glimmer_assistant as z-lab), and its weight names:
+    # (checkpoint prefix, native prefix) pairs applied at load
+    layout: str | None = None
+    weight_renames: tuple[tuple[str, str], ...] = field(default=())
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None
     selector_rank: int | None = None

@@ -330,6 +330,8 @@ def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu
                 raise InputError(file, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}: quantized "
                                        "or integer weights are not supported (they would have to be cast)")
         refuse_nonfinite(((n, t) for n, t in loaded.items() if n not in spec.ignored_weights), file)
+        for old, native in spec.weight_renames:  # a layout's own names (muse_glimmer_assistant's encoder.fc, ...)
+            loaded = {native + n[len(old):] if n.startswith(old) else n: t for n, t in loaded.items()}
         state.update(loaded)
     for name in spec.ignored_weights:
         state.pop(name, None)

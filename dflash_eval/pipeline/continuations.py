@@ -200,10 +200,14 @@ def generation_plan(lengths: dict[str, int], batch: int) -> list[list[str]]:
 
 def whole_prompt_set(options) -> list[Prompt] | None:
     """Every prompt of `--prompts`, before --limit, --shard or torchrun's split: what generation plans over."""
+    from .hf_prompts import answered_set
     from .long_prompts import is_long_source, packed_set
     from .prompts import load_prompts
 
-    return packed_set(options.prompts) if is_long_source(options.prompts) else load_prompts(options.prompts)
+    if is_long_source(options.prompts):
+        return packed_set(options.prompts)
+    field = getattr(options, "prompt_field", None)
+    return answered_set(options.prompts) or load_prompts(options.prompts, prompt_field=field)
 
 
 def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "chat") -> list[int]:
@@ -240,9 +244,15 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     for prompt in everyone.values():
         if prompt.id not in known:
             known[prompt.id] = template_ids(target.tokenizer, prompt, thinking, template)
-    lengths = {item: len(known[_pid(item)]) for p in everyone.values() for item in items_of(p)}
-    batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
-    return [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)], everyone
+    by_turn: dict[int, dict] = {}  # a multi-turn set's turns are planned apart, each over its own turn (turns.py)
+    for p in everyone.values():
+        by_turn.setdefault(p.turn(), {}).update({item: len(known[_pid(item)]) for item in items_of(p)})
+    plan = []
+    for turn in sorted(by_turn):
+        lengths = by_turn[turn]
+        batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
+    return plan, everyone
 
 
 def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,
