@@ -13,7 +13,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask) or vllm; RULES for every drafter or NAME=RULES for one; repeatable. "
+                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
 Target = Annotated[Optional[str], typer.Option(

@@ -273,6 +273,8 @@ def describe(spec: "DrafterSpec") -> list[dict[str, Any]]:
             window = "no window"
         elif layer.window_from == "query":
             window = f"window {layer.window} from the query (q - k < {layer.window}, in block too)"
+        elif layer.window_from == "query_left":
+            window = f"window {layer.window} left of the query (q - k < {layer.window}; none to the right)"
         else:
             window = f"window {layer.window} from the anchor (a - {layer.window} <= p < a)"
         rows.append({"layer": i, "kind": layer.kind, "window": window,
