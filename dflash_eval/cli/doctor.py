@@ -39,6 +39,7 @@ def doctor(
     depth_buckets: opt.DepthBuckets = None,
     engines: bool = typer.Option(False, "--engines", help="Instead of the variants: the drafter under every engine's reading of its checkpoint (z-lab, speculators, vLLM, SGLang, llama.cpp) on the same trajectories, tau per engine and the rule responsible for each difference; writes engines.json with --out."),
     draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -70,8 +71,11 @@ def doctor(
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
                          prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
-                         depth_buckets=depth_buckets, draft_window=draft_window, **shared)
+                         depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
     if engines:
+        if trained_taps is not None:
+            reporter.close()
+            raise fail("--engines and --trained-taps are two doctors: run them one at a time")
         _engines(options, reporter, console, out)
         return
     try:

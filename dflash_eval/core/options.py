@@ -72,6 +72,8 @@ class RunOptions:
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
     numerics_check: int = 0
+    # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
+    trained_taps: Path | None = None
 
 
 def parse_max_memory(value: str | None) -> dict | None:

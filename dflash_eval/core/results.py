@@ -49,6 +49,9 @@ DIR/run.json
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
         prompts          {"source", "count", "sets": {set: count}}; repo:PATH / stdlib add context_tokens
                          (the packing budget) and max_context (refuse / truncate: long_prompts.py)
+        trained_taps     (`trained-taps --out` folders only) {"data", "format", "split", "labels" ("stored teacher" or
+                         "data tokens"), "anchors", "final_block", "verdict"}: the rows are training samples scored
+                         teacher-forced (docs/trained-taps.md); drafters NAME@trained-taps and NAME@our-taps
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
@@ -123,6 +126,9 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
                         anchor_accepted (trajectory) or step_seconds / draft_seconds / verify_seconds (live),
                         counts}} per shorter draft length k < B - 1
     draft_seconds, verify_seconds  (live) per step: the drafter's pass, the target's verify forward
+    label_ids, training_sample, segment  (trained-taps rows) the ids each slot was scored against (the stored
+                        teacher's or the target's greedy next tokens, or the data tokens), the training sample the row
+                        belongs to (prompt_id is SAMPLE, or SAMPLE:K for its K-th supervised stretch) and K
     one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
                         one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 
