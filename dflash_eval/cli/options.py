@@ -35,7 +35,8 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
     return parse
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask) or vllm; RULES for every drafter or NAME=RULES for one; repeatable. "
+                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
 Target = Annotated[Optional[str], typer.Option(
@@ -109,7 +110,7 @@ DepthBuckets = Annotated[Optional[str], typer.Option(
                             "anchor's position: 0,512,2048,... (K = 1024; default 1K,2K,4K,8K,16K,32K).")]
 DraftWindow = Annotated[Optional[int], typer.Option(
     "--draft-window", min=1, help="The drafter sees only the last W context rows before each anchor, on every layer, "
-                                  "as SGLang's --speculative-dflash-draft-window-size serves it.")]
+                                  "as SGLang's --speculative-draft-window-size serves it.")]
 
 ContextTokens = Annotated[Optional[int], typer.Option(
     "--context-tokens", min=64, help="With --prompts repo:PATH or stdlib: tokens of each packed prompt (default 8192).")]

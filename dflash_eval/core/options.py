@@ -41,7 +41,7 @@ class RunOptions:
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
-    # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp; see semantics.py)
     semantics: list[str] = field(default_factory=list)
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
     # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
@@ -62,7 +62,7 @@ class RunOptions:
     accelerator: str | None = None
     step_times: Path | None = None
     # where acceptance is lost (breakdown.py): depth bucket edges "0,512,2048" (default 1K..32K); the drafter
-    # sees only the last W context rows, as SGLang's --speculative-dflash-draft-window-size serves it
+    # sees only the last W context rows, as SGLang's --speculative-draft-window-size serves it
     depth_buckets: str | None = None
     draft_window: int | None = None
     # long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts of N tokens; "refuse" or "truncate"

@@ -40,7 +40,7 @@ DIR/run.json
                             walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
-                         as SGLang serves --speculative-dflash-draft-window-size (masks.block_masks); null: all
+                         as SGLang serves --speculative-draft-window-size (masks.block_masks); null: all
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
         final_block_by_drafter  {drafter: "shorter" | "full"}: the rule each walk used (a drafter under
                          --semantics vllm: always "full", vLLM's rule, whatever --final-block says)

@@ -206,6 +206,7 @@ def _body_spec_fields(body: dict[str, Any], path: Path, where: str) -> dict[str,
         attention_bias=bias,
         vocab_size=_positive(body, "vocab_size", path, where),
         rope=_rope_parameters(body, path, where),
+        partial_rotary_top_level=body.get("partial_rotary_factor") is not None,
         max_position_embeddings=_positive(body, "max_position_embeddings", path, where, 32768),
     )
 

@@ -241,9 +241,11 @@ class DFlashDrafter(nn.Module):
 
         from ..core.semantics import rotary_dim
 
+        rules = self.spec.rotary_semantics or self.spec.semantics
         config = Qwen3Config(hidden_size=self.spec.hidden_size, num_attention_heads=self.spec.num_attention_heads,
-                             head_dim=rotary_dim(rope, self.spec.head_dim, self.spec.semantics),
-                             rope_parameters={k: v for k, v in rope.items() if k != "partial_rotary_factor"},
+                             head_dim=rotary_dim(rope, self.spec.head_dim, rules, self.spec.partial_rotary_top_level),
+                             rope_parameters={k: v for k, v in rope.items() if k not in ("partial_rotary_factor",
+                                                                                          "rope_dim")},
                              max_position_embeddings=self.spec.max_position_embeddings)
         rotary = Qwen3RotaryEmbedding(config)
         return rotary if device is None else rotary.to(self.fc.weight.device if device == "drafter" else device)

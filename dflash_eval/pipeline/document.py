@@ -259,7 +259,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                 e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
                          else "full") for e in entries},
             "draft_lengths": options.draft_lengths,
-            # SGLang's --speculative-dflash-draft-window-size: the last W context rows (masks.block_masks)
+            # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
             "draft_window": getattr(options, "draft_window", None),
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
