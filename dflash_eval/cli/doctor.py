@@ -62,7 +62,7 @@ def doctor(
 
 def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
             cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
-            depth_buckets, draft_window, trained_taps) -> None:
+            depth_buckets, draft_window, trained_taps, engines) -> None:
     """doctor's work once its --out (a run folder) is locked."""
     import json as json_module
 

@@ -35,7 +35,7 @@ def served(
     from ..render.served import render_served, render_served_html
 
     if html is not None:
-        output_path(html, "--html", reads=[*dumps, *([per_request] if per_request else []),
+        output_path(html, "--html", reads=[*(dumps or []), *([per_request] if per_request else []),
                                            *([side_folder(run)] if run else [])])
     if per_request is not None:
         _per_request(per_request, dumps, run, as_json, html)

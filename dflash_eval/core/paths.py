@@ -21,7 +21,8 @@ from .errors import InputError
 # every name a result folder holds (results.py documents them): never the output of another command
 RESULT_FILES = ("run_state.json", "samples.jsonl", "run.partial.json", "run.json", "per_position.csv", "report.html",
                 "doctor.json", "written.json", "run.lock", "track_state.json", "track.jsonl", "track_log.jsonl",
-                "track.csv", "track.html", "track.lock", "trained_taps.json", "trained_taps.html")
+                "track.csv", "track.html", "track.lock", "trained_taps.json", "trained_taps.html",
+                "engines.json")
 RESULT_MARKERS = ("written.json", "run_state.json", "track_state.json")  # a folder holding one is a result folder
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
