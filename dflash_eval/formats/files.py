@@ -198,7 +198,8 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
 
             return Path(snapshot_download(name_or_path, local_files_only=True))
         except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
-            raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline lookup)") from None
+            raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline "
+                                           f"lookup); download it with: hf download {name_or_path}") from None
     raise InputError(name_or_path, "no such file or directory")
 
 
