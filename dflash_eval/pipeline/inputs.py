@@ -51,6 +51,13 @@ def thinking_default(model_type: str) -> bool:
     return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
+def target_thinking(target_path: Path, given: bool | None) -> tuple[bool, str]:
+    """The thinking flag a run sends to this target's chat template and where it came from: the one rule of
+    `run` (below), `doctor`, `track` and `prompts show`, so that `prompts show` prints what `run` sends."""
+    model_type = json.loads((Path(target_path) / "config.json").read_text()).get("model_type", "")
+    return (thinking_default(model_type) if given is None else bool(given)), thinking_source(given, model_type)
+
+
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
     """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
     from ..core.semantics import SEMANTICS, apply_semantics
@@ -147,7 +154,7 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
                 for entry in entries if entry.spec.verifier and options.target is None}
     if options.target is not None:  # an explicit --target wins; a recorded verifier only earns a warning
         target_path = resolve_local_or_cached(options.target).resolve()
-        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path)
+        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path, options.cache_dir)
                                     for e in entries if e.spec.verifier) if w)
     elif recorded:
         distinct = set(recorded.values())
@@ -345,7 +352,7 @@ def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, i
 
     warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
     if spec.verifier:
-        warning = verifier_warning(path, spec.verifier, name, base.target_path)
+        warning = verifier_warning(path, spec.verifier, name, base.target_path, options.cache_dir)
         if warning:
             warnings.append(warning)
     warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
@@ -370,7 +377,7 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     if options.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
-    thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)
+    thinking, _ = target_thinking(target_path, options.thinking)
     warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
     prompts = run_prompts(options, tokenizer, thinking, target_path, warnings)  # repo:, stdlib: long_prompts.py
