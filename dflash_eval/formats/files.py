@@ -255,6 +255,21 @@ def files_digest(files: list[Path], cache_dir: str | Path | None = None) -> str:
     return digest.hexdigest()
 
 
+def same_model_files(a: Path, b: Path, cache_dir: str | Path | None = None) -> bool:
+    """Whether two model folders hold the same model by content: config.json byte for byte, and the same
+    weight files (names, sizes, then sha256, remembered in `cache_dir` as `target_content` does), so a
+    byte-identical copy of a target is the target, and a folder with other weights is not."""
+    try:
+        if (Path(a) / "config.json").read_bytes() != (Path(b) / "config.json").read_bytes():
+            return False
+        wa, wb = weight_files(a), weight_files(b)
+    except (OSError, InputError):
+        return False
+    if [(f.name, f.stat().st_size) for f in wa] != [(f.name, f.stat().st_size) for f in wb]:
+        return False
+    return files_digest(wa, cache_dir) == files_digest(wb, cache_dir)
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
                    "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 
