@@ -342,10 +342,18 @@ def invoke(sandbox: Sandbox, args: list[str]):
 
 
 def run_module(sandbox: Sandbox, module: str, args: list[str]) -> int:
+    """`python -m MODULE ARGS` in this process: its main(argv), what its `__main__` block calls (runpy for a
+    module without one)."""
+    import importlib
+
     saved = sys.argv
     sys.argv = [module, *args]
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        loaded = importlib.import_module(module)
+        if callable(getattr(loaded, "main", None)):
+            loaded.main(args)
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:

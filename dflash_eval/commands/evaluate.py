@@ -41,7 +41,7 @@ class Progress(Reporter):
     """The caller's reporter, and how far each phase got (what an interrupt's message says)."""
 
     def __init__(self, inner: Reporter):
-        self.inner, self.done, self.folder_open, self.resumed = inner, {}, False, 0
+        self.inner, self.done, self.folder_open, self.evaluated = inner, {}, False, 0
 
     def phase(self, name: str, total: int) -> None:
         self.done[name] = [0, total]
@@ -58,7 +58,7 @@ class Progress(Reporter):
         out = options.out
         if not self.folder_open:
             return f"interrupted before this run wrote anything ({out} is as it was); run the command again"
-        evaluated = self.resumed + self.done.get("prompts", [0, 0])[0]
+        evaluated = self.evaluated  # prompts whose rows are in the folder, resumed ones included
         if evaluated:
             return (f"interrupted: {evaluated} of {total} prompts evaluated and kept in {out} (`dflash-eval report "
                     f"{out} --partial` shows them); run the same command again to resume")
@@ -177,7 +177,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     if complete:
         reporter.note(f"resuming: {len(complete)} of {len(inputs.prompts)} prompts already done")
     if isinstance(reporter, Progress):
-        reporter.resumed = len(complete)
+        reporter.evaluated = len(complete)
     ids = {k: v for k, v in inputs.prompt_ids().items() if k not in complete}
     sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
     estimate = sampled and options.mode == "trajectory"  # temperature > 0 offline: K sampled texts per prompt
@@ -237,6 +237,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         folder.append(finish_rows(rows, decode))
         all_rows.extend(rows)
         complete.add(prompt.id)
+        if isinstance(reporter, Progress):
+            reporter.evaluated = len(complete)
         if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
             folder.write_partial(document(final=False), len(complete), len(inputs.prompts))
         pause_after_prompt()
