@@ -69,6 +69,8 @@ step export        "$DFLASH" export-serving "$W/run" --drafter demo-reference --
 step shard0        "$DFLASH" run --target "$T" -d "$REF" "${SIZE[@]}" --shard 0/2 --no-html --out "$W/s0"
 step shard1        "$DFLASH" run --target "$T" -d "$REF" "${SIZE[@]}" --shard 1/2 --no-html --out "$W/s1"
 step merge         "$DFLASH" merge "$W/s0" "$W/s1" --out "$W/merged"
+step taps-data     "$PY" -m dflash_eval.testing.trainer_data "$W/taps" --target "$T" --taps 1,2,3
+step trained-taps  "$DFLASH" trained-taps "$W/taps" --target "$T" -d "$REF" --limit 4 --noise-samples 2
 step prompts-list  "$DFLASH" prompts list
 step prompts-show  "$DFLASH" prompts show demo --id demo/0 --target "$T"
 

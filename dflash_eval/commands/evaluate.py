@@ -16,6 +16,7 @@ from typing import Any
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
+from ..pipeline.turns import answer_earlier_turns
 from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.rows import (add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder,
                              trajectory_rows)
@@ -75,7 +76,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     progress = Progress(reporter or Reporter())
     total = "?"
     try:
-        inputs = prepare_inputs(options)
+        inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
         total = len(inputs.prompts)
         return _evaluate(options, progress, inputs)
     except Interrupted:

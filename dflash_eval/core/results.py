@@ -10,7 +10,7 @@ DIR/run.json
         git_sha          commit of the dflash-eval checkout, or null when not installed from git
         argv             the command line
         created          UTC timestamp of the final write
-        target           {"name", "path", "fingerprint", "model_type", "num_layers", "hidden_size", "vocab_size"}
+        target           {"name", "path", "fingerprint", "snapshot", "model_type", "num_layers", "hidden_size", "vocab_size"}
         inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
                          target_config, target_weights, tokenizer_files, chat_template, responses_file
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
@@ -40,7 +40,7 @@ DIR/run.json
                             walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
-                         as SGLang serves --speculative-dflash-draft-window-size (masks.block_masks); null: all
+                         as SGLang serves --speculative-draft-window-size (masks.block_masks); null: all
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
         final_block_by_drafter  {drafter: "shorter" | "full"}: the rule each walk used (a drafter under
                          --semantics vllm: always "full", vLLM's rule, whatever --final-block says)
@@ -49,12 +49,16 @@ DIR/run.json
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
         prompts          {"source", "count", "sets": {set: count}}; repo:PATH / stdlib add context_tokens
                          (the packing budget) and max_context (refuse / truncate: long_prompts.py)
+        trained_taps     (`trained-taps --out` folders only) {"data", "format", "split", "labels" ("stored teacher" or
+                         "data tokens"), "anchors", "final_block", "verdict"}: the rows are training samples scored
+                         teacher-forced (docs/trained-taps.md); drafters NAME@trained-taps and NAME@our-taps
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"
         fingerprint     sha256 of config.json + weight files
+        snapshot        {"repo", "revision"}: the HF cache snapshot it was read from (core/snapshots.py), else null
         spec            the normalized DrafterSpec (taps in z-lab numbering, plus speculators_taps,
                         block_size, mask_token_id, per-layer attention kind/window/causality, ...)
         metrics         tau_macro (z-lab), tau_micro (vLLM), tau_macro_ci [lo, hi] (bootstrap 95% over
@@ -122,6 +126,9 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
                         anchor_accepted (trajectory) or step_seconds / draft_seconds / verify_seconds (live),
                         counts}} per shorter draft length k < B - 1
     draft_seconds, verify_seconds  (live) per step: the drafter's pass, the target's verify forward
+    label_ids, training_sample, segment  (trained-taps rows) the ids each slot was scored against (the stored
+                        teacher's or the target's greedy next tokens, or the data tokens), the training sample the row
+                        belongs to (prompt_id is SAMPLE, or SAMPLE:K for its K-th supervised stretch) and K
     one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
                         one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 

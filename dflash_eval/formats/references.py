@@ -26,6 +26,8 @@ from pathlib import Path
 
 from dflash_eval.core.errors import InputError
 
+from .benchmark_sets import PAPER_ROWS, paper_difference
+
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub accepts as true
 
 
@@ -238,6 +240,10 @@ def published_comparison(provenance: dict, block_sizes: list[int]) -> list[str]:
             differs.append("top-p/top-k set (paper: plain temperature)")
         if provenance.get("estimate"):
             differs.append("offline estimate (paper: the live loop)")
+        rows = paper_difference(provenance.get("prompts") or {}, next(
+            (n for n in PAPER_ROWS if _norm_dataset(n) == _norm_dataset(prompt_set)), prompt_set))
+        if rows:
+            differs.append(rows)
         lines.append(f"paper tau for {prompt_set} at temperature {temperature:g} (z-lab drafter): {tau:.2f}; "
                      + ("settings that differ: " + "; ".join(differs) if differs else "same settings"))
     return lines

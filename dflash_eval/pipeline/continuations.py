@@ -203,7 +203,10 @@ def whole_prompt_set(options) -> list[Prompt] | None:
     generation plans over. So `--limit N` generates N continuations (what `plan --limit N` counts), and
     every shard, rank or resume of the run generates a prompt with the same companions. The price: in bf16
     a prompt's greedy text can depend on the prompts batched with it, so a --limit run's continuation may
-    differ from the full run's (`run --numerics-check N` measures how far; said once per run)."""
+    differ from the full run's (`run --numerics-check N` measures how far; said once per run). A multi-turn
+    set keeps its whole set's plan: pipeline/turns.py answers every earlier turn in it, and the run must score
+    the very continuation a later turn follows."""
+    from .hf_prompts import answered_set
     from .long_prompts import is_long_source, packed_set
     from .prompts import load_prompts, select
 
@@ -211,7 +214,8 @@ def whole_prompt_set(options) -> list[Prompt] | None:
     if is_long_source(options.prompts):
         packed = packed_set(options.prompts)
         return None if packed is None else select(packed, limit, seed)
-    return load_prompts(options.prompts, limit, seed)
+    field = getattr(options, "prompt_field", None)
+    return answered_set(options.prompts) or load_prompts(options.prompts, limit, seed, prompt_field=field)
 
 
 def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "chat") -> list[int]:
@@ -248,9 +252,15 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     for prompt in everyone.values():
         if prompt.id not in known:
             known[prompt.id] = template_ids(target.tokenizer, prompt, thinking, template)
-    lengths = {item: len(known[_pid(item)]) for p in everyone.values() for item in items_of(p)}
-    batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
-    return [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)], everyone
+    by_turn: dict[int, dict] = {}  # a multi-turn set's turns are planned apart, each over its own turn (turns.py)
+    for p in everyone.values():
+        by_turn.setdefault(p.turn(), {}).update({item: len(known[_pid(item)]) for item in items_of(p)})
+    plan = []
+    for turn in sorted(by_turn):
+        lengths = by_turn[turn]
+        batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
+    return plan, everyone
 
 
 def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,

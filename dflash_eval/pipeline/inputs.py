@@ -338,6 +338,10 @@ def check_options(options: RunOptions) -> Resolved:
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
     breakdown.check_options(options)  # --depth-buckets, --draft-window
+    engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
+    if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
+        raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
+                               "modelled (greedy only)")
     return Resolved(str(device), str(dtype).removeprefix("torch."), shard, options.device_map, max_memory)
 
 

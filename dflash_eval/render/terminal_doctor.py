@@ -85,6 +85,10 @@ def render_doctor(console: Console, result: dict) -> None:
         mark = "[bold red]MIS-SCALED TEACHER[/] " if norm["finding"] and norm["applies"] else ""
         console.print(f"teacher's final norm: {mark}{safe(norm['rule'])}{safe(measured)}")
     render_windows(console, result.get("windows"))  # by depth (terminal_doctor_windows.py)
+    if result.get("trained_taps"):  # doctor --trained-taps (terminal_trained_taps.py)
+        from .terminal_trained_taps import render_trained_taps
+
+        render_trained_taps(console, result["trained_taps"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
     if gap:
