@@ -61,7 +61,7 @@ def prompts_show(
     from ..formats.files import resolve_local_or_cached
     from ..demo import target_path
     from ..model.target import load_tokenizer
-    from ..pipeline.inputs import target_thinking
+    from ..pipeline.thinking import target_thinking
     from ..pipeline.prompts import load_prompts, render_for_target
 
     prompts = load_prompts(source, prompt_field=prompt_field)

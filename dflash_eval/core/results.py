@@ -132,13 +132,10 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
     one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
                         one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 
-DIR/per_position.csv  one row per drafter, nothing else (a script reading acceptance_at_pos_i per drafter
-    needs no filter): drafter, tau_macro, tau_micro, then speculators-compatible acceptance_at_pos_{i}
-    (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i}, marginal_at_pos_{i} for
-    i = 1..B-1.
-DIR/per_position_splits.csv  the same columns after drafter, split, part, one row per part that holds walk
-    steps: split "draft_length" (--draft-lengths: part = each shorter k, its own replay), "depth" (part =
-    the bucket, 1K-2K), "segment", "token_class" (breakdown.csv_rows); absent when no split has a row.
+DIR/per_position.csv  one row per drafter only: drafter, tau_macro, tau_micro, speculators' acceptance_at_pos_{i}
+    (reach, all-steps denominator), conditional_at_pos_{i}, marginal_at_pos_{i} for i = 1..B-1.
+DIR/per_position_splits.csv  the same after drafter, split, part; a row per part with walk steps: "draft_length"
+    (each shorter k), "depth" (bucket, 1K-2K), "segment", "token_class" (breakdown.split_parts); or no file.
 
 DIR/written.json    every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes
 DIR/run.lock        the lock (filelock) the writing process holds; a second writer is refused by name
@@ -249,7 +246,6 @@ def per_position_csv(drafters: list[dict[str, Any]]) -> str:
 
 
 COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at_pos"), ("marginal", "marginal_at_pos")]
-
 
 def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
     """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth

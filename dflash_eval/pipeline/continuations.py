@@ -199,21 +199,17 @@ def generation_plan(lengths: dict[str, int], batch: int) -> list[list[str]]:
 
 
 def whole_prompt_set(options) -> list[Prompt] | None:
-    """The run's prompts, after --limit and --seed, before --shard, torchrun's split or a resume: what
-    generation plans over. So `--limit N` generates N continuations (what `plan --limit N` counts), and
-    every shard, rank or resume of the run generates a prompt with the same companions. The price: in bf16
-    a prompt's greedy text can depend on the prompts batched with it, so a --limit run's continuation may
-    differ from the full run's (`run --numerics-check N` measures how far; said once per run). A multi-turn
-    set keeps its whole set's plan: pipeline/turns.py answers every earlier turn in it, and the run must score
-    the very continuation a later turn follows."""
+    """The run's prompts after --limit/--seed, before --shard, torchrun's split or a resume: what generation
+    plans over, so `--limit N` generates N (as `plan` counts) and every shard, rank or resume gets the same
+    companions. In bf16 a --limit run's text may then differ from the full run's (said; --numerics-check
+    measures it). A multi-turn set keeps its whole set's plan (turns.py answers every earlier turn in it)."""
     from .hf_prompts import answered_set
     from .long_prompts import is_long_source, packed_set
     from .prompts import load_prompts, select
 
     limit, seed = getattr(options, "limit", None), getattr(options, "prompt_seed", None)
     if is_long_source(options.prompts):
-        packed = packed_set(options.prompts)
-        return None if packed is None else select(packed, limit, seed)
+        return None if (packed := packed_set(options.prompts)) is None else select(packed, limit, seed)
     field = getattr(options, "prompt_field", None)
     return answered_set(options.prompts) or load_prompts(options.prompts, limit, seed, prompt_field=field)
 
@@ -293,12 +289,9 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
     companions = sum(len(members) for members, *_ in work) - len(todo)
     if companions:  # a shard, rank or resume: the run's other prompts in the same batches
         reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
-                      "planned over the run's prompts, so that no continuation depends on --shard, torchrun's "
-                      "split or a resume (cached for later runs)")
+                      "planned over the run's prompts, so that no continuation depends on --shard or a resume")
     if todo and getattr(options, "limit", None) and target.dtype != torch.float32:
-        reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in "
-                      f"{str(target.dtype).removeprefix('torch.')} a greedy text can depend on the prompts batched "
-                      "with it, so the full run's may differ (run --numerics-check N measures how far)")
+        reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")  # noqa: E501
     reporter.phase(phase, len(todo))
     for members, member_ids, keys, missing in work:
         for m, cont in zip(members, generate(members, member_ids)):

@@ -17,6 +17,7 @@ from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, tar
 from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .long_prompts import run_prompts
+from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core import breakdown
 from ..core.options import RunOptions
@@ -44,18 +45,6 @@ def split_name(value: str) -> tuple[str, str | None]:
     if sep and head and "/" not in tail and not Path(value).exists():
         return head, tail
     return value, None
-
-
-def thinking_default(model_type: str) -> bool:
-    # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
-    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
-
-
-def target_thinking(target_path: Path, given: bool | None) -> tuple[bool, str]:
-    """The thinking flag a run sends to this target's chat template and where it came from: the one rule of
-    `run` (below), `doctor`, `track` and `prompts show`, so that `prompts show` prints what `run` sends."""
-    model_type = json.loads((Path(target_path) / "config.json").read_text()).get("model_type", "")
-    return (thinking_default(model_type) if given is None else bool(given)), thinking_source(given, model_type)
 
 
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
@@ -105,10 +94,6 @@ def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
             depth[i] += 1
     for i in auto:
         entries[i].name = labels[i]
-
-
-def thinking_source(given: bool | None, model_type: str) -> str:
-    return "given (--thinking/--no-thinking)" if given is not None else f"family default for {model_type or 'this target'}"
 
 
 def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bool, model_type: str) -> list[str]:
