@@ -169,9 +169,7 @@ def screenshots(pages: dict[str, tuple[Path, str]], out: Path) -> dict:
     browser = DevTools(binary, out / "profile", out / "chromium.log")
     seen = {}
     try:
-        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        browser.send("Page.enable", session=session)
+        session = browser.page_session()
         for name, (page, section) in pages.items():
             for width in (1400, 700):
                 browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900,
