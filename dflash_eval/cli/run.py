@@ -90,9 +90,9 @@ def run(
         from ..commands.distributed import evaluate_launched
 
         result = evaluate_launched(options, reporter)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
-        raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
+        raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None
     finally:
         reporter.close()
     if world > 1 and rank > 0:
