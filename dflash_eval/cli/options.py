@@ -72,7 +72,7 @@ TapChunk = Annotated[int, typer.Option(
 NumericsCheck = Annotated[int, typer.Option(
     "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).")]
 GenerationBatch = Annotated[Optional[int], typer.Option(
-    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the whole prompt set).")]
+    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the run's prompts, after --limit).")]
 Kernels = Annotated[str, typer.Option(
     "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
 # temperature > 0 (sampling.py): the same five options on run, doctor and track

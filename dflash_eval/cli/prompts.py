@@ -50,17 +50,18 @@ def prompts_show(
                                            "(gsm8k, mt-bench, ...), paper:NAME or hf:REPO[:CONFIG][:SPLIT]."),
     prompt_id: Optional[str] = typer.Option(None, "--id", help="Only this prompt."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Tokenizer whose chat template to apply (default: the demo target's)."),
-    thinking: bool = typer.Option(False, "--thinking/--no-thinking", help="The chat template's thinking flag."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="The chat template's thinking flag (default: the target family's, as `run` uses it)."),
     limit: int = typer.Option(3, "--limit", min=1, help="How many prompts to show (without --id)."),
     prompt_field: Optional[str] = typer.Option(None, "--prompt-field", help="With hf:REPO: the column holding the prompt."),
 ) -> None:
-    """Print what will be sent to the target for a prompt set, after the chat template."""
+    """Print exactly what `run` sends to the target for a prompt set: its thinking rule, its chat template."""
     from rich.panel import Panel
     from rich.text import Text
-    from transformers import AutoTokenizer
 
     from ..formats.files import resolve_local_or_cached
     from ..demo import target_path
+    from ..model.target import load_tokenizer
+    from ..pipeline.thinking import target_thinking
     from ..pipeline.prompts import load_prompts, render_for_target
 
     prompts = load_prompts(source, prompt_field=prompt_field)
@@ -71,11 +72,12 @@ def prompts_show(
     else:
         prompts = prompts[:limit]
     folder = resolve_local_or_cached(target) if target else target_path()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = load_tokenizer(folder)  # run's own loader and thinking rule
+    thinking, source = target_thinking(folder, thinking)
     from ..core.safe_text import printable, safe
 
     console = stdout_console()
+    flag = f"thinking {'on' if thinking else 'off'}" + (" (family default)" if source.startswith("family") else "")
     for prompt, text in zip(prompts, render_for_target(prompts, tokenizer, thinking)):
         console.print(Panel(Text(printable(text, keep="\n\t")),
-                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, thinking {'on' if thinking else 'off'}",
-                            title_align="left"))
+                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, {safe(flag)}", title_align="left"))

@@ -93,9 +93,9 @@ def run(
 
         # report.html is written with the results, under the folder's lock (never after another run took it)
         result = evaluate_launched(options, reporter, render_run_html if html else None)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
-        raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
+        raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None
     finally:
         reporter.close()
     if world > 1 and rank > 0:

@@ -215,7 +215,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
 
         texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
                                              universe=whole_prompt_set(options))
-    else:  # the run's whole-set generation plan: the same continuations as `run` on these prompts
+    else:  # the run's generation plan: the same continuations as `run` on these prompts
         greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
                                       universe=whole_prompt_set(options))
         texts = {(pid, 0): cont for pid, cont in greedy.items()}

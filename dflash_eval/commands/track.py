@@ -273,7 +273,7 @@ class Tracker:
             ids = self.base.prompt_ids()
             sampled = run.temperature > 0  # the offline estimate: K sampled texts per prompt, one pass each
             missing = [p for p in needed if (p.id, 0) not in self.continuations]
-            universe = whole_prompt_set(run)  # run's whole-set plan: the same texts (and cache entries) as `run`
+            universe = whole_prompt_set(run)  # run's generation plan: the same texts (and cache entries) as `run`
             if sampled:
                 found, generated = sampled_continuations_for(target, missing, ids, run, self.base.thinking,
                                                              self.reporter, universe=universe)

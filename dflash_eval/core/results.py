@@ -132,11 +132,10 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
     one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
                         one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 
-DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible
-    acceptance_at_pos_{i} (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i},
-    marginal_at_pos_{i} for i = 1..B-1; with --draft-lengths one more row per shorter k, named NAME@k=K;
-    one more row per depth bucket, segment and token class: NAME@depth=1K-2K, NAME@segment=thinking,
-    NAME@token_class=identifier (breakdown.csv_rows).
+DIR/per_position.csv  one row per drafter only: drafter, tau_macro, tau_micro, speculators' acceptance_at_pos_{i}
+    (reach, all-steps denominator), conditional_at_pos_{i}, marginal_at_pos_{i} for i = 1..B-1.
+DIR/per_position_splits.csv  the same after drafter, split, part; a row per part with walk steps: "draft_length"
+    (each shorter k), "depth" (bucket, 1K-2K), "segment", "token_class" (breakdown.split_parts); or no file.
 
 DIR/written.json    every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes
 DIR/run.lock        the lock (filelock) the writing process holds; a second writer is refused by name
@@ -187,6 +186,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 SAMPLES = "samples.jsonl"
 PER_POSITION = "per_position.csv"
+PER_POSITION_SPLITS = "per_position_splits.csv"
 PARTIAL_JSON = "run.partial.json"  # run.json over the prompts done so far, while a run is unfinished
 STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
 
@@ -242,22 +242,30 @@ def per_position_csv(drafters: list[dict[str, Any]]) -> str:
         # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
         return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
                          [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
-    # --draft-lengths: one more row per shorter draft length k, named NAME@k=K (its own replay, block k + 1)
-    drafters = [row for d in drafters for row in [d, *({"name": f"{d['name']}@k={e['k']}", "metrics": e["metrics"]}
-                                                       for e in d.get("by_draft_length") or []
-                                                       if not e.get("checkpoint_block"))]]
-    from .breakdown import csv_rows
-
-    drafters = [row for d in drafters for row in [d, *csv_rows(d)]]  # by depth, segment, token class
-    return _slot_csv(drafters, ["tau_macro", "tau_micro"], [("reach", "acceptance_at_pos"),
-                                                            ("conditional", "conditional_at_pos"),
-                                                            ("marginal", "marginal_at_pos")])
+    return _slot_csv(drafters, ["tau_macro", "tau_micro"], COUNTED_SLOTS)
 
 
-def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]]) -> str:
-    """drafter, tau macro, tau micro, then one column per slot for each (metrics key, column prefix)."""
+COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at_pos"), ("marginal", "marginal_at_pos")]
+
+def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
+    """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth
+    bucket, segment, token class), per_position.csv's columns after drafter, split, part; None without any."""
+    from .breakdown import split_parts
+
+    rows = []
+    for d in (d for d in drafters if not d["metrics"].get("estimate")):
+        parts = [("draft_length", str(e["k"]), e["metrics"]) for e in d.get("by_draft_length") or []
+                 if not e.get("checkpoint_block")] + split_parts(d)
+        rows += [{"name": d["name"], "lead": [split, part], "metrics": m} for split, part, m in parts if m.get("steps")]
+    return _slot_csv(rows, ["tau_macro", "tau_micro"], COUNTED_SLOTS, ["split", "part"]) if rows else None
+
+
+def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]],
+              lead: list[str] = ()) -> str:
+    """drafter, [lead columns,] tau macro, tau micro, then one column per slot for each (metrics key, column
+    prefix)."""
     width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)
-    header = ["drafter", *tau_columns]
+    header = ["drafter", *lead, *tau_columns]
     for _, prefix in slots:
         header += [f"{prefix}_{i}" for i in range(1, width + 1)]
     out = io.StringIO()
@@ -267,7 +275,7 @@ def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: lis
 
     for d in drafters:
         m = d["metrics"]
-        row = [printable(d["name"]), m["tau_macro"], m["tau_micro"]]  # a name never drives a terminal
+        row = [printable(d["name"]), *d.get("lead", []), m["tau_macro"], m["tau_micro"]]  # a name: escaped
         for key, _ in slots:
             values = list(m[key]) + [None] * (width - len(m[key]))
             row += ["" if v is None else f"{v:.6f}" for v in values]

@@ -200,7 +200,7 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
 
 def batching_provenance(options, drafters: dict) -> dict[str, Any]:
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
-    the whole prompt set: a shard, rank, resume or --limit generates each prompt with the same companions)
+    the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
     and the anchors per drafter forward (from the shapes, never the free memory). The bf16 invariance
     measured on the test targets is in the README ("bf16 and batching")."""
     from ..model.engine import MAX_ANCHOR_BATCH
@@ -208,7 +208,7 @@ def batching_provenance(options, drafters: dict) -> dict[str, Any]:
     anchors = {name: options.anchor_batch or min(MAX_ANCHOR_BATCH, -(-4 * d.spec.hidden_size // d.spec.block_size))
                for name, d in drafters.items()}
     return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
-            "generation_plan": "whole prompt set, sorted by length",
+            "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
             "anchor_batch": anchors, "anchor_batch_rule": "given" if options.anchor_batch else
             "ceil(4 x hidden / B), at most 4 GiB of one chunk's logits and scores"}
 

@@ -139,11 +139,12 @@ def _row_prompt(row, default_set: str) -> Prompt:
     key = row["id"]
     if isinstance(key, bool) or not isinstance(key, (str, int)) or str(key) == "":
         raise ValueError('"id" must be a non-empty string or an integer')
+    # "text" is an alias of "prompt" (the bundled sets are written with it; docs/prompts.md)
     given = [name for name in ("prompt", "text", "messages") if name in row]
     if not given:
-        raise ValueError('missing "prompt" (or "messages")')
+        raise ValueError('missing "prompt" (one user message; "text" is an alias) or "messages"')
     if len(given) > 1:
-        raise ValueError(f'give one of "prompt" and "messages", not {" and ".join(repr(g) for g in given)}')
+        raise ValueError(f'give one of "prompt" (alias "text") and "messages", not {" and ".join(repr(g) for g in given)}')
     prompt_set = row.get("set", default_set)
     if not isinstance(prompt_set, str) or not prompt_set:
         raise ValueError('"set" must be a non-empty string')
@@ -200,7 +201,8 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
 
 
 def read_prompts_file(path: str | Path) -> list[Prompt]:
-    """A JSONL file of {"id", "prompt"} or {"id", "messages"} rows (optional "set"; ids unique)."""
+    """A JSONL file of {"id", "prompt"} (alias {"id", "text"}) or {"id", "messages"} rows (optional "set"; ids
+    unique)."""
     from ..core.errors import read_text
 
     path = Path(path)

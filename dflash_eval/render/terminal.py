@@ -91,6 +91,9 @@ def render_run_summary(console: Console, run: dict) -> None:
         console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
     render_numerics(console, prov)
+    from .live import render_live
+
+    render_live(console, run)  # --mode live: tokens/s, ms per step, measured speedup
     for warning in prov.get("warnings", []):
         console.print(f"[yellow]warning:[/] {safe(warning)}")
 

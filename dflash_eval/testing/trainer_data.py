@@ -170,3 +170,32 @@ def write_legacy(out: Path, samples: list[Sample], slots: list, teachers: list, 
               "format": {"file_pattern": "data_{idx}.pt", "schema": {}}}
     (out / "data_config.json").write_text(json.dumps(config, indent=2))
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m dflash_eval.testing.trainer_data OUT --target DIR --taps 1,2,3`: a DeepSpec target cache (the
+    format the base install reads: no pyarrow) of the target's own greedy continuations of the demo prompts,
+    the taps in z-lab numbering, no skew: what `dflash-eval trained-taps OUT` reads (scripts/smoke.sh)."""
+    import argparse
+
+    from ..model.target import load_target
+    from ..pipeline.prompts import DEMO_PROMPTS
+    from .train import greedy_sequences
+
+    parser = argparse.ArgumentParser(prog="python -m dflash_eval.testing.trainer_data", description=main.__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--taps", required=True, help="target layers in z-lab numbering, e.g. 1,2,3")
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+    taps = sorted(int(t) for t in args.taps.split(","))
+    target = load_target(args.target, device="cpu", dtype="float32")
+    samples = samples_from(greedy_sequences(target, list(DEMO_PROMPTS)[:args.samples], args.max_new_tokens))
+    pairs = [states(target, s, taps, teacher="post") for s in samples]
+    write_deepspec(args.out, samples, [p[0] for p in pairs], [p[1] for p in pairs], taps, str(args.target))
+    print(f"{args.out}: {len(samples)} samples, taps {taps}")
+
+
+if __name__ == "__main__":
+    main()
