@@ -171,8 +171,6 @@ DIR/track_state.json  the track's settings (all but the checkpoints) and their d
 
 from __future__ import annotations
 
-import csv
-import io
 import contextlib
 import json
 import os
@@ -181,6 +179,7 @@ from typing import Any
 
 from . import metrics as M
 from .errors import InputError
+from .per_position import COUNTED_SLOTS, per_position_csv, per_position_splits_csv  # noqa: F401 - here too
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -235,52 +234,6 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
         "token_acceptance_rate": M.token_acceptance_rate(counts),
         "slot_counts": M.slot_fractions(counts),
     }
-
-
-def per_position_csv(drafters: list[dict[str, Any]]) -> str:
-    if any(d["metrics"].get("estimate") for d in drafters):
-        # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
-        return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
-                         [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
-    return _slot_csv(drafters, ["tau_macro", "tau_micro"], COUNTED_SLOTS)
-
-
-COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at_pos"), ("marginal", "marginal_at_pos")]
-
-def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
-    """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth
-    bucket, segment, token class), per_position.csv's columns after drafter, split, part; None without any."""
-    from .breakdown import split_parts
-
-    rows = []
-    for d in (d for d in drafters if not d["metrics"].get("estimate")):
-        parts = [("draft_length", str(e["k"]), e["metrics"]) for e in d.get("by_draft_length") or []
-                 if not e.get("checkpoint_block")] + split_parts(d)
-        rows += [{"name": d["name"], "lead": [split, part], "metrics": m} for split, part, m in parts if m.get("steps")]
-    return _slot_csv(rows, ["tau_macro", "tau_micro"], COUNTED_SLOTS, ["split", "part"]) if rows else None
-
-
-def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]],
-              lead: list[str] = ()) -> str:
-    """drafter, [lead columns,] tau macro, tau micro, then one column per slot for each (metrics key, column
-    prefix)."""
-    width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)
-    header = ["drafter", *lead, *tau_columns]
-    for _, prefix in slots:
-        header += [f"{prefix}_{i}" for i in range(1, width + 1)]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    from .safe_text import printable
-
-    for d in drafters:
-        m = d["metrics"]
-        row = [printable(d["name"]), *d.get("lead", []), m["tau_macro"], m["tau_micro"]]  # a name: escaped
-        for key, _ in slots:
-            values = list(m[key]) + [None] * (width - len(m[key]))
-            row += ["" if v is None else f"{v:.6f}" for v in values]
-        writer.writerow(row)
-    return out.getvalue()
 
 
 def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, read_text
 from ..core.errors import loads as json_loads
 
 @dataclass(frozen=True)
@@ -203,8 +203,6 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
 def read_prompts_file(path: str | Path) -> list[Prompt]:
     """A JSONL file of {"id", "prompt"} (alias {"id", "text"}) or {"id", "messages"} rows (optional "set"; ids
     unique)."""
-    from ..core.errors import read_text
-
     path = Path(path)
     try:
         content = read_text(path, "utf-8-sig")
