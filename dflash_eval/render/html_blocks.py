@@ -69,10 +69,8 @@ def _visible(value):
     control and invisible format characters from data (ESC in a prompt id or a drafter name, bidi overrides)
     become visible escapes before autoescaping, so `cat report.html` never drives a terminal and the page
     never reorders text. Markup (the charts' SVG) keeps its tags; newlines and tabs stay."""
-    from markupsafe import Markup
-
     from ..core.safe_text import printable
 
-    if isinstance(value, Markup):
-        return Markup(printable(str(value), keep="\n\t"))
+    if hasattr(value, "__html__"):  # Jinja's Markup (markupsafe, not imported here: jinja2's own dependency)
+        return type(value)(printable(str(value), keep="\n\t"))
     return printable(value, keep="\n\t") if isinstance(value, str) else value
