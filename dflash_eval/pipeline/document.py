@@ -202,7 +202,7 @@ def batching_provenance(options, drafters: dict) -> dict[str, Any]:
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
     the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
     and the anchors per drafter forward (from the shapes, never the free memory). The bf16 invariance
-    measured on the test targets is in the README ("bf16 and batching")."""
+    measured on the test targets is in docs/gpu.md ("bf16 and batching")."""
     from ..model.engine import MAX_ANCHOR_BATCH
 
     anchors = {name: options.anchor_batch or min(MAX_ANCHOR_BATCH, -(-4 * d.spec.hidden_size // d.spec.block_size))
