@@ -163,10 +163,16 @@ def build(shape: str, device: str, seed: int = 0):
                        num_key_value_heads=kv, head_dim=hd, intermediate_size=inter, sliding_window=2048,
                        sliding_layers=4, fmt="zlab", taps=[1, 7, 13, 19, 25])
     torch.manual_seed(seed)
-    with torch.device(device):
-        drafter = DFlashDrafter(spec).to(torch.bfloat16).eval().requires_grad_(False)
-        embed = torch.nn.Embedding(V, H, dtype=torch.bfloat16).requires_grad_(False)
-        head = torch.nn.Linear(H, V, bias=False, dtype=torch.bfloat16).requires_grad_(False)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # built in bf16: no fp32 copy of the weights on the way
+    try:
+        with torch.device(device):
+            drafter = DFlashDrafter(spec).to(torch.bfloat16).eval().requires_grad_(False)
+            embed = torch.nn.Embedding(V, H).requires_grad_(False)
+            head = torch.nn.Linear(H, V, bias=False).requires_grad_(False)
+    finally:
+        torch.set_default_dtype(default)
+    drafter.rotary = type(drafter.rotary)(drafter.rope_config).to(device)  # fp32 frequencies, as load_drafter
     if device != "meta":
         with torch.no_grad():
             for p in [*drafter.parameters(), embed.weight, head.weight]:

@@ -88,7 +88,7 @@ def test_a_head_that_cannot_be_sliced_is_called_whole_on_row_pieces(monkeypatch)
 def test_the_gpu_piece_sizes_run_on_the_cpu():
     rows, vocab = 20000, 151936
     r, width = batching.lm_head_pieces(rows, vocab, 2, "cuda")
-    assert (r, width) == (8192, 32 * 2**20 // (8192 * 2))  # 2,048 vocabulary rows per piece of 8,192 rows
+    assert (r, width) == (8192, 256 * 2**20 // (8192 * 2)) == (8192, 16384)
     assert batching.lm_head_pieces(rows, vocab, 2, "cpu") == (512, 4 * 2**20 // (512 * 2))  # 4,096 wide
     head = _integer_head(300, 8, seed=8)
     x = _integer_rows(70, 8, seed=9)

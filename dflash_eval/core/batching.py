@@ -28,11 +28,12 @@ The rule (`anchor_batch`), per device kind, for a sequence of T tokens and a dra
 Measured (docs/performance.md, benchmarks/real_vocab.py): at the 0.6B-like shape on the CPU, 32 anchors at
 512 and 1,024 tokens, 16 at 2,048, each within a few percent of the best batch measured.
 
-The lm_head pieces (`lm_head_pieces`): a piece of logits, rows x vocabulary in the compute dtype, sized to
-stay in a core's cache: CPU 1 MiB (the smallest L2 among current x86 server cores: AMD Zen 4 1 MiB, Intel
-Sapphire Rapids 2 MiB), at most 256 rows; GPU 32 MiB (within the L2 of an A100, 40 MB, or H100/H200, 50 MB),
-at most 8,192 rows. Without vocabulary pieces (a whole-vocabulary caller, or a head that cannot be sliced)
-a row piece holds its whole vocabulary within the larger PIECE_WHOLE budget.
+The lm_head pieces (`lm_head_pieces`): a piece of logits, rows x vocabulary in the compute dtype. CPU: at
+most 4 MiB, 512 rows (512 x 4,096 tokens in bf16: within the last-level cache, each GEMM large enough to
+run at its peak rate; measured faster than 1 MiB pieces and than the whole product, docs/performance.md).
+GPU: at most 256 MiB, 8,192 rows (8,192 x 16,384 tokens): on a device each piece costs a few kernel launches,
+so pieces stay large and bound the memory, not the cache. Without vocabulary pieces (a whole-vocabulary
+caller, or a head that cannot be sliced) a row piece holds its whole vocabulary within PIECE_WHOLE.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ ROWS = {"cpu": 512, "gpu": 8192}  # block slots (anchors x B) per drafter forwar
 MIN_ROWS = {"cpu": 256, "gpu": 8192}  # the cache never cuts a chunk below this
 CACHE = {"cpu": 32 * MIB, "gpu": None}  # one fp32 copy of a chunk's attention scores (None: no cache term)
 BUDGET = {"cpu": 1 * GIB, "gpu": 4 * GIB}  # one chunk's attention scores, all copies
-PIECE = {"cpu": 4 * MIB, "gpu": 32 * MIB}  # one piece of logits (rows x vocabulary piece)
+PIECE = {"cpu": 4 * MIB, "gpu": 256 * MIB}  # one piece of logits (rows x vocabulary piece)
 PIECE_ROWS = {"cpu": 512, "gpu": 8192}
 PIECE_WHOLE = {"cpu": 64 * MIB, "gpu": 512 * MIB}  # a row piece with the whole vocabulary
 
