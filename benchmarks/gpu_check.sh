@@ -9,7 +9,19 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-python="${PYTHON:-python3}"
+# the project's venv when there is one (scripts/bootstrap.sh makes .venv), else python3; $PYTHON overrides
+if [[ -n "${PYTHON:-}" ]]; then
+  python="$PYTHON"
+elif [[ -x "$root/.venv/bin/python" ]]; then
+  python="$root/.venv/bin/python"
+else
+  python="python3"
+fi
+if ! "$python" -c "import torch" >/dev/null 2>&1; then
+  echo "gpu_check: $python cannot import torch, so no part can run; install first" \
+       "(bash scripts/bootstrap.sh makes .venv) or give the interpreter: PYTHON=/path/to/python bash $0" >&2
+  exit 2
+fi
 rehearse=""
 [[ "${1:-}" == "--rehearse" ]] && rehearse="--rehearse"
 OUT="${OUT:-$here/out}"

@@ -8,7 +8,8 @@
 # CPU machine an importable triton makes hybrid targets crash (GPU users add the `fla` extra).
 #
 # `test` also installs the reference implementations that tests/test_conformance.py runs: z-lab's
-# dflash==0.1.0 and speculators==0.9.0. Both pin other torch/transformers versions (dflash's `local` extra
+# dflash==0.1.0 and speculators==0.9.0, and SpecForge 0.2.0 (its offline reader, pure Python, is the oracle
+# of tests/test_trained_taps.py). The first two pin other torch/transformers versions (dflash's `local` extra
 # torch==2.13.0 / transformers==5.15.0; speculators transformers<=5.19, torchvision, torchaudio, ...), so
 # they are installed with --no-deps; the modules their DFlash code imports come from the `conformance`
 # extra (pyproject.toml). The torch and transformers versions must come out unchanged, triton absent.
@@ -30,7 +31,7 @@ versions() { "$py" -c "import torch, transformers; print(f'torch {torch.__versio
 if [ "$extras" = "test" ]; then
   before="$(versions)"
   "$py" -m pip install --quiet -e ".[test,conformance]"
-  "$py" -m pip install --quiet --no-deps "dflash==0.1.0" "speculators==0.9.0"
+  "$py" -m pip install --quiet --no-deps "dflash==0.1.0" "speculators==0.9.0" "specforge==0.2.0"
   after="$(versions)"
   if [ "$before" != "$after" ]; then
     echo "bootstrap: installing the reference packages changed $before -> $after" >&2
@@ -40,7 +41,7 @@ if [ "$extras" = "test" ]; then
     echo "bootstrap: triton is importable in .venv; CPU runs of hybrid targets would crash (uninstall it)" >&2
     exit 1
   fi
-  "$py" -c "import dflash.model, speculators.models.dflash.core, speculators.convert.dflash.converter" \
+  "$py" -c "import dflash.model, speculators.models.dflash.core, speculators.convert.dflash.converter, specforge.runtime.data_plane.offline_reader" \
     || { echo "bootstrap: the conformance reference packages do not import" >&2; exit 1; }
 fi
 echo "dflash-eval installed: $(versions)"

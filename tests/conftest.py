@@ -29,6 +29,19 @@ def private_cache(tmp_path_factory):
         os.environ["DFLASH_EVAL_CACHE"] = previous
 
 
+@pytest.fixture(scope="module")
+def hf_hub(tmp_path_factory):
+    """A Hugging Face hub cache, HF_HUB_CACHE for the module, holding every set of the DFlash paper's table in
+    huggingface_hub's layout (testing/hub_cache.py `write_paper_sets`)."""
+    from dflash_eval.testing.hub_cache import write_paper_sets
+
+    cache = tmp_path_factory.mktemp("hub")
+    write_paper_sets(cache, tmp_path_factory.mktemp("arrow"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_CACHE", str(cache))
+        yield cache
+
+
 @pytest.fixture(scope="session")
 def test_bed(tmp_path_factory) -> dict[str, Path]:
     """{"tokenizer", "qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"} -> folders on disk."""

@@ -171,11 +171,11 @@ def test_segment_rules():
     assert labels([]) == ((), ())
 
 
-def test_csv_rows_name_each_part():
+def test_split_parts_name_each_part():
     drafter = {"name": "d", "metrics": {}, **BD.breakdown_documents([ROW], 4, totals(ROW), summary, edges=(5,))}
-    names = [r["name"] for r in BD.csv_rows(drafter)]
-    assert names[:2] == ["d@depth=0-5", "d@depth=5+"]
-    assert "d@segment=thinking" in names and "d@token_class=newline" in names
+    parts = [(split, part) for split, part, _ in BD.split_parts(drafter)]
+    assert parts[:2] == [("depth", "0-5"), ("depth", "5+")]
+    assert ("segment", "thinking") in parts and ("token_class", "newline") in parts
 
 
 def test_run_splits_add_up_and_reach_the_csv(trained, tmp_path):
@@ -200,7 +200,10 @@ def test_run_splits_add_up_and_reach_the_csv(trained, tmp_path):
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert all(len(r["anchor_slot_correct"]) == len(r["anchor_accepted"]) for r in rows)
     names = [r["drafter"] for r in csv.DictReader(io.StringIO((out / "per_position.csv").read_text()))]
-    assert f"{d['name']}@depth=40-48" in names and any("@token_class=" in n for n in names)
+    assert names == [d["name"]]  # one row per drafter; the parts in their own file, those with steps
+    parts = list(csv.DictReader(io.StringIO((out / "per_position_splits.csv").read_text())))
+    assert ("depth", "40-48") in {(r["split"], r["part"]) for r in parts} and any(r["split"] == "token_class" for r in parts)
+    assert [r["part"] for r in parts if r["split"] == "depth"] == [e["bucket"] for e in d["by_depth"] if e["metrics"]["steps"]]
     assert json.loads((out / "run.json").read_text())["drafters"][0]["by_depth"] == d["by_depth"]
 
 

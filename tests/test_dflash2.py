@@ -355,3 +355,69 @@ def test_estimate_reads_the_candidates_distribution(layouts, target):
         if policy == "sample":
             assert restricted != whole  # K = 6 candidates and the selector change q
         drafter = _loaded(layouts["vllm"], target)
+
+
+# -- output_multiplier and final_logit_softcapping (the z-lab fixture's values) ------------------------
+
+# z-lab/dflash tests/fixtures/dflash2-config.json (Meta's published DFlash2 drafter): these two in dflash_config
+ZLAB_DFLASH2_SCALES = {"final_logit_softcapping": 20.0, "output_multiplier": 0.19611613513818404}
+
+
+def _zlab_compute_logits(logits: torch.Tensor, multiplier: float, cap: float | None) -> torch.Tensor:
+    """z-lab dflash/model_mlx.py `DFlashDraftModel.compute_logits`, transcribed: `logits = logits *
+    self.config.output_multiplier`; `if cap is not None and cap > 0: logits = mx.tanh(logits / cap) * cap`.
+    `DFlash2DraftModel.propose` hands these logits to `CandidateSelector.select`, which takes their top-K
+    (`argpartition`) as the candidates and their values as the unary scores; vLLM 0.33's `get_top_k_tokens`
+    ranks the raw logits and then applies the multiplier and the cap to the K values (the same set: both maps
+    are increasing)."""
+    logits = logits * multiplier
+    if cap is not None and cap > 0:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+@torch.inference_mode()
+def test_softcapped_dflash2_config_changes_the_logits_as_the_references_do(layouts, target, tmp_path):
+    capped = _edit(layouts["vllm"], tmp_path / "capped", lambda c: c["dflash_config"].update(ZLAB_DFLASH2_SCALES))
+    plain, scaled = _loaded(layouts["vllm"], target), _loaded(capped, target)
+    assert (scaled.spec.output_multiplier, scaled.spec.logit_softcap) == (0.19611613513818404, 20.0)
+    # hidden states large enough that the raw logits reach the cap's bend (|multiplier x logit| ~ cap)
+    hidden = 40 * torch.randn(6, 3, plain.spec.hidden_size, generator=torch.Generator().manual_seed(3))
+    raw = plain.lm_head_table()(hidden)
+    assert (raw * ZLAB_DFLASH2_SCALES["output_multiplier"]).abs().max() > 10
+    ids, unary = candidates(scaled, hidden)
+    reference = _zlab_compute_logits(raw, ZLAB_DFLASH2_SCALES["output_multiplier"],
+                                     ZLAB_DFLASH2_SCALES["final_logit_softcapping"])
+    their_ids = reference.topk(scaled.spec.selector_top_k, dim=-1).indices
+    assert torch.equal(ids.sort(-1).values, their_ids.sort(-1).values)  # the same candidates
+    assert torch.allclose(unary, reference.gather(-1, ids), atol=1e-5)  # the same unary scores
+    plain_ids, plain_unary = candidates(plain, hidden)
+    assert torch.equal(plain_ids, ids) and not torch.allclose(plain_unary, unary)
+    anchors = torch.randint(0, plain.spec.vocab_size, (6,), generator=torch.Generator().manual_seed(4))
+    walk, plain_walk = serving_walk(*edge_scores(scaled, hidden, anchors))[0], serving_walk(
+        *edge_scores(plain, hidden, anchors))[0]
+    assert not torch.equal(walk, plain_walk)  # smaller unary scores: the edge term reorders more candidates
+
+
+def test_zlabs_published_dflash2_config_is_read_with_its_scales(tmp_path):
+    """The config of z-lab's fixture (tests/fixtures/dflash2-config.json) as published, read without weights."""
+    from dflash_eval.formats import dflash2
+    from dflash_eval.formats.checkpoints import spec_from_zlab
+
+    config = {
+        "architectures": ["DFlash2DraftModel"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 200000,
+        "is_causal": False, "dflash_config": {"block_size": 16, "conv_group_size": 16, "conv_kernel_size": 2,
+                                              **ZLAB_DFLASH2_SCALES, "mask_token_id": 201818, "selector_rank": 256,
+                                              "selector_top_k": 16, "target_layer_ids": [1, 13, 25, 37, 49]},
+        "dtype": "bfloat16", "eos_token_id": 200001, "head_dim": 128, "hidden_act": "silu", "hidden_size": 6656,
+        "initializer_range": 0.02, "intermediate_size": 19968, "layer_types": ["sliding_attention"] * 5,
+        "max_position_embeddings": 131072, "max_window_layers": 5, "model_type": "qwen3", "num_attention_heads": 32,
+        "num_hidden_layers": 5, "num_key_value_heads": 8, "num_target_layers": 52, "pad_token_id": 200018,
+        "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+        "sliding_window": 2048, "tie_word_embeddings": False, "transformers_version": "5.15.0", "use_cache": False,
+        "use_sliding_window": True, "vocab_size": 202048}
+    base, settings = dflash2.base_config(config, tmp_path / "config.json")
+    spec = dflash2.finish_spec(spec_from_zlab(base, tmp_path, {}), settings, tmp_path / "config.json")
+    assert (spec.output_multiplier, spec.logit_softcap, spec.selector_top_k, spec.block_size) == (
+        0.19611613513818404, 20.0, 16, 16)
+    assert spec.semantics == "vllm" and [x.causal_in_block for x in spec.layers] == [False] * 5

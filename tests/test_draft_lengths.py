@@ -115,8 +115,10 @@ def test_speedup_from_a_step_times_file_in_run_json_terminal_and_html(runs):
     html = (runs["t"] / "report.html").read_text()
     assert 'id="draft-lengths"' in html and "expected speedup by draft length k and batch" in html
     with open(runs["t"] / "per_position.csv") as handle:
-        names = [r["drafter"] for r in csv.DictReader(handle) if "@" not in r["drafter"] or "@k=" in r["drafter"]]
-    assert names == ["ref", "ref@k=2", "ref@k=5", "inhouse", "inhouse@k=2", "inhouse@k=5"]
+        assert [r["drafter"] for r in csv.DictReader(handle)] == ["ref", "inhouse"]
+    with open(runs["t"] / "per_position_splits.csv") as handle:
+        names = [(r["drafter"], r["part"]) for r in csv.DictReader(handle) if r["split"] == "draft_length"]
+    assert names == [("ref", "2"), ("ref", "5"), ("inhouse", "2"), ("inhouse", "5")]
 
 
 def test_diff_pairs_by_k_and_compares_best_speedups(runs, tmp_path):

@@ -32,21 +32,58 @@ def vllm_rules(config: dict) -> list[str]:
             problems.append("entries must be in [0, 1]")
         if any(rates[i] > rates[i - 1] for i in range(1, n)):
             problems.append("must be non-increasing")
+    length = config.get("synthetic_acceptance_length")
+    if length is not None and not 1.0 <= length <= float(n + 1):  # "must be in [1, n + 1]"
+        problems.append(f"synthetic_acceptance_length must be in [1, {n + 1}]")
     return problems
+
+
+def vllm_length_to_rates(length: float, n: int) -> list[float]:
+    """vLLM 0.33 SpeculativeConfig._acceptance_length_to_rates ("the minimum-variance schedule"): num_drafts =
+    length - 1; [1.0] * int(num_drafts) + [num_drafts - int(num_drafts)] + [0.0] * (n - int(num_drafts) - 1),
+    cut to n."""
+    drafts = length - 1
+    full = int(drafts)
+    return ([1.0] * full + [drafts - full] + [0.0] * (n - full - 1))[:n]
+
+
+def dynamo_rules(flags: list[str]) -> tuple[int, list[float], list[str]]:
+    """ai-dynamo/dynamo (#10436): the mocker's argparse (`--aic-nextn` type=int, `--aic-nextn-accept-rates` a
+    string "Comma-separated conditional MTP acceptance rates. Entry i is P(draft i accepted | all earlier drafts
+    were accepted)", `--aic-mtp-seed` type=int), then _internal/aic.py: AicSession "nextn must be 1..=5 when
+    set"; _pad_nextn_accept_rates: float(x) for each non-blank comma field, "must be finite floats in [0, 1]",
+    zero-padded / truncated to 5. Returns (nextn, the padded rates, problems)."""
+    import math
+
+    values = dict(zip(flags[::2], flags[1::2]))
+    nextn = int(values["--aic-nextn"])
+    int(values["--aic-mtp-seed"])
+    rates = [float(x) for x in values["--aic-nextn-accept-rates"].split(",") if x.strip()]
+    problems = []
+    if not 1 <= nextn <= 5:
+        problems.append(f"nextn must be 1..=5 when set, got {nextn}")
+    if any(not math.isfinite(r) or not 0.0 <= r <= 1.0 for r in rates):
+        problems.append("aic_nextn_accept_rates must be finite floats in [0, 1]")
+    return nextn, (rates + [0.0] * 5)[:5], problems
+
+
+def demo_run(root, draft_lengths: str):
+    """The demo pair (ref = the reference drafter, inhouse = the in-house one) on 3 demo prompts, replayed at
+    `draft_lengths` too; returns the run folder."""
+    from dflash_eval.demo import drafter_paths, target_path
+
+    reference, inhouse = drafter_paths()
+    result = CliRunner().invoke(app, [
+        "run", "--target", str(target_path()), "-d", f"{reference}:ref", "-d", f"{inhouse}:inhouse",
+        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths",
+        draft_lengths, "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
+    assert result.exit_code == 0, result.output
+    return root / "run"
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from dflash_eval.demo import drafter_paths, target_path
-
-    root = tmp_path_factory.mktemp("export")
-    reference, inhouse = drafter_paths()
-    result = CliRunner().invoke(app, [
-        "run", "--target", str(target_path()), "-d", f"{reference}:ref", "-d", f"{inhouse}:inhouse",
-        "--prompts", "demo", "--limit", "3", "--max-new-tokens", "24", "--no-thinking", "--draft-lengths", "3",
-        "--out", str(root / "run"), "--cache-dir", str(root / "cache"), "--device", "cpu", "--no-html"])
-    assert result.exit_code == 0, result.output
-    return root / "run"
+    return demo_run(tmp_path_factory.mktemp("export"), "3")
 
 
 def _export(*args):
@@ -77,6 +114,38 @@ def test_vllm_rates_pass_vllms_rules_and_round_trip_to_tau(run_dir, drafter, k, 
     assert "temperature 0.0" in measured[0]
 
 
+def test_vllm_synthetic_length_is_tau_at_k_and_vllm_keeps_its_mean(run_dir):
+    result = _export(run_dir, "--engine", "vllm", "--k", 3, "--drafter", "ref", "--synthetic", "length")
+    assert result.exit_code == 0, result.output
+    config = _config(result.output)
+    assert vllm_rules(config) == [] and "synthetic_acceptance_rates" not in config
+    run = json.loads((run_dir / "run.json").read_text())
+    at_3 = next(e for e in run["drafters"][0]["by_draft_length"] if e["k"] == 3)["metrics"]
+    assert config["synthetic_acceptance_length"] == at_3["tau_micro"]
+    served = vllm_length_to_rates(config["synthetic_acceptance_length"], 3)  # what vLLM samples with
+    assert 1 + sum(served) == pytest.approx(at_3["tau_micro"], abs=1e-12)
+    assert served != at_3["reach"]  # the mean survives, the per-position profile does not (said in the file)
+    assert "minimum-variance" in result.output
+
+
+def test_dynamo_flags_are_the_conditional_rates_and_pass_its_rules(run_dir):
+    result = _export(run_dir, "--engine", "dynamo", "--k", 3, "--drafter", "inhouse")
+    assert result.exit_code == 0, result.output
+    flags = next(line for line in result.output.splitlines() if not line.startswith("#")).split()
+    nextn, padded, problems = dynamo_rules(flags)
+    assert problems == [] and nextn == 3 and padded[3:] == [0.0, 0.0]
+    run = json.loads((run_dir / "run.json").read_text())
+    d = next(x for x in run["drafters"] if x["name"] == "inhouse")
+    at_3 = next(e for e in d["by_draft_length"] if e["k"] == 3)["metrics"]
+    assert padded[:3] == [c if c is not None else 0.0 for c in at_3["conditional"]]  # c_i, never r_i
+    survive = 1.0
+    for i, c in enumerate(padded[:3]):  # the mocker draws draft i with P(c_i | all before accepted)
+        survive *= c
+        assert survive == pytest.approx(at_3["reach"][i], abs=1e-12)
+    refused = _export(run_dir, "--engine", "dynamo", "--k", 7, "--drafter", "ref")
+    assert refused.exit_code == 2 and "at most 5 draft tokens" in refused.output
+
+
 def test_sglang_simulated_length_is_tau_at_k(run_dir):
     result = _export(run_dir, "--engine", "sglang", "--k", 3, "--drafter", "ref")
     assert result.exit_code == 0, result.output
@@ -93,7 +162,8 @@ def test_sglang_simulated_length_is_tau_at_k(run_dir):
     (["--engine", "vllm", "--drafter", "ref", "--k", "5"], "not measured at draft length k = 5"),
     (["--engine", "vllm", "--drafter", "ref", "--k", "9"], "at most B - 1 = 7"),
     (["--engine", "vllm"], "holds 2 drafters"),
-    (["--engine", "trt", "--drafter", "ref"], "choose vllm or sglang"),
+    (["--engine", "trt", "--drafter", "ref"], "choose vllm, sglang, dynamo or modelopt"),
+    (["--engine", "sglang", "--drafter", "ref", "--synthetic", "length"], "--engine sglang takes none"),
     (["--engine", "vllm", "--drafter", "nobody"], "no drafter 'nobody'"),
 ])
 def test_refused_by_name(run_dir, args, message):

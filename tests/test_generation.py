@@ -128,10 +128,10 @@ def test_generation_batch_from_total_memory_on_a_27b_like_hybrid(monkeypatch):
     assert generation_batch_for(config, torch.bfloat16, [128] * 164, 2048, 80 * 10**9, 54 * 10**9) == 30  # (72 - 54) GB / 2 over ~300 MB
 
 
-def test_a_limit_or_a_shard_gets_the_continuation_of_the_full_run_in_bf16(test_bed, tmp_path):
-    """Generation batches come from the whole prompt set: a subset of the prompts (a --limit, a shard, a
-    resume) is generated with the companions the full run gives it, so its bf16 continuations are the
-    full run's bit for bit (the companions are cached too)."""
+def test_a_shard_or_a_resume_gets_the_continuation_of_the_full_run_in_bf16(test_bed, tmp_path):
+    """Generation batches come from the run's prompt set (`universe`): a subset of it (a shard, a rank, a
+    resume) is generated with the companions the whole run gives it, so its bf16 continuations are the
+    whole run's bit for bit (the companions are cached too)."""
     from dflash_eval.core.options import Reporter, RunOptions
     from dflash_eval.pipeline.continuations import continuations_for
 

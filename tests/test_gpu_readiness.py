@@ -332,14 +332,14 @@ def test_the_live_loop_draws_on_the_embeddings_device_when_the_logits_come_back_
         return result.tokens, result.walk_accept_lengths
 
     one_device = loop()
-    real_step, real_draft = live.cached_step, live.draft_logits
+    real_step, real_logits = live.cached_step, drafter.logits
 
     def step_elsewhere(*args, **kwargs):
         taps, logits, cache = real_step(*args, **kwargs)
         return taps, logits.as_subclass(Elsewhere), cache
 
     monkeypatch.setattr(live, "cached_step", step_elsewhere)
-    monkeypatch.setattr(live, "draft_logits", lambda *a, **k: real_draft(*a, **k).as_subclass(Elsewhere))
+    monkeypatch.setattr(drafter, "logits", lambda *a, **k: real_logits(*a, **k).as_subclass(Elsewhere))
     with pytest.raises(RuntimeError, match="same device"):  # the stand-in really refuses a cross-device draw
         live.draw(torch.ones(1, 4).as_subclass(Elsewhere), generator_for(0, "p", 0))
     assert loop() == one_device

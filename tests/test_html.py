@@ -259,6 +259,13 @@ class DevTools:
             raise RuntimeError(f"{method}: {reply['error']}")
         return reply.get("result", {})
 
+    def page_session(self) -> str:
+        """A blank page's session with the Page domain enabled: where a test navigates and measures."""
+        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.send("Page.enable", session=session)
+        return session
+
     def wait_event(self, method: str) -> dict:
         for event in self.events:
             if event.get("method") == method:
@@ -411,9 +418,7 @@ def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
     browser = DevTools(binary, tmp_path / "profile", tmp_path / "chromium.log")
     seen = {}
     try:
-        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        browser.send("Page.enable", session=session)
+        session = browser.page_session()
         for width in (700, 1400):
             browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
                                                                 "mobile": False}, session=session)

@@ -63,9 +63,9 @@ def test_the_demos_commands_paste_whole_and_run(demo, private_cache):
     assert ctx.params["prompts"] == "humaneval" and str(ctx.params["out"]) == "runs/mine"
     shown = invoke(show, columns)
     assert shown.exit_code == 0 and "demo-inhouse" in shown.stdout and shown.stdout.count("draft  │") >= 5
-    # the doctor command hits the continuations the demo cached: no generation, however few prompts
+    # the doctor command, as printed, hits the continuations the demo cached: no generation
     before = sorted(p.name for p in private_cache.rglob("*") if p.is_file())
-    diagnosed = invoke([*doctor, "--limit", "2", "--no-context-variants"], columns)
+    diagnosed = invoke([*doctor, "--no-context-variants"], columns)
     assert diagnosed.exit_code == 0, diagnosed.output
     assert "generate" not in diagnosed.stdout and "verdict:" in diagnosed.stdout
     assert sorted(p.name for p in private_cache.rglob("*") if p.is_file()) == before

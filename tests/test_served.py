@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.core import served as S
+from dflash_eval.core import served_gap as G
 
 runner = CliRunner()
 
@@ -215,14 +216,14 @@ def test_labels_with_escapes_are_read_exactly():
 
 
 def test_intervals_by_hand():
-    low, high = S.wilson(5, 10)
+    low, high = G.wilson(5, 10)
     assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
     # Newcombe (1998), Stat Med 17:873, table II example (56/70 vs 48/80): method 10 gives 0.0524 to 0.3339
-    d, lo, hi = S.proportion_gap(56, 70, 48, 80)
+    d, lo, hi = G.proportion_gap(56, 70, 48, 80)
     assert (round(d, 4), round(lo, 4), round(hi, 4)) == (0.2, 0.0524, 0.3339)
     # two histograms over n: means 1.0 (var 2/3 over 3 steps) and 0.5 (var 1/4 over 2 steps)
-    gap, lo, hi = S.mean_gap([1, 1, 1], [1, 1])
-    half = S.Z95 * ((2 / 3) / 3 + (1 / 4) / 2) ** 0.5
+    gap, lo, hi = G.mean_gap([1, 1, 1], [1, 1])
+    half = G.Z95 * ((2 / 3) / 3 + (1 / 4) / 2) ** 0.5
     assert gap == 0.5 and lo == pytest.approx(0.5 - half) and hi == pytest.approx(0.5 + half)
 
 
@@ -241,7 +242,7 @@ def test_beside_an_offline_run_the_gap_per_position_has_an_interval(drafter_dirs
     rows = data["gap"]["per_position"]
     assert [r["offline"] for r in rows] == pytest.approx([r / steps for r in reach])
     for row, mine, theirs in zip(rows, served_pos, reach):
-        d, lo, hi = S.proportion_gap(mine, steps, theirs, steps)
+        d, lo, hi = G.proportion_gap(mine, steps, theirs, steps)
         assert (row["gap"], row["low"], row["high"]) == (d, lo, hi) and lo <= d <= hi
     tau = data["gap"]["tau"]  # full-length drafts: the served histogram [0, steps, 0, 0] is known
     hist = counts["accept_length_histogram"]

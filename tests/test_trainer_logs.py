@@ -187,3 +187,74 @@ def test_deepspec_scalars_as_its_training_logger_writes_them(tmp_path):
     # a per-position accuracy that keeps rising while measured tau falls is flagged
     assert "kept rising" in T.rising_while_flat("train/accept_rate@1", [0.5, 0.6, 0.7, 0.8], [2.0, 3.0, 2.5, 2.2],
                                                 [0.1] * 4)
+
+
+def test_specforge_810_metric_families_as_its_tracker_writes_them(tmp_path):
+    """SpecForge #810 (merged): the TensorBoard tracker as before, with the DFlash-family metrics under
+    `train/dflash/*` and `train/dflash2/selector/*`, the expected-accepted-length proxies
+    `dflash2/{hard_label,teacher}/expected_accepted_length`, per-position `position_<k>/...` with the objective's
+    `position_<k>/objective/loss_weight_share`, `train/objective/lk_kl_weight`, and timings under `perf/*`."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    output_dir = tmp_path / "outputs"
+    writer = SummaryWriter(log_dir=str(output_dir / "runs"))
+    for step, eal in ((50, 2.1), (100, 2.6)):
+        scalars = {"train/loss": 4.0 / eal, "train/acc": eal / 5, "train/lr": 6e-4,
+                   "train/dflash/hard_label/unary_top1_accuracy": eal / 6,
+                   "train/dflash/hard_label/unary_top16_recall": 0.9,
+                   "train/dflash2/selector/loss": 1.0 / eal, "train/dflash2/selector/greedy_accepted_length": eal,
+                   "train/dflash2/hard_label/expected_accepted_length": eal + 0.1,
+                   "train/dflash2/teacher/expected_accepted_length": eal + 0.2,
+                   "train/position_1/hard_label/unary_top1_accuracy": 0.8,
+                   "train/position_1/objective/loss_weight_share": 0.4, "train/objective/lk_kl_weight": 0.5,
+                   "perf/step_time_s": 1.3}
+        for key, value in scalars.items():
+            writer.add_scalar(key, value, global_step=step)
+    writer.close()
+    (output_dir / "epoch_0_step_100").mkdir()
+    log = T.find_trainer_logs(output_dir)
+    assert T.trainer_of(log.series) == "SpecForge" and log.source.startswith("SpecForge: ")
+    values = T.trainer_values([output_dir], 100, output_dir / "epoch_0_step_100")["values"]
+    assert values["train/dflash2/hard_label/expected_accepted_length"] == pytest.approx(2.7)
+    assert values["train/dflash2/teacher/expected_accepted_length"] == pytest.approx(2.8)
+    assert values["train/dflash2/selector/greedy_accepted_length"] == pytest.approx(2.6)
+    assert values["train/dflash/hard_label/unary_top16_recall"] == pytest.approx(0.9)
+    assert values["train/position_1/hard_label/unary_top1_accuracy"] == pytest.approx(0.8)
+    # objective weights and timings are not training metrics: never set beside tau, never flagged
+    assert not {"train/position_1/objective/loss_weight_share", "train/objective/lk_kl_weight", "perf/step_time_s",
+                "train/lr"} & set(values)
+    # speculators' own per-position names stay speculators'
+    assert T.trainer_of({"train/eal": [], "train/position_1_acc": []}) == "speculators"
+
+
+def test_nemo_automodel_console_log_as_its_logger_writes_it(tmp_path):
+    """NeMo Automodel train_dflash.py logs `epoch=%d step=%d loss=%.4f acc=%.4f lr=%.6g` on rank 0 every
+    log_every_steps and train_dflash2.py's `_log_extra_train_metrics` the DFlash2 line right after; its only
+    on-disk trace besides W&B is that console, here captured into a file by Python's logging as a job would."""
+    import logging
+
+    folder = tmp_path / "nemo-out"
+    folder.mkdir()
+    logger = logging.getLogger("nemo_automodel.recipes.llm.train_dflash2")
+    handler = logging.FileHandler(folder / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        for step, (loss, acc, accept, base, recall) in ((100, (9.29, 0.08, 1.156, 1.172, 0.38)),
+                                                         (200, (6.64, 0.21, 2.094, 2.078, 0.68))):
+            logger.info("epoch=%d step=%d loss=%.4f acc=%.4f lr=%.6g", 0, step, loss, acc, 2.01396e-05)
+            logger.info("  dflash2: base_loss=%.4f selector_loss=%.4f base_acc=%.4f accept_len=%.3f "
+                        "base_accept_len=%.3f candidate_recall=%.4f", loss - 1, 2.5, acc - 0.01, accept, base, recall)
+        logger.info("Finished epoch 1/1 completed_steps=200 skipped_short_micro_batches=0")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    (folder / "epoch_0_step_200").mkdir()
+    log = T.find_trainer_logs(folder)
+    assert log.source.startswith("NeMo Automodel: console log")
+    assert log.series["accept_len"] == [(100, 1.156), (200, 2.094)]
+    values = T.trainer_values([folder], 200, folder / "epoch_0_step_200")["values"]
+    assert values == {"loss": 6.64, "acc": 0.21, "base_loss": 5.64, "selector_loss": 2.5, "base_acc": 0.2,
+                      "accept_len": 2.094, "base_accept_len": 2.078, "candidate_recall": 0.68}  # no lr
+    assert "kept rising" in T.rising_while_flat("candidate_recall", [0.3, 0.5, 0.68], [2.0, 3.0, 2.2], [0.1] * 3)

@@ -20,6 +20,7 @@ def doctor(
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
     target: opt.Target = None,
     prompts: opt.Prompts = None,
+    prompt_field: opt.PromptField = None,
     limit: opt.Limit = None,
     max_new_tokens: opt.MaxNewTokens = None,
     thinking: opt.Thinking = None,
@@ -36,7 +37,9 @@ def doctor(
     samples: opt.Samples = 1,
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
     depth_buckets: opt.DepthBuckets = None,
-    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-dflash-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    engines: bool = typer.Option(False, "--engines", help="Instead of the variants: the drafter under every engine's reading of its checkpoint (z-lab, speculators, vLLM, SGLang, llama.cpp) on the same trajectories, tau per engine and the rule responsible for each difference; writes engines.json with --out."),
+    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     import json as json_module
@@ -66,19 +69,22 @@ def doctor(
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
+                         prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
-                         depth_buckets=depth_buckets, draft_window=draft_window, **shared)
+                         depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
+    if engines:
+        if trained_taps is not None:
+            reporter.close()
+            raise fail("--engines and --trained-taps are two doctors: run them one at a time")
+        _engines(options, reporter, console, out)
+        return
     try:
         result = run_doctor(options, reporter)
     finally:
         reporter.close()
     render_doctor(console, result)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / "doctor.json", json_module.dumps(result, indent=1) + "\n")
-        from ..pipeline.run_folder import record_written
-
-        record_written(out, "doctor.json")  # --overwrite of a run folder removes it with the run
+        _write(out, "doctor.json", result)  # --overwrite of a run folder removes it with the run
         if (out / RUN_JSON).exists():
             run_data = json_module.loads((out / RUN_JSON).read_text())
             run_data["doctor"] = result
@@ -89,3 +95,30 @@ def doctor(
 
                 write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
         console.print(_safe(f"written: {out / 'doctor.json'}"))
+
+
+def _engines(options, reporter, console, out: Optional[Path]) -> None:
+    """doctor --engines: commands/doctor_engines.py composes, render/doctor_engines.py shows, engines.json."""
+    from ..commands.doctor_engines import run_engines
+    from ..render.doctor_engines import render_engines
+
+    try:
+        result = run_engines(options, reporter)
+    finally:
+        reporter.close()
+    render_engines(console, result)
+    if out is not None:
+        _write(out, "engines.json", result)
+        console.print(_safe(f"written: {out / 'engines.json'}"))
+
+
+def _write(out: Path, name: str, result: dict) -> None:
+    """OUT/NAME as JSON, recorded among the folder's written files (an --overwrite removes it with the run)."""
+    import json as json_module
+
+    from ..core.results import atomic_write
+    from ..pipeline.run_folder import record_written
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / name, json_module.dumps(result, indent=1) + "\n")
+    record_written(out, name)

@@ -1,6 +1,6 @@
-"""`dflash-eval export-serving`: the speculative-decoding settings that make vLLM or SGLang accept at a
-drafter's measured rates (load tests before deployment). Parses, calls commands.export_serving, prints or
-writes its text."""
+"""`dflash-eval export-serving`: the speculative-decoding settings that make vLLM, SGLang or Dynamo accept at
+a drafter's measured rates, or its Model-Optimizer speculation profile (load tests before deployment).
+Parses, calls commands.export_serving, prints or writes its text."""
 
 from __future__ import annotations
 
@@ -17,12 +17,17 @@ from .root import app
 @reports_input_errors
 def export_serving(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
-    engine: str = typer.Option(..., "--engine", help="vllm (speculative_config with synthetic acceptance rates) or "
-                                                     "sglang (SGLANG_SIMULATE_ACC_LEN)."),
+    engine: str = typer.Option(..., "--engine", help="vllm (speculative_config with synthetic acceptance rates), "
+                                                     "sglang (SGLANG_SIMULATE_ACC_LEN), dynamo (mocker --aic-nextn "
+                                                     "flags, conditional rates) or modelopt (speculation_profile.json "
+                                                     "v1.0, both conventions, every measured k)."),
     k: Optional[int] = typer.Option(None, "--k", help="Draft length (num_speculative_tokens); default: the best k "
                                                      "at batch 1 of the run's expected speedup, else B - 1. Must "
                                                      "have been measured (run --draft-lengths)."),
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Which drafter of the run (needed when it holds several)."),
+    synthetic: str = typer.Option("rates", "--synthetic", help="vllm only: rates (synthetic_acceptance_rates, the "
+                                                              "per-position reach) or length "
+                                                              "(synthetic_acceptance_length, the mean)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write to this file instead of printing."),
 ) -> None:
     """Write the serving engine's settings that accept at this drafter's measured per-position rates."""
@@ -31,7 +36,7 @@ def export_serving(
 
     if out is not None:
         writable_file(out, "--out")
-    result = build(run_dir, engine, k=k, drafter=drafter)
+    result = build(run_dir, engine, k=k, drafter=drafter, synthetic=synthetic)
     if out is None:
         typer.echo(result["text"], nl=False)
         return

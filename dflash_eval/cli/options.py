@@ -13,15 +13,23 @@ from typing import Annotated, Any, Optional
 import typer
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask) or vllm; RULES for every drafter or NAME=RULES for one; repeatable. "
+                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
 Target = Annotated[Optional[str], typer.Option(
     "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).")]
 Prompts = Annotated[Optional[str], typer.Option(
-    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH, or long contexts: repo:PATH (a repository's "
+    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH; from the Hugging Face cache the paper's "
+                            "sets (gsm8k, math500, aime24, aime25, livecodebench, swe-bench, mt-bench, alpaca; "
+                            "paper:NAME for only the paper's rows) or hf:REPO[:CONFIG][:SPLIT]; or long contexts: "
+                            "repo:PATH (a repository's "
                             "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
                             "sources) (`dflash-eval prompts list`; default demo).")]
+PromptField = Annotated[Optional[str], typer.Option(
+    "--prompt-field", help="With --prompts hf:REPO[:CONFIG][:SPLIT]: the column holding the prompt (a string, a list "
+                           "of user turns or a list of {role, content} messages; default: prompt, messages, question, "
+                           "problem, instruction or text, whichever the dataset has).")]
 Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).")]
 Seed = Annotated[Optional[int], typer.Option(
     "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).")]
@@ -42,7 +50,7 @@ TapChunk = Annotated[int, typer.Option(
 NumericsCheck = Annotated[int, typer.Option(
     "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).")]
 GenerationBatch = Annotated[Optional[int], typer.Option(
-    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the whole prompt set).")]
+    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the run's prompts, after --limit).")]
 Kernels = Annotated[str, typer.Option(
     "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
 # temperature > 0 (sampling.py): the same five options on run, doctor and track
@@ -80,7 +88,7 @@ DepthBuckets = Annotated[Optional[str], typer.Option(
                             "anchor's position: 0,512,2048,... (K = 1024; default 1K,2K,4K,8K,16K,32K).")]
 DraftWindow = Annotated[Optional[int], typer.Option(
     "--draft-window", min=1, help="The drafter sees only the last W context rows before each anchor, on every layer, "
-                                  "as SGLang's --speculative-dflash-draft-window-size serves it.")]
+                                  "as SGLang's --speculative-draft-window-size serves it.")]
 
 ContextTokens = Annotated[Optional[int], typer.Option(
     "--context-tokens", min=64, help="With --prompts repo:PATH or stdlib: tokens of each packed prompt (default 8192).")]

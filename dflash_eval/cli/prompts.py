@@ -15,9 +15,12 @@ app.add_typer(prompts_app, name="prompts")
 
 @prompts_app.command("list")
 def prompts_list() -> None:
-    """The bundled prompt sets, their size and license."""
+    """The bundled prompt sets, their size and license; the paper's other sets and whether this machine's
+    Hugging Face cache holds them."""
     from rich.table import Table
 
+    from ..core.safe_text import safe
+    from ..pipeline.hf_prompts import availability
     from ..pipeline.prompts import describe_sets
 
     table = Table(header_style="bold")
@@ -27,6 +30,15 @@ def prompts_list() -> None:
         table.add_row(name, str(count), description)
     console = stdout_console()
     console.print(table)
+    offline = Table(header_style="bold", title="the paper's other sets, read offline from the Hugging Face cache")
+    for column in ("set", "dataset", "in this cache", "to get it (once, online)"):
+        offline.add_column(column)
+    for name, repo, revision, command in availability():
+        offline.add_row(name, repo, f"yes, {safe(revision[:12])}" if revision else "no", "" if revision else command)
+    console.print(offline)
+    console.print("paper:NAME takes only the rows the DFlash paper evaluated (e.g. paper:gsm8k: 128 of 1319); "
+                  "--limit N --seed 42 draws as dflash 0.1.0's benchmark does; any cached dataset: "
+                  "--prompts hf:REPO[:CONFIG][:SPLIT] --prompt-field COLUMN")
     console.print("also: --prompts FILE.jsonl ({\"id\", \"prompt\"} or {\"id\", \"messages\"}) and --prompts dir:PATH "
                   "(code-completion prompts from the head of each source file)")
 
@@ -34,22 +46,25 @@ def prompts_list() -> None:
 @prompts_app.command("show")
 @reports_input_errors
 def prompts_show(
-    source: str = typer.Argument(..., help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH."),
+    source: str = typer.Argument(..., help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH, a set of the paper's table "
+                                           "(gsm8k, mt-bench, ...), paper:NAME or hf:REPO[:CONFIG][:SPLIT]."),
     prompt_id: Optional[str] = typer.Option(None, "--id", help="Only this prompt."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Tokenizer whose chat template to apply (default: the demo target's)."),
-    thinking: bool = typer.Option(False, "--thinking/--no-thinking", help="The chat template's thinking flag."),
+    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="The chat template's thinking flag (default: the target family's, as `run` uses it)."),
     limit: int = typer.Option(3, "--limit", min=1, help="How many prompts to show (without --id)."),
+    prompt_field: Optional[str] = typer.Option(None, "--prompt-field", help="With hf:REPO: the column holding the prompt."),
 ) -> None:
-    """Print what will be sent to the target for a prompt set, after the chat template."""
+    """Print exactly what `run` sends to the target for a prompt set: its thinking rule, its chat template."""
     from rich.panel import Panel
     from rich.text import Text
-    from transformers import AutoTokenizer
 
     from ..formats.files import resolve_local_or_cached
     from ..demo import target_path
+    from ..model.target import load_tokenizer
+    from ..pipeline.thinking import target_thinking
     from ..pipeline.prompts import load_prompts, render_for_target
 
-    prompts = load_prompts(source)
+    prompts = load_prompts(source, prompt_field=prompt_field)
     if prompt_id is not None:
         prompts = [p for p in prompts if p.id == prompt_id]
         if not prompts:
@@ -57,11 +72,12 @@ def prompts_show(
     else:
         prompts = prompts[:limit]
     folder = resolve_local_or_cached(target) if target else target_path()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = load_tokenizer(folder)  # run's own loader and thinking rule
+    thinking, source = target_thinking(folder, thinking)
     from ..core.safe_text import printable, safe
 
     console = stdout_console()
+    flag = f"thinking {'on' if thinking else 'off'}" + (" (family default)" if source.startswith("family") else "")
     for prompt, text in zip(prompts, render_for_target(prompts, tokenizer, thinking)):
         console.print(Panel(Text(printable(text, keep="\n\t")),
-                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, thinking {'on' if thinking else 'off'}",
-                            title_align="left"))
+                            title=f"{safe(prompt.id)} ({safe(prompt.set)}) as sent, {safe(flag)}", title_align="left"))

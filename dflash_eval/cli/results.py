@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -18,6 +19,8 @@ def report(
     samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: show the prompts done so far, under a banner."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document: settings, summary and per-slot tables (with counts), the diff verdict of each drafter against the first."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the same summary as markdown tables, to paste into an issue or a PR."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from ..core.paths import writable_file
@@ -25,11 +28,24 @@ def report(
     from ..core.results import interpreting, read_run
     from ..core.run_rows import run_rows
 
+    if as_json and markdown:
+        raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
         writable_file(html, "--html")
     run = read_run(run_dir, partial=partial)
     with interpreting(run_dir):
         rows = run_rows(run_dir, run)
+    if as_json or markdown:
+        import json
+
+        from ..commands.report import run_summary
+        from ..render.markdown import summary_markdown
+
+        with interpreting(run_dir):
+            summary = run_summary(run_dir, run, partial=partial)
+            text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
+        sys.stdout.write(text)
+        return
     console = stdout_console()
     _incomplete_banner(console, run)
     with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
@@ -103,9 +119,9 @@ def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Only this drafter."),
-    worst: Optional[int] = typer.Option(None, "--worst", min=1, help="The K blocks with the shortest accepted prefix."),
-    first: Optional[int] = typer.Option(None, "--first", min=1, help="The first N blocks (default 10 unless --prompt is given)."),
-    sample: Optional[int] = typer.Option(None, "--random", min=1, help="K blocks at random."),
+    worst: Optional[int] = typer.Option(None, "--worst", min=1, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
+    first: Optional[int] = typer.Option(None, "--first", min=1, metavar="N", help="The first N blocks (default 10 unless --prompt is given)."),
+    sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --random choice."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
 ) -> None:

@@ -24,6 +24,7 @@ def run(
     target: opt.Target = None,
     reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path."),
     prompts: opt.Prompts = None,
+    prompt_field: opt.PromptField = None,
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed)."),
     max_new_tokens: opt.MaxNewTokens = None,
     limit: opt.Limit = None,
@@ -71,6 +72,7 @@ def run(
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
+                         prompt_field=prompt_field,
                          anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
                          generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, shard=shard, device_map=device_map,
@@ -88,9 +90,9 @@ def run(
         from ..commands.distributed import evaluate_launched
 
         result = evaluate_launched(options, reporter)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
-        raise fail(f"interrupted; finished prompts are kept in {out}: run the same command again to resume", 130) from None
+        raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None
     finally:
         reporter.close()
     if world > 1 and rank > 0:

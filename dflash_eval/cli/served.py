@@ -9,19 +9,22 @@ from typing import List, Optional
 
 import typer
 
-from .common import _safe, reports_input_errors, stdout_console
+from .common import _safe, fail, reports_input_errors, stdout_console
 from .root import app
 
 
 @app.command()
 @reports_input_errors
 def served(
-    dumps: List[Path] = typer.Argument(..., help="A /metrics dump, two dumps BEFORE AFTER (subtracted), or a "
-                                                 "`vllm bench serve` result JSON."),
+    dumps: Optional[List[Path]] = typer.Argument(None, help="A /metrics dump, two dumps BEFORE AFTER (subtracted), or "
+                                                            "a `vllm bench serve` result JSON."),
     model: Optional[str] = typer.Option(None, "--model", help="The served model (model_name label) to read, when "
                                                               "the server serves several."),
     run: Optional[str] = typer.Option(None, "--run", help="RUN_DIR or RUN_DIR:DRAFTER: an offline run of the same "
                                                           "drafter, shown beside the served numbers."),
+    per_request: Optional[Path] = typer.Option(None, "--per-request", help="A JSONL of server responses, one request "
+                                               "a line (vLLM metrics.speculative_decoding, CompletionOutput dumps, "
+                                               "SGLang meta_info), reconciled prompt by prompt with --run."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document (tau, per_position, ...)."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
 ) -> None:
@@ -32,6 +35,11 @@ def served(
 
     if html is not None:
         writable_file(html, "--html")
+    if per_request is not None:
+        _per_request(per_request, dumps, run, as_json, html)
+        return
+    if not dumps:
+        raise fail("give a /metrics dump (or two, or a bench result), or --per-request FILE with --run RUN")
     result = compose(list(dumps), model=model, run=run)
     page = render_served_html(result) if html is not None else None
     if as_json:
@@ -44,3 +52,26 @@ def served(
         path = write_html(html, page)
         if not as_json:
             stdout_console().print(_safe(f"written: {path}"))
+
+
+def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path]) -> None:
+    """served --per-request FILE --run RUN (commands/served_requests.py composes, render/served_requests.py shows)."""
+    from ..commands.served_requests import reconcile
+    from ..render.served_requests import render_requests, render_requests_html
+
+    if dumps:
+        raise fail("--per-request reads a file of responses; give the /metrics dumps in another call")
+    if run is None:
+        raise fail("--per-request needs --run RUN: the offline run of the same prompts and target")
+    result = reconcile(path, run)
+    page = render_requests_html(result) if html is not None else None
+    if as_json:
+        typer.echo(json.dumps(result, indent=1))
+    else:
+        render_requests(stdout_console(), result)
+    if page is not None:
+        from ..render.html import write_html
+
+        written = write_html(html, page)
+        if not as_json:
+            stdout_console().print(_safe(f"written: {written}"))

@@ -21,6 +21,7 @@ def track(
     target: opt.Target = None,
     reference: Optional[str] = typer.Option(None, "--reference", help="The line to beat: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint path; evaluated once."),
     prompts: opt.Prompts = None,
+    prompt_field: opt.PromptField = None,
     out: Path = typer.Option(..., "--out", "-o", help="Track folder (created; rerun the same command to continue it)."),
     watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
     interval: float = typer.Option(60.0, "--interval", help="Seconds between polls with --watch."),
@@ -59,7 +60,7 @@ def track(
     reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
-    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,
+    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block, prompt_field=prompt_field,
                              anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
                              generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
                              top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,

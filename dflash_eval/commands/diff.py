@@ -94,6 +94,17 @@ def fairness_problems(a: Side, b: Side, max_mismatch: float) -> tuple[list[str],
     return problems, {"differing_tokens": differ, "total_tokens": total, "share": share}
 
 
+def snapshot_warnings(a: Side, b: Side) -> list[str]:
+    """Two results of one HF repository name measured at different revisions or architectures (snapshots.py)."""
+    from ..core.snapshots import conflicts, drafter_architecture, target_architecture
+
+    ta, tb = a.run["provenance"]["target"], b.run["provenance"]["target"]
+    return (conflicts([(f"A ({a.name})", a.drafter.get("snapshot"), drafter_architecture(a.drafter["spec"])),
+                       (f"B ({b.name})", b.drafter.get("snapshot"), drafter_architecture(b.drafter["spec"]))])
+            + conflicts([("A's target", ta.get("snapshot"), target_architecture(ta)),
+                         ("B's target", tb.get("snapshot"), target_architecture(tb))]))
+
+
 def _sampling_key(provenance: dict) -> dict | None:
     sampling = provenance.get("sampling")
     return {k: v for k, v in sampling.items() if k != "generator"} if isinstance(sampling, dict) else None
@@ -138,7 +149,7 @@ def _estimate_diff(a: Side, b: Side, a_value: str, b_value: str, problems: list[
     alpha = [None if i >= len(ma["alpha"]) or i >= len(mb["alpha"]) or ma["alpha"][i] is None or mb["alpha"][i] is None
              else mb["alpha"][i] - ma["alpha"][i] for i in range(width)]
     return {
-        "estimate": True, "warnings": [], "forced": bool(problems), "unfair": problems, "prompts": macro.n,
+        "estimate": True, "warnings": snapshot_warnings(a, b), "forced": bool(problems), "unfair": problems, "prompts": macro.n,
         "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": ma["tau_macro"],
               "tau_micro": ma["tau_micro"]},
         "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": mb["tau_macro"],
@@ -225,6 +236,7 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
         warnings.append(f"A and B are the same drafter of the same run ({a.name}): the difference is 0 by construction")
     elif a.drafter.get("fingerprint") and a.drafter.get("fingerprint") == b.drafter.get("fingerprint"):
         warnings.append("A and B have identical checkpoint weights (same fingerprint)")
+    warnings += snapshot_warnings(a, b)
     return {
         "warnings": warnings,
         "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca),

@@ -188,7 +188,9 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     from ..pipeline.trajectories import capture_trajectory
 
     reporter = reporter or Reporter()
-    inputs = prepare_inputs(options, one_drafter=True)
+    from ..pipeline.turns import answer_earlier_turns
+
+    inputs = answer_earlier_turns(prepare_inputs(options, one_drafter=True), options, reporter)  # multi-turn sets
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
     reference = inputs.entries[1] if options.reference else None
     n_contexts = 2 if options.context_variants and options.temperature <= 0 else 0
@@ -213,7 +215,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
 
         texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
                                              universe=whole_prompt_set(options))
-    else:  # the run's whole-set generation plan: the same continuations as `run` on these prompts
+    else:  # the run's generation plan: the same continuations as `run` on these prompts
         greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
                                       universe=whole_prompt_set(options))
         texts = {(pid, 0): cont for pid, cont in greedy.items()}
@@ -300,6 +302,13 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
     if windows:
         summary["windows"] = windows
         join_verdict(summary, windows)
+    trained_passes = {}
+    if getattr(options, "trained_taps", None) is not None:  # the training run's own taps (doctor_trained_taps.py)
+        from .doctor_trained_taps import trained_taps_section
+
+        before = target.tap_passes
+        trained_taps_section(summary, entry, target, options, reporter)
+        trained_passes = {"trained taps": target.tap_passes - before}
     if sampled:
         from ..core.estimates import DEFINITION
 
@@ -308,7 +317,8 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
                                                                        "samples": options.samples, "seed": options.seed}}
     return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
             "tap_passes": target.tap_passes,
-            "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts}},
+            "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts},
+                       **trained_passes},
             "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
 

@@ -169,9 +169,9 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         variants.append(Variant("sliding windows off", "trained with full attention where the config has windows",
                                 spec=replace(spec, layers=layers)))
     if spec.attention_config is not None:
-        from ..core.semantics import SEMANTICS, apply_semantics, rotary_dim, served_differences
+        from ..core.semantics import VARIANT_SEMANTICS, apply_semantics, rotary_dim, served_differences
 
-        for rules in SEMANTICS:
+        for rules in VARIANT_SEMANTICS:
             if rules == spec.semantics:
                 continue
             other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
@@ -264,7 +264,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
         drafts, replays = [], []
         drafter.spec = variant.spec or configured
         saved_rotary, saved_tables = drafter.rotary, {}
-        if variant.rope is not None or drafter.spec.semantics != configured.semantics:  # rules set the rotary too
+        if variant.rope is not None or (drafter.spec.semantics, drafter.spec.rotary_semantics) != (
+                configured.semantics, configured.rotary_semantics):  # rules set the rotary too
             drafter.rotary = drafter.rotary_for(variant.rope or drafter.spec.rope)
         if variant.target_tables:
             saved_tables = {n: drafter._modules.pop(n) for n in ("embed_tokens", "lm_head") if n in drafter._modules}

@@ -16,6 +16,7 @@ from typing import Any
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
+from ..pipeline.turns import answer_earlier_turns
 from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.rows import (add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder,
                              trajectory_rows)
@@ -27,12 +28,66 @@ __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
 
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGINT) during `evaluate`, carrying what is true at that moment, for the one line the CLI
+    prints: nothing written yet, continuations generated and cached but no prompt evaluated, or k of n
+    prompts evaluated and kept in the run folder."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class Progress(Reporter):
+    """The caller's reporter, and how far each phase got (what an interrupt's message says)."""
+
+    def __init__(self, inner: Reporter):
+        self.inner, self.done, self.folder_open, self.evaluated = inner, {}, False, 0
+
+    def phase(self, name: str, total: int) -> None:
+        self.done[name] = [0, total]
+        self.inner.phase(name, total)
+
+    def advance(self, name: str, detail: str = "") -> None:
+        self.done.setdefault(name, [0, 0])[0] += 1
+        self.inner.advance(name, detail)
+
+    def note(self, message: str) -> None:
+        self.inner.note(message)
+
+    def interrupted(self, options: RunOptions, total: int) -> str:
+        out = options.out
+        if not self.folder_open:
+            return f"interrupted before this run wrote anything ({out} is as it was); run the command again"
+        evaluated = self.evaluated  # prompts whose rows are in the folder, resumed ones included
+        if evaluated:
+            return (f"interrupted: {evaluated} of {total} prompts evaluated and kept in {out} (`dflash-eval report "
+                    f"{out} --partial` shows them); run the same command again to resume")
+        made = [f"{n} of {t} {'continuations' if phase == 'generate' else 'samples'} generated, cached in "
+                f"{options.cache_dir}" for phase, (n, t) in self.done.items() if phase in ("generate", "sample")]
+        return (f"interrupted{': ' + made[0] if made else ''}; no prompt evaluated yet, so {out} holds no results "
+                "(report has nothing to show); run the same command again to continue"
+                + (" (the cached continuations are reused)" if made else ""))
+
+
 def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
-    """Run (or resume) an evaluation; returns the run.json content."""
+    """Run (or resume) an evaluation; returns the run.json content. Ctrl-C raises `Interrupted`, whose
+    message says what was kept."""
+    progress = Progress(reporter or Reporter())
+    total = "?"
+    try:
+        inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
+        total = len(inputs.prompts)
+        return _evaluate(options, progress, inputs)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(progress.interrupted(options, total)) from None
+
+
+def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs) -> dict[str, Any]:
     from ..model.target import load_target
 
-    reporter = reporter or Reporter()
-    inputs = prepare_inputs(options)
     serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
     from ..pipeline.numerics import check_numerics_options
 
@@ -47,6 +102,7 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str,
     refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
     drafters = load_drafters(inputs.entries, target)
     done_rows = folder.open(options.overwrite)  # takes the folder's lock, held until the run ends
+    reporter.folder_open = True
     try:
         with kernels_context(target, options):
             return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows, serving, drafters)
@@ -121,6 +177,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     pending = [p for p in inputs.prompts if p.id not in complete]
     if complete:
         reporter.note(f"resuming: {len(complete)} of {len(inputs.prompts)} prompts already done")
+    if isinstance(reporter, Progress):
+        reporter.evaluated = len(complete)
     ids = {k: v for k, v in inputs.prompt_ids().items() if k not in complete}
     sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
     estimate = sampled and options.mode == "trajectory"  # temperature > 0 offline: K sampled texts per prompt
@@ -180,6 +238,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         folder.append(finish_rows(rows, decode))
         all_rows.extend(rows)
         complete.add(prompt.id)
+        if isinstance(reporter, Progress):
+            reporter.evaluated = len(complete)
         if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
             folder.write_partial(document(final=False), len(complete), len(inputs.prompts))
         pause_after_prompt()

@@ -26,6 +26,8 @@ class Inspection:
     target_note: str  # where the target came from, or why there is none
     mask_token_text: str | None
     parameters: dict[str, int]  # body / embedding / lm_head parameter counts
+    snapshot: dict[str, str] | None = None  # {"repo", "revision"} when read from the HF cache (core/snapshots.py)
+    target_snapshot: dict[str, str] | None = None
 
     @property
     def failed(self) -> list[Check]:
@@ -85,4 +87,7 @@ def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: s
         group = "embedding" if name.startswith("embed_tokens") else "lm_head" if name.startswith("lm_head") else "body"
         if name not in spec.ignored_weights and name not in ("d2t",):
             counts[group] += math.prod(meta.shape)
-    return Inspection(spec, validate(spec, weights, info), info, note, mask_text, counts)
+    from ..core.snapshots import snapshot_of
+
+    return Inspection(spec, validate(spec, weights, info), info, note, mask_text, counts,
+                      snapshot_of(path.resolve()), snapshot_of(target_path.resolve()) if target_path else None)

@@ -28,6 +28,7 @@ RESERVE_BYTES = 2 * R.GIB  # CUDA context, cuBLAS workspace and allocator slack,
 TEMPLATE_TOKENS = 16  # assumed chat-template tokens around a prompt when the target has no tokenizer
 CHARS_PER_TOKEN = 3  # assumed without a tokenizer (code and English run at 3-4 characters per token)
 LOGITS_CHUNK = 1024  # model.target.capture_taps computes the greedy logits 1024 positions at a time
+TIME_IS = "a roofline LOWER BOUND: every kernel at the bf16 peak or bandwidth, no overhead; not yet timed on a GPU"
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ class Phase:
     host_bytes: int = 0  # kept in host memory meanwhile (doctor's offloaded trajectories)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "memory_bytes": self.memory_bytes, "flops": self.flops, "seconds": self.seconds,
-                "parts": dict(self.parts), "host_bytes": self.host_bytes}
+        return {**dataclasses.asdict(self), "parts": dict(self.parts)}
 
 
 @dataclass
@@ -110,7 +110,8 @@ class Plan:
                         "mean_tokens": sum(self.lengths) / len(self.lengths)},
             "batches": self.batches, "phases": [p.to_dict() for p in self.phases],
             "peak_bytes": self.peak_bytes, "usable_bytes": self.usable_bytes, "reserve_bytes": RESERVE_BYTES,
-            "seconds": sum(p.seconds for p in self.phases), "fits": self.fits, "fix": self.fix, "notes": self.notes,
+            "seconds": sum(p.seconds for p in self.phases), "seconds_are": TIME_IS, "fits": self.fits, "fix": self.fix,
+            "notes": self.notes,
         }
 
 
@@ -346,9 +347,8 @@ def plan(target: str, drafters: list[str], settings: PlanSettings) -> Plan:
     phases = [Phase(name, sum(parts.values()), times[name][0], times[name][1], parts, batches["host_bytes"].get(name, 0))
               for name, parts in memory.items()]
     del batches["host_bytes"]
-    notes = [f"prompt lengths: {source}",
-             f"times: roofline lower bound on {device.name} (every kernel at the roof; no launch or Python overhead), "
-             f"each continuation assumed to run to {settings.max_new_tokens} new tokens",
+    notes = [f"prompt lengths: {source}", f"times on {device.name}: {TIME_IS}; each continuation assumed to run to "
+             f"{settings.max_new_tokens} new tokens",
              f"usable memory: {device.memory_bytes / R.GIB:.0f} GiB - {RESERVE_BYTES / R.GIB:.0f} GiB reserved (CUDA context, allocator)"]
     if settings.doctor:
         notes.append(f"doctor keeps its trajectories in host memory: {phases[-1].host_bytes / R.GIB:,.1f} GiB (pinned)")

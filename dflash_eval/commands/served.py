@@ -1,8 +1,9 @@
 """`served DUMP...`: what a server measured (core/served.py reads it), set beside an offline run of the same
 drafter, with the gap per position and the likely causes a checkpoint and a run can show.
 
-Reading: one file is a vLLM `/metrics` dump, an SGLang one, or a `vllm bench serve` result (JSON); two files
-are vLLM dumps taken before and after a load test, subtracted. Every problem is one InputError naming the
+Reading: one file is a vLLM `/metrics` dump, an SGLang one (its counters, else its gauge), or a `vllm bench
+serve` result (JSON); two files are vLLM or SGLang counter dumps taken before and after a load test,
+subtracted (core/served_sglang.py for SGLang's). Request by request: served_requests.py. Every problem is one InputError naming the
 file(s). The causes are facts of the run's drafter spec and settings (the rules it was scored under against
 vLLM's, `partial_rotary_factor`, a sliding/full mix, the draft length, the temperature), each said once,
 plus the shape of the per-position gap.
@@ -14,20 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ..core import served as S
+from ..core import served_sglang as sglang_counters
+from ..core.served_gap import gap_to_offline
 from ..core.attention import AttentionConfig
-from ..core.errors import InputError, loads
+from ..core.errors import InputError, loads, read_text_file
 from ..core.semantics import layers_under
 
 
 def _text(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(path, "no such file (expected a /metrics dump or a `vllm bench serve` result)") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a folder, not a metrics dump") from None
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text (expected a /metrics dump or JSON)") from None
+    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")
 
 
 def _bench(path: Path, text: str, model: str | None) -> S.Served:
@@ -73,20 +69,29 @@ def read_served(paths: list[Path], model: str | None) -> S.Served:
             raise InputError(path, f"not a Prometheus text dump: {exc}") from None
     where = " -> ".join(map(str, paths))
     try:
+        for p in parsed:
+            S.refuse_diffusion(p)
         is_vllm = [bool(S.vllm_series(p)) for p in parsed]
+        is_counters = [sglang_counters.has_counters(p) for p in parsed]
         is_sglang = [any(s.name == S.SGLANG_TAU for s in p) for p in parsed]
         if len(paths) == 2:
-            if not all(is_vllm):
-                raise InputError(where, "two dumps are subtracted only for vLLM's counters "
-                                        + ("(SGLang's acceptance length is a gauge: read one dump)" if any(is_sglang)
-                                           else "(a dump without vllm:spec_decode_* counters)"))
-            return S.served_between(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
+            if all(is_vllm):
+                return S.served_between(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
+            if all(is_counters):
+                return sglang_counters.served_between_counters(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
+            raise InputError(where, "two dumps are subtracted only for vLLM's or SGLang's counters "
+                                    + ("(SGLang's acceptance length is a gauge: read one dump)" if any(is_sglang)
+                                       else "(a dump without vllm:spec_decode_* or sglang:spec_verify_calls_total "
+                                            "counters, or the two dumps hold different ones)"))
         if is_vllm[0]:
             return S.served_from_dump(parsed[0], model, str(paths[0]))
+        if is_counters[0]:
+            return sglang_counters.served_from_counters(parsed[0], model, str(paths[0]))
         if is_sglang[0]:
             return S.served_from_sglang(parsed[0], model, str(paths[0]))
-        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total counters nor sglang:spec_accept_length "
-                                   "(speculative decoding off, or not a server's /metrics)")
+        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total counters nor SGLang's "
+                                   "sglang:spec_verify_calls_total / sglang:spec_accept_length (speculative decoding "
+                                   "off, or not a server's /metrics)")
     except ValueError as exc:
         raise InputError(where, str(exc)) from None
 
@@ -127,8 +132,9 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
             causes.append(f"the run scored the drafter under {spec.get('semantics')} rules; vLLM's rules differ on "
                           f"{', '.join(changed)}: rerun with --semantics vllm")
     else:
-        causes.append("SGLang may truncate the drafter's context (--speculative-dflash-draft-window-size) and may "
-                      "simulate acceptance (SGLANG_SIMULATE_ACC_LEN); neither is in its metrics")
+        causes.append("SGLang may truncate the drafter's context (--speculative-draft-window-size, whole pages of "
+                      "--page-size) and may simulate acceptance (SGLANG_SIMULATE_ACC_LEN); neither is in its metrics; "
+                      "`doctor --engines` scores the drafter under SGLang's rules")
     k, slots = result["served"].get("num_speculative_tokens"), spec.get("block_size", 0) - 1
     if k is not None and k != slots:
         causes.append(f"draft length: the server drafts {k} tokens per step, the offline run {slots}")
@@ -169,6 +175,6 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     result["offline"] = {"run": str(side.run_dir), "drafter": side.name, "steps": counts.steps,
                          "block_size": counts.block_size,
                          "semantics": (side.drafter.get("spec") or {}).get("semantics")}
-    result["gap"] = S.gap_to_offline(measured, counts.steps, counts.reach_counts, counts.accept_length_histogram)
+    result["gap"] = gap_to_offline(measured, counts.steps, counts.reach_counts, counts.accept_length_histogram)
     result["likely_causes"] = likely_causes(result, side.drafter, side.run.get("provenance") or {})
     return result

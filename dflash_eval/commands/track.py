@@ -39,6 +39,7 @@ from ..pipeline.continuations import continuations_for, sampled_continuations_fo
 from ..pipeline.document import assemble
 from ..core.errors import InputError
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
+from ..pipeline.turns import answer_earlier_turns
 from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
@@ -133,7 +134,8 @@ class Tracker:
         self.reporter = reporter or Reporter()
         self.after_batch = after_batch or (lambda tracker: None)
         self.on_row = on_row or (lambda row, reference_tau: None)
-        self.base = prepare_inputs(dataclasses.replace(options.run, drafters=[]))
+        self.base = answer_earlier_turns(prepare_inputs(dataclasses.replace(options.run, drafters=[])), options.run,
+                                         self.reporter)  # multi-turn sets: their later turns (pipeline/turns.py)
         self.info = target_info(self.base.target_path)
         track_breakdown.check_options(options.run, self.base.entries[0].spec.block_size if self.base.entries else None)
         _refuse_nonfinite_target(self.base.target_path)  # before --out is created or an earlier track removed
@@ -263,7 +265,7 @@ class Tracker:
             ids = self.base.prompt_ids()
             sampled = run.temperature > 0  # the offline estimate: K sampled texts per prompt, one pass each
             missing = [p for p in needed if (p.id, 0) not in self.continuations]
-            universe = whole_prompt_set(run)  # run's whole-set plan: the same texts (and cache entries) as `run`
+            universe = whole_prompt_set(run)  # run's generation plan: the same texts (and cache entries) as `run`
             if sampled:
                 found, generated = sampled_continuations_for(target, missing, ids, run, self.base.thinking,
                                                              self.reporter, universe=universe)

@@ -17,8 +17,9 @@ class LayerAttention:
     window: int | None  # W, or None: no window on this layer
     causal_in_block: bool  # slot j sees own-block slots <= j (True) or all slots (False)
     # "anchor" (speculators): context rows a - W <= p < a, no window inside the block;
-    # "query" (z-lab, vLLM): key k visible iff q - k < W (and k - q < W when not causal), inside the block too
-    window_from: Literal["anchor", "query"] = "anchor"
+    # "query" (z-lab, vLLM, SGLang): key k visible iff q - k < W (and k - q < W when not causal), inside the block too;
+    # "query_left" (llama.cpp's LLAMA_SWA_TYPE_STANDARD): q - k < W only, no limit to the right in a bidirectional block
+    window_from: Literal["anchor", "query", "query_left"] = "anchor"
 
 
 @dataclass(frozen=True)

@@ -193,14 +193,13 @@ def slot_bits(slot_correct: Sequence[Sequence[int]]) -> list[int]:
     return [sum(1 << k for k, c in enumerate(slots) if c == 1) for slots in slot_correct]
 
 
-def csv_rows(drafter: dict[str, Any]) -> list[dict[str, Any]]:
-    """per_position.csv's extra rows for one drafter object: NAME@depth=BUCKET, NAME@segment=S,
-    NAME@token_class=C, each with that part's metrics (nothing for a drafter without a breakdown)."""
+def split_parts(drafter: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """per_position_splits.csv's parts of one drafter object: (split, part, that part's metrics) for every
+    depth bucket ("depth", "1K-2K"), segment and token class, empty ones included (nothing for a drafter
+    without a breakdown)."""
     out = []
     for key, label in (("by_depth", "bucket"), ("by_segment", "segment"), ("by_token_class", "token_class")):
-        name = "depth" if key == "by_depth" else label
-        out += [{"name": f"{drafter['name']}@{name}={e[label]}", "metrics": e["metrics"]}
-                for e in drafter.get(key) or []]
+        out += [("depth" if key == "by_depth" else label, str(e[label]), e["metrics"]) for e in drafter.get(key) or []]
     return out
 
 

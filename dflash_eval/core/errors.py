@@ -48,6 +48,21 @@ def loads(text: str):
         raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
 
 
+def read_text_file(path: Path, expected: str) -> str:
+    """A UTF-8 text file, or one InputError line naming it: absent, a folder, not text, unreadable;
+    `expected` says what the file should have been ("a /metrics dump")."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, f"no such file (expected {expected})") from None
+    except IsADirectoryError:
+        raise InputError(path, f"is a folder, not {expected}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, f"is not UTF-8 text (expected {expected})") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror}") from None
+
+
 def read_json_object(path: Path, *, missing: str) -> dict:
     """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
     try:

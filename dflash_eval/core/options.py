@@ -25,6 +25,7 @@ class RunOptions:
     prompts: str = "demo"
     limit: int | None = None
     prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
+    prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
     max_new_tokens: int = 256
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
     mode: str = "trajectory"  # or "live"
@@ -40,7 +41,7 @@ class RunOptions:
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
-    # "NAME=RULES" for one (RULES: zlab, speculators, vllm; see semantics.py)
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp; see semantics.py)
     semantics: list[str] = field(default_factory=list)
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
     # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
@@ -61,7 +62,7 @@ class RunOptions:
     accelerator: str | None = None
     step_times: Path | None = None
     # where acceptance is lost (breakdown.py): depth bucket edges "0,512,2048" (default 1K..32K); the drafter
-    # sees only the last W context rows, as SGLang's --speculative-dflash-draft-window-size serves it
+    # sees only the last W context rows, as SGLang's --speculative-draft-window-size serves it
     depth_buckets: str | None = None
     draft_window: int | None = None
     # long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts of N tokens; "refuse" or "truncate"
@@ -71,6 +72,8 @@ class RunOptions:
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
     numerics_check: int = 0
+    # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
+    trained_taps: Path | None = None
 
 
 def parse_max_memory(value: str | None) -> dict | None:

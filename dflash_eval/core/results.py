@@ -10,7 +10,7 @@ DIR/run.json
         git_sha          commit of the dflash-eval checkout, or null when not installed from git
         argv             the command line
         created          UTC timestamp of the final write
-        target           {"name", "path", "fingerprint", "model_type", "num_layers", "hidden_size", "vocab_size"}
+        target           {"name", "path", "fingerprint", "snapshot", "model_type", "num_layers", "hidden_size", "vocab_size"}
         inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
                          target_config, target_weights, tokenizer_files, chat_template, responses_file
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
@@ -42,7 +42,7 @@ DIR/run.json
                             walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
-                         as SGLang serves --speculative-dflash-draft-window-size (masks.block_masks); null: all
+                         as SGLang serves --speculative-draft-window-size (masks.block_masks); null: all
         final_block      "shorter" (z-lab: min(B, remaining+1) slots near the cap) or "full" (vLLM)
         final_block_by_drafter  {drafter: "shorter" | "full"}: the rule each walk used (a drafter under
                          --semantics vllm: always "full", vLLM's rule, whatever --final-block says)
@@ -51,12 +51,16 @@ DIR/run.json
         responses_agreement  {"agree", "total"} with --responses: tokens equal to the target's greedy choice
         prompts          {"source", "count", "sets": {set: count}}; repo:PATH / stdlib add context_tokens
                          (the packing budget) and max_context (refuse / truncate: long_prompts.py)
+        trained_taps     (`trained-taps --out` folders only) {"data", "format", "split", "labels" ("stored teacher" or
+                         "data tokens"), "anchors", "final_block", "verdict"}: the rows are training samples scored
+                         teacher-forced (docs/trained-taps.md); drafters NAME@trained-taps and NAME@our-taps
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"
         fingerprint     sha256 of config.json + weight files
+        snapshot        {"repo", "revision"}: the HF cache snapshot it was read from (core/snapshots.py), else null
         spec            the normalized DrafterSpec (taps in z-lab numbering, plus speculators_taps,
                         block_size, mask_token_id, per-layer attention kind/window/causality, ...)
         metrics         tau_macro (z-lab), tau_micro (vLLM), tau_macro_ci [lo, hi] (bootstrap 95% over
@@ -124,14 +128,16 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
                         anchor_accepted (trajectory) or step_seconds / draft_seconds / verify_seconds (live),
                         counts}} per shorter draft length k < B - 1
     draft_seconds, verify_seconds  (live) per step: the drafter's pass, the target's verify forward
+    label_ids, training_sample, segment  (trained-taps rows) the ids each slot was scored against (the stored
+                        teacher's or the target's greedy next tokens, or the data tokens), the training sample the row
+                        belongs to (prompt_id is SAMPLE, or SAMPLE:K for its K-th supervised stretch) and K
     one_token_step      (live with --draft-lengths, no other step times) {"seconds", "steps"} of plain
                         one-token decoding steps timed on this prompt (t_target(1) of speedup.py)
 
-DIR/per_position.csv  one row per drafter: drafter, tau_macro, tau_micro, then speculators-compatible
-    acceptance_at_pos_{i} (reach, all-steps denominator as vLLM/speculators), conditional_at_pos_{i},
-    marginal_at_pos_{i} for i = 1..B-1; with --draft-lengths one more row per shorter k, named NAME@k=K;
-    one more row per depth bucket, segment and token class: NAME@depth=1K-2K, NAME@segment=thinking,
-    NAME@token_class=identifier (breakdown.csv_rows).
+DIR/per_position.csv  one row per drafter only: drafter, tau_macro, tau_micro, speculators' acceptance_at_pos_{i}
+    (reach, all-steps denominator), conditional_at_pos_{i}, marginal_at_pos_{i} for i = 1..B-1.
+DIR/per_position_splits.csv  the same after drafter, split, part; a row per part with walk steps: "draft_length"
+    (each shorter k), "depth" (bucket, 1K-2K), "segment", "token_class" (breakdown.split_parts); or no file.
 
 DIR/written.json    every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes
 DIR/run.lock        the lock (filelock) the writing process holds; a second writer is refused by name
@@ -182,6 +188,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 SAMPLES = "samples.jsonl"
 PER_POSITION = "per_position.csv"
+PER_POSITION_SPLITS = "per_position_splits.csv"
 PARTIAL_JSON = "run.partial.json"  # run.json over the prompts done so far, while a run is unfinished
 STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
 
@@ -237,22 +244,30 @@ def per_position_csv(drafters: list[dict[str, Any]]) -> str:
         # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
         return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
                          [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
-    # --draft-lengths: one more row per shorter draft length k, named NAME@k=K (its own replay, block k + 1)
-    drafters = [row for d in drafters for row in [d, *({"name": f"{d['name']}@k={e['k']}", "metrics": e["metrics"]}
-                                                       for e in d.get("by_draft_length") or []
-                                                       if not e.get("checkpoint_block"))]]
-    from .breakdown import csv_rows
-
-    drafters = [row for d in drafters for row in [d, *csv_rows(d)]]  # by depth, segment, token class
-    return _slot_csv(drafters, ["tau_macro", "tau_micro"], [("reach", "acceptance_at_pos"),
-                                                            ("conditional", "conditional_at_pos"),
-                                                            ("marginal", "marginal_at_pos")])
+    return _slot_csv(drafters, ["tau_macro", "tau_micro"], COUNTED_SLOTS)
 
 
-def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]]) -> str:
-    """drafter, tau macro, tau micro, then one column per slot for each (metrics key, column prefix)."""
+COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at_pos"), ("marginal", "marginal_at_pos")]
+
+def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
+    """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth
+    bucket, segment, token class), per_position.csv's columns after drafter, split, part; None without any."""
+    from .breakdown import split_parts
+
+    rows = []
+    for d in (d for d in drafters if not d["metrics"].get("estimate")):
+        parts = [("draft_length", str(e["k"]), e["metrics"]) for e in d.get("by_draft_length") or []
+                 if not e.get("checkpoint_block")] + split_parts(d)
+        rows += [{"name": d["name"], "lead": [split, part], "metrics": m} for split, part, m in parts if m.get("steps")]
+    return _slot_csv(rows, ["tau_macro", "tau_micro"], COUNTED_SLOTS, ["split", "part"]) if rows else None
+
+
+def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]],
+              lead: list[str] = ()) -> str:
+    """drafter, [lead columns,] tau macro, tau micro, then one column per slot for each (metrics key, column
+    prefix)."""
     width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)
-    header = ["drafter", *tau_columns]
+    header = ["drafter", *lead, *tau_columns]
     for _, prefix in slots:
         header += [f"{prefix}_{i}" for i in range(1, width + 1)]
     out = io.StringIO()
@@ -260,7 +275,7 @@ def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: lis
     writer.writerow(header)
     for d in drafters:
         m = d["metrics"]
-        row = [d["name"], m["tau_macro"], m["tau_micro"]]
+        row = [d["name"], *d.get("lead", []), m["tau_macro"], m["tau_micro"]]
         for key, _ in slots:
             values = list(m[key]) + [None] * (width - len(m[key]))
             row += ["" if v is None else f"{v:.6f}" for v in values]

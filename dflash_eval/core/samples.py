@@ -65,16 +65,22 @@ def select_blocks(
 ) -> list[BlockView]:
     """Filter by prompt id and drafter, then take the first N blocks, the K worst, or K at random with a
     seed. Worst = a draft was rejected, shortest accepted prefix first; ties: more scored slots first
-    (more wasted), then walk order. Blocks accepted in full come last whatever their length."""
+    (more wasted), then across prompts (each prompt's worst before any prompt's second: twenty `0/7`
+    blocks from three prompts say less than one from each of twenty), then walk order. Blocks accepted in
+    full come last whatever their length."""
     blocks = [b for row in rows if (prompt is None or row["prompt_id"] == prompt)
               and (drafter is None or row["drafter"] == drafter) for b in walk_blocks(row)]
     if worst is not None:
         def badness(i: int):
             block = blocks[i]
-            scored = min(len(block.draft), len(block.target))
-            return (block.first_rejected is None, block.accepted, -scored, i)
+            return (block.first_rejected is None, block.accepted, -min(len(block.draft), len(block.target)))
 
-        order = sorted(range(len(blocks)), key=badness)
+        rank: dict[int, int] = {}
+        seen: dict[tuple, int] = {}
+        for i in sorted(range(len(blocks)), key=lambda i: (badness(i), i)):  # rank within its prompt
+            group = (blocks[i].prompt_id, blocks[i].drafter, badness(i))
+            rank[i] = seen[group] = seen.get(group, -1) + 1
+        order = sorted(range(len(blocks)), key=lambda i: (badness(i), rank[i], i))
         return [blocks[i] for i in order[:worst]]
     if sample is not None:
         rng = random.Random(seed)

@@ -34,6 +34,9 @@ Serving rules `vllm` adds beyond attention and RoPE (each a conformance note: `V
   distribution softmax(logits / T): vLLM ignores top-p / top-k for drafts (`draft_top_filters`), the
   target's p keeps them. `rejection_sample_method` synthetic / block are not modelled (no option takes them).
 
+Two servers more, `sglang` and `llamacpp` (SGLang 0.5.23, llama.cpp's DFlash): their rules and what is
+refused under them live in engine_rules.py; `doctor --engines` scores one drafter under all five.
+
 A checkpoint's format picks its rule set by default; `--semantics` overrides it, and the choice and its
 reason are recorded in the spec (so in `inspect`, provenance and every report).
 """
@@ -43,13 +46,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import engine_rules
 from .attention import AttentionConfig, LayerAttention, Scales
 
 if TYPE_CHECKING:
     from .spec import DrafterSpec
 
-Semantics = Literal["zlab", "speculators", "vllm"]
-SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm")
+Semantics = Literal["zlab", "speculators", "vllm", "sglang", "llamacpp"]
+SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm", *engine_rules.ENGINE_RULES)
+# the rule sets doctor's variants try (a trainer or vLLM); the other engines: `doctor --engines`
+VARIANT_SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm")
 
 RULE_SOURCES = {
     "zlab": "dflash 0.1.0 dflash/model.py (Qwen3DFlashAttention.__init__, _attention_mask)",
@@ -57,6 +63,7 @@ RULE_SOURCES = {
                    "core.py (DFlashDraftModel._build_attention_mask)",
     "vllm": "vLLM 0.33.0 model_executor/models/qwen3_dflash.py (_dflash_layer_causal, _resolve_layer_attention), "
             "transformers_utils/configs/speculators/algos.py (update_dflash), v2 DFlash speculator",
+    **engine_rules.SOURCES,
 }
 SCALE_SOURCE = "dflash 0.1.0 dflash/model.py (_draft_value, dflash_generate, DFlashDraftModel.compute_logits)"
 
@@ -113,6 +120,8 @@ def layers_under(config: AttentionConfig, semantics: str) -> tuple[tuple["LayerA
                                  if uniform is not None else "sliding layers causal, full layers bidirectional")
                + " (per-layer as the V2 runner; the V1 proposer runs a mixed drafter bidirectional)")
         return tuple(layers), why
+    if semantics in engine_rules.ENGINE_RULES:
+        return engine_rules.layers_under(config, semantics)
     raise ValueError(f"unknown semantics {semantics!r} (choose from {', '.join(SEMANTICS)})")
 
 
@@ -131,10 +140,13 @@ ROTARY_SOURCE = ("vLLM 0.33.0 model_executor/layers/rotary_embedding/__init__.py
                  "passes the rest); transformers 5 Qwen3RotaryEmbedding.compute_default_rope_parameters (whole head)")
 
 
-def rotary_dim(rope: dict, head_dim: int, semantics: str) -> int:
+def rotary_dim(rope: dict, head_dim: int, semantics: str, top_level: bool = False) -> int:
     """How many leading dims of each head RoPE rotates. vLLM honours `partial_rotary_factor` (a top-level key is
     moved into rope_parameters by its `patch_rope_parameters`); transformers' Qwen3 default rotary, which z-lab's
-    code and speculators' trainer run, ignores it and rotates the whole head."""
+    code and speculators' trainer run, ignores it and rotates the whole head; SGLang reads `rope_dim`, else a
+    top-level factor only (`top_level`: where the checkpoint declared it; engine_rules.sglang_rotary_dim)."""
+    if semantics == "sglang":
+        return engine_rules.sglang_rotary_dim(rope, head_dim, top_level)
     factor = rope.get("partial_rotary_factor")
     if semantics != "vllm" or factor is None:
         return head_dim
@@ -145,7 +157,16 @@ def _rotary_checked(spec: "DrafterSpec", semantics: str) -> tuple[str, ...]:
     """Refuse what is not implemented by name; the note that says how the key is read under these rules."""
     from .errors import InputError
 
-    notes = tuple(n for n in spec.config_notes if not n.startswith("partial_rotary_factor"))
+    notes = tuple(n for n in spec.config_notes if not n.startswith(("partial_rotary_factor", "rope_dim")))
+    if spec.rope.get("rope_dim") is not None:
+        served = rotary_dim(spec.rope, spec.head_dim, "sglang")
+        if not 0 < served <= spec.head_dim or served % 2:
+            raise InputError(spec.path, f"config key 'rope_dim'={spec.rope['rope_dim']!r} is not an even number of "
+                                        f"dims in 2..{spec.head_dim}")
+        notes = (*notes, f"rope_dim {served}: " + (f"SGLang rotates the first {served} dims of each head"
+                                                   if semantics == "sglang" else
+                                                   f"ignored under {semantics} rules (the whole head rotates); "
+                                                   f"SGLang rotates {served} (--semantics sglang)"))
     factor = spec.rope.get("partial_rotary_factor")
     if factor is None or float(factor) == 1.0:
         return notes
@@ -160,6 +181,11 @@ def _rotary_checked(spec: "DrafterSpec", semantics: str) -> tuple[str, ...]:
     if semantics == "vllm":
         return (*notes, f"partial_rotary_factor {factor}: RoPE rotates the first {served} of {spec.head_dim} dims "
                         "of each head, the rest pass unrotated (vLLM get_rope)")
+    if semantics == "sglang":
+        dims = rotary_dim(spec.rope, spec.head_dim, "sglang", spec.partial_rotary_top_level)
+        return (*notes, f"partial_rotary_factor {factor}: SGLang rotates {dims} of {spec.head_dim} dims ("
+                        + ("top-level key, an attribute of its transformers 5.19 config)" if spec.partial_rotary_top_level
+                           else "declared in rope_parameters only, which SGLang does not read)"))
     return (*notes, f"partial_rotary_factor {factor} ignored: transformers' Qwen3 rotary rotates the whole head "
                     f"({spec.head_dim} dims); vLLM serves it rotating {served} (--semantics vllm)")
 
@@ -195,14 +221,22 @@ def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSp
     """The same checkpoint evaluated under `semantics`; `why` says who chose it (format default, override)."""
     if spec.attention_config is None:
         raise ValueError("this spec records no attention config to derive rules from")
+    refused = engine_rules.refusal(spec, semantics)
+    if refused:
+        from .errors import InputError
+
+        raise InputError(spec.path, f"--semantics {semantics}: {refused}")
     layers, causality = layers_under(spec.attention_config, semantics)
     # DFlash2: vLLM 0.33's qwen3_dflash2.py applies dflash_config's scales whatever the attention rules
     # (the same defaults and cap rule as z-lab's); a speculators DFlash2 checkpoint declares none
     embed_scale, multiplier, cap = effective_scales(spec.scales, "zlab" if spec.is_dflash2 else semantics)
     return replace(spec, layers=layers, causality_source=causality, semantics=semantics, semantics_source=why,
                    embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap,
-                   config_notes=tuple(n for n in _rotary_checked(spec, semantics) if not n.startswith("vLLM serving:"))
-                   + ((VLLM_NOTE,) if semantics == "vllm" else ()))
+                   config_notes=tuple(n for n in _rotary_checked(spec, semantics)
+                                      if not n.startswith(("vLLM serving:", "SGLang serving:", "llama.cpp serving:")))
+                   + ((VLLM_NOTE,) if semantics == "vllm" else ())
+                   + ((engine_rules.NOTES[semantics],) if semantics in engine_rules.NOTES else ()),
+                   rotary_semantics=None)
 
 
 def served_differences(spec: "DrafterSpec") -> list[str]:
@@ -239,6 +273,8 @@ def describe(spec: "DrafterSpec") -> list[dict[str, Any]]:
             window = "no window"
         elif layer.window_from == "query":
             window = f"window {layer.window} from the query (q - k < {layer.window}, in block too)"
+        elif layer.window_from == "query_left":
+            window = f"window {layer.window} left of the query (q - k < {layer.window}; none to the right)"
         else:
             window = f"window {layer.window} from the anchor (a - {layer.window} <= p < a)"
         rows.append({"layer": i, "kind": layer.kind, "window": window,

@@ -11,12 +11,22 @@ The number a team finally sees comes from the server, so it is read exactly as t
 - `vllm bench serve` (`benchmarks/serve.py`) subtracts two scrapes itself and saves `spec_decode_num_drafts`,
   `..._draft_tokens`, `..._accepted_tokens` and `spec_decode_per_position_acceptance_rates` (fractions of
   drafts), summing every `vllm:spec_decode` line of the server: every model and engine pooled.
-- SGLang (`srt/metrics/collector.py`) exposes `sglang:spec_accept_length`, a gauge (most recent logging
-  window's mean acceptance length, bonus included): a tau with no counts behind it, so no interval, no
-  per-position acceptance and no subtraction.
+- SGLang 0.5.23 (`srt/observability/metrics_collector.py`) exposes `sglang:spec_accept_length`, a gauge (most
+  recent logging window's mean acceptance length, bonus included): a tau with no counts behind it, so no
+  interval, no per-position acceptance and no subtraction; its counters are read by served_sglang.py.
+- vLLM's diffusion (dLLM) servers reuse the spec-decode path under `vllm:diffusion_*` names (denoising steps,
+  canvas positions, committed tokens: `SpecDecodingProm(is_diffusion=True)`); they have no speculative-decoding
+  meaning and are refused by name.
 
 Two dumps are subtracted series by series; a series whose `_created` time changed or whose value fell was
-reset (the server restarted) between them, and is refused by name. Counts are stored, divided when shown.
+reset (the server restarted) between them, and is refused by name. Every number read passes the invariants
+of served_checks.py (one rule each: accepted <= drafted, per-position <= drafts, one value per series).
+The model's engines are pooled as vLLM's PromQL pools them and also kept one by one (`per_engine`); a dump
+of several models also says what `vllm bench serve` would report, which sums every label set. When the
+drafted tokens are not drafts x k (dynamic speculation, which `config/vllm.py` allows for dflash through
+`num_speculative_tokens_per_batch_size`, or grammar-invalidated drafts), the per-position shares are biased
+(vLLM counts drafts per position, `num_draft_tokens_per_pos`, but does not export them) and a note says so.
+Counts are stored, divided when shown.
 """
 
 from __future__ import annotations
@@ -26,13 +36,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from . import served_checks as checks
+
 VLLM = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
         "accepted": "vllm:spec_decode_num_accepted_tokens",
         "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos"}
 SGLANG_TAU = "sglang:spec_accept_length"
 SOURCES = {"vllm": "vLLM 0.33.0 v1/spec_decode/metrics.py (SpecDecodingProm), v1/metrics/loggers.py (labels)",
            "bench": "vLLM 0.33.0 benchmarks/serve.py (fetch_spec_decode_metrics, spec_decode_* result fields)",
-           "sglang": "SGLang srt/metrics/collector.py (sglang:spec_accept_length gauge)"}
+           "sglang": "SGLang 0.5.23 srt/observability/metrics_collector.py (sglang:spec_accept_length gauge)",
+           "sglang_counters": "SGLang 0.5.23 srt/observability/metrics_collector.py (sglang:spec_verify_calls_total, "
+                              "sglang:generation_tokens_total, sglang:num_requests_total; counted at request finish)"}
+DIFFUSION = "vllm:diffusion_"
 Z95 = 1.959963984540054
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -112,16 +127,27 @@ class Served:
     accepted_per_pos: tuple[int, ...] | None = None  # index i = vLLM position i = draft slot i + 1
     reported_tau: float | None = None  # a tau the source states itself (SGLang's gauge, bench's length)
     notes: tuple[str, ...] = field(default=())
+    # each engine (label set) alone: (labels, drafts, draft_tokens, accepted, accepted_per_pos or None)
+    per_engine: tuple[tuple[str, int, int, int, tuple[int, ...] | None], ...] = field(default=())
 
 
 def _counter_int(value: float, what: str) -> int:
-    if not math.isfinite(value) or value < 0 or value != int(value):
-        raise ValueError(f"{what} is {value!r}, not a count")
-    return int(value)
+    return checks.count(value, what)
+
+
+def refuse_diffusion(samples: Sequence[Sample]) -> None:
+    """A dLLM server's `vllm:diffusion_*` series count denoising steps, not drafts: refused by name."""
+    names = sorted({s.name for s in samples if s.name.startswith((DIFFUSION, DIFFUSION.replace(":", "_")))})
+    if names:
+        raise ValueError(f"holds {names[0]}{' and more' if len(names) > 1 else ''}: a diffusion (dLLM) server's "
+                         "denoising counters (vLLM SpecDecodingProm, is_diffusion) have no speculative-decoding "
+                         "meaning")
 
 
 def vllm_series(samples: Sequence[Sample]) -> dict[str, dict[tuple, dict[str, Any]]]:
     """model_name -> engine label set -> {"counts": {counter or (per_pos, i): n}, "created": {...}}."""
+    refuse_diffusion(samples)
+    checks.unique_series(samples, "vllm:spec_decode")
     models: dict[str, dict[tuple, dict[str, Any]]] = {}
     for s in samples:
         found = _base(s.name)
@@ -168,17 +194,23 @@ def choose_model(models: Mapping[str, Any], model: str | None, what: str) -> str
 def _pool(engines: Mapping[tuple, Mapping], source: str, model: str, notes: list[str]) -> Served:
     drafts = draft_tokens = accepted = 0
     per_pos: dict[int, int] = {}
-    for engine, data in engines.items():
+    views = []
+    for engine, data in sorted(engines.items()):
         counts = data["counts"]
         missing = [VLLM[k] for k in ("drafts", "draft_tokens", "accepted") if VLLM[k] not in counts]
         if missing:
             raise ValueError(f"engine {_show(engine)} of model {model!r} has no {', '.join(missing)}_total")
+        mine = {int(key[1]): n for key, n in counts.items() if not isinstance(key, str)}
+        positions = tuple(mine[i] for i in range(len(mine))) if sorted(mine) == list(range(len(mine))) else None
+        checks.check_counts(f"engine {_show(engine)} of model {model!r}", counts[VLLM["drafts"]],
+                            counts[VLLM["draft_tokens"]], counts[VLLM["accepted"]], positions)
+        views.append((_show(engine), counts[VLLM["drafts"]], counts[VLLM["draft_tokens"]], counts[VLLM["accepted"]],
+                      positions))
         drafts += counts[VLLM["drafts"]]
         draft_tokens += counts[VLLM["draft_tokens"]]
         accepted += counts[VLLM["accepted"]]
-        for key, n in counts.items():
-            if not isinstance(key, str):
-                per_pos[int(key[1])] = per_pos.get(int(key[1]), 0) + n
+        for i, n in mine.items():
+            per_pos[i] = per_pos.get(i, 0) + n
     positions = None
     if per_pos:
         if sorted(per_pos) != list(range(len(per_pos))):
@@ -188,17 +220,49 @@ def _pool(engines: Mapping[tuple, Mapping], source: str, model: str, notes: list
         if sum(positions) != accepted:
             notes.append(f"per-position counts sum to {sum(positions)}, not to the {accepted} accepted tokens "
                          "(a scrape taken mid-update?)")
+        notes.extend(varied_length_notes(drafts, draft_tokens, len(positions)))
     else:
         notes.append("no vllm:spec_decode_num_accepted_tokens_per_pos series: per-position acceptance unknown")
+    checks.check_counts(f"model {model!r} (engines pooled)", drafts, draft_tokens, accepted, positions)
     return Served("vllm", source, model, tuple(_show(e) for e in sorted(engines)), drafts, draft_tokens,
-                  accepted, positions, None, tuple(notes))
+                  accepted, positions, None, tuple(notes), tuple(views))
+
+
+def varied_length_notes(drafts: int, draft_tokens: int, k: int) -> list[str]:
+    """The warning when the drafts were not all k tokens long: dynamic speculation (vLLM allows it with
+    dflash: `num_speculative_tokens_per_batch_size`, exempted in config/vllm.py) or grammar-invalidated
+    drafts. vLLM counts drafts per position (`num_draft_tokens_per_pos`) but exports no such series, so a
+    per-position share over all drafts is biased low for the later positions."""
+    if not drafts or draft_tokens == drafts * k:
+        return []
+    return [f"the draft length varied: {draft_tokens} drafted tokens in {drafts} drafts is not {drafts} x k = "
+            f"{drafts * k} (dynamic speculation, num_speculative_tokens_per_batch_size, or grammar-invalidated "
+            "drafts): per-position acceptance over all drafts is biased low for later positions (vLLM does not "
+            "export drafts per position) and the served histogram is unknown"]
+
+
+def bench_view_note(models: Mapping[str, Mapping[tuple, Mapping]], chosen: str) -> list[str]:
+    """What `vllm bench serve` (fetch_spec_decode_metrics: every vllm:spec_decode line summed) would report
+    for this dump, when it pools more than the chosen model."""
+    if len(models) < 2:
+        return []
+    drafts = accepted = 0
+    for engines in models.values():
+        for data in engines.values():
+            drafts += data["counts"].get(VLLM["drafts"], 0)
+            accepted += data["counts"].get(VLLM["accepted"], 0)
+    if not drafts:
+        return []
+    return [f"summed over all {len(models)} models, as `vllm bench serve` sums every label set: tau "
+            f"{1 + accepted / drafts:.3f} ({accepted} accepted in {drafts} drafts); the figures here are model "
+            f"{chosen!r} alone"]
 
 
 def served_from_dump(samples: Sequence[Sample], model: str | None, source: str) -> Served:
     """One dump: the model's engines pooled (vLLM sums engines the same way in its PromQL)."""
     models = vllm_series(samples)
     name = choose_model(models, model, "vllm:spec_decode_*_total")
-    return _pool(models[name], source, name, [])
+    return _pool(models[name], source, name, bench_view_note(models, name))
 
 
 def served_between(before: Sequence[Sample], after: Sequence[Sample], model: str | None, source: str) -> Served:
@@ -247,16 +311,22 @@ def served_from_bench(result: Mapping[str, Any], source: str) -> Served:
         raise ValueError("spec_decode_per_position_acceptance_rates is not a list of numbers")
     positions = []
     for i, rate in enumerate(rates):
+        checks.check_rate(rate, f"spec_decode_per_position_acceptance_rates[{i}]")
         n = rate * drafts
         if not math.isfinite(n) or abs(n - round(n)) > 1e-6 * max(1, drafts) or round(n) < 0:
             raise ValueError(f"spec_decode_per_position_acceptance_rates[{i}] = {rate!r} is not a count of the "
                              f"{drafts} drafts")
         positions.append(int(round(n)))
+    checks.check_counts("the bench result", drafts, draft_tokens, accepted, positions or None)
     notes = ["vllm bench serve sums every vllm:spec_decode series of the server: all models and engines pooled"]
     if not rates:
         notes.append("no per-position rates in the result: per-position acceptance unknown")
+    else:
+        notes.extend(varied_length_notes(drafts, draft_tokens, len(positions)))
     model = result.get("model_id") if isinstance(result.get("model_id"), str) else None
     reported = result.get("spec_decode_acceptance_length")
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool):
+        checks.check_length(reported, "spec_decode_acceptance_length")
     return Served("vllm", source, model, ("all engines",), drafts, draft_tokens, accepted,
                   tuple(positions) if rates else None,
                   float(reported) if isinstance(reported, (int, float)) and not isinstance(reported, bool) else None,
@@ -269,6 +339,7 @@ def _not_count(key: str):
 
 def served_from_sglang(samples: Sequence[Sample], model: str | None, source: str) -> Served:
     """SGLang's acceptance-length gauge; several ranks must agree (a window mean cannot be pooled)."""
+    checks.unique_series(samples, SGLANG_TAU)
     models: dict[str, dict[tuple, float]] = {}
     for s in samples:
         if s.name == SGLANG_TAU:
@@ -281,12 +352,12 @@ def served_from_sglang(samples: Sequence[Sample], model: str | None, source: str
         raise ValueError(f"{SGLANG_TAU} differs between the ranks of {name!r} "
                          f"({', '.join(f'{_show(k)}={v}' for k, v in sorted(values.items()))}): a window mean has "
                          "no counts to pool them by")
-    if not math.isfinite(distinct[0]) or distinct[0] < 0:
-        raise ValueError(f"{SGLANG_TAU} is {distinct[0]!r}")
+    if distinct[0] == 0:
+        raise ValueError(f"{SGLANG_TAU} is 0: no speculative step in the server's last logging window (an idle "
+                         "server?): take the dump under load, or two dumps of SGLang's counters")
+    checks.check_length(distinct[0], SGLANG_TAU)
     notes = ["SGLang exposes only the most recent logging window's mean acceptance length (a gauge): no counts, "
              "no per-position acceptance, no interval"]
-    if distinct[0] == 0:
-        notes.append("the gauge is 0: no speculative step in the last window (idle server?)")
     return Served("sglang", source, name, tuple(_show(k) for k in sorted(values)), reported_tau=distinct[0],
                   notes=tuple(notes))
 
@@ -313,68 +384,10 @@ def summary(s: Served) -> dict[str, Any]:
             "counts": {"drafts": s.drafts, "draft_tokens": s.draft_tokens, "accepted": s.accepted,
                        "accepted_per_pos": None if s.accepted_per_pos is None else list(s.accepted_per_pos)},
             "accept_length_histogram": hist, "reported_tau": s.reported_tau, "notes": list(s.notes),
-            "reference": SOURCES["sglang" if s.engine == "sglang" else ("bench" if s.series == ("all engines",)
-                                                                        else "vllm")]}
+            "per_engine": [{"series": name, "tau": 1 + a / d if d else None, "drafts": d, "draft_tokens": t,
+                            "accepted": a, "per_position": None if pos is None or not d else [n / d for n in pos]}
+                           for name, d, t, a, pos in s.per_engine],
+            "reference": SOURCES[("sglang_counters" if s.drafts is not None else "sglang") if s.engine == "sglang"
+                                 else ("bench" if s.series == ("all engines",) else "vllm")]}
 
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of k successes in n trials."""
-    p, z2 = k / n, z * z
-    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def proportion_gap(k1: int, n1: int, k2: int, n2: int, z: float = Z95) -> tuple[float, float, float]:
-    """p1 - p2 with Newcombe's hybrid score interval (method 10, from two Wilson intervals)."""
-    p1, p2 = k1 / n1, k2 / n2
-    (l1, u1), (l2, u2) = wilson(k1, n1, z), wilson(k2, n2, z)
-    d = p1 - p2
-    return d, d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-
-
-def mean_gap(h1: Sequence[int], h2: Sequence[int], z: float = Z95) -> tuple[float, float, float]:
-    """Difference of mean accepted lengths of two histograms (index = n), normal approximation."""
-    def moments(h):
-        total = sum(h)
-        mean = sum(i * c for i, c in enumerate(h)) / total
-        return mean, sum(c * (i - mean) ** 2 for i, c in enumerate(h)) / total / total
-    (m1, v1), (m2, v2) = moments(h1), moments(h2)
-    half = z * math.sqrt(v1 + v2)
-    return m1 - m2, m1 - m2 - half, m1 - m2 + half
-
-
-def gap_to_offline(s: Served, steps: int, reach_counts: Sequence[int], histogram: Sequence[int]) -> dict[str, Any]:
-    """Served minus offline, per position (vLLM's form: accepted at slot i / all steps) with Newcombe intervals
-    where both sides have counts, and tau with a normal interval where both histograms are known. Steps are
-    treated as independent (steps of one request are not: the intervals are too narrow by that much)."""
-    offline_slots = len(reach_counts)
-    k = None if s.accepted_per_pos is None else len(s.accepted_per_pos)
-    rows = []
-    for i in range(offline_slots if k is None else min(k, offline_slots)):
-        offline = reach_counts[i] / steps
-        row = {"position": i + 1, "offline": offline, "offline_counts": [reach_counts[i], steps],
-               "served": None, "gap": None, "low": None, "high": None}
-        if k is not None and s.drafts:
-            row["served"] = s.accepted_per_pos[i] / s.drafts
-            row["served_counts"] = [s.accepted_per_pos[i], s.drafts]
-            row["gap"], row["low"], row["high"] = proportion_gap(s.accepted_per_pos[i], s.drafts, reach_counts[i], steps)
-        rows.append(row)
-    offline_tau = 1 + sum(i * c for i, c in enumerate(histogram)) / steps
-    served_tau = summary(s)["tau"]
-    tau = {"served": served_tau, "offline": offline_tau, "gap": None, "low": None, "high": None,
-           "comparable": k is None or k == offline_slots}
-    if served_tau is not None:
-        tau["gap"] = served_tau - offline_tau
-    hist = served_histogram(s)
-    if hist is not None and len(hist) == len(histogram):
-        tau["gap"], tau["low"], tau["high"] = mean_gap(hist, histogram)
-    why = []
-    if k is not None and k != offline_slots:
-        why.append(f"the server drafts {k} tokens per step, the offline run {offline_slots} (block size "
-                   f"{offline_slots + 1}); a DFlash block of {k + 1} is not a prefix of the longer block, so tau "
-                   "is not comparable and per-position gaps are indicative only")
-    if tau["low"] is None:
-        why.append("no tau interval: " + ("the source has no counts" if s.drafts is None else
-                                          "the per-position counts do not determine the served histogram"))
-    return {"per_position": rows, "tau": tau, "caveats": why,
-            "interval": "95% Newcombe (per position) / normal (tau); steps treated as independent"}

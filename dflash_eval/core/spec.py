@@ -61,9 +61,17 @@ class DrafterSpec:
     output_multiplier: float = 1.0  # logits x this (z-lab output_multiplier)
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (z-lab final_logit_softcapping)
     config_notes: tuple[str, ...] = field(default=())  # keys read with a default or ignored under the rules
+    # `partial_rotary_factor` declared at the config's top level (SGLang reads only that one: engine_rules.py)
+    partial_rotary_top_level: bool = False
+    # the rules whose RoPE reading applies when not `semantics`' own (doctor --engines switches one rule alone)
+    rotary_semantics: str | None = None
     # DFlash2 only (None for DFlash; formats/dflash2.py): the grouped dynamic causal convolutions around each
     # layer's attention and MLP (taps over the slots of a block, channels per dynamic kernel), and the
     # candidate selector (rank of its low-rank edge term, unary candidates reranked per slot)
+    # a layout read as another (formats/muse_glimmer.py: muse_glimmer_assistant as z-lab), and its weight names:
+    # (checkpoint prefix, native prefix) pairs applied at load
+    layout: str | None = None
+    weight_renames: tuple[tuple[str, str], ...] = field(default=())
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None
     selector_rank: int | None = None

@@ -119,6 +119,27 @@ def speedup_table(tokens_per_step: Mapping[int, float], times: StepTimes) -> dic
     }
 
 
+def rising_with_batch(table: Mapping[str, Any]) -> str | None:
+    """Why a modelled speedup that RISES with the batch (the opposite of what vLLM users see at high
+    concurrency) says little, or None when no row rises. It rises when, even at the largest batch, verifying
+    k + 1 tokens costs the target about what one token does (the step still bound by reading the weights, as
+    on a tiny target) while the drafter's own step, a fixed cost, weighs less as the batch grows; on a real
+    target the verify step turns compute-bound as the batch grows and the speedup falls."""
+    rows = [r for r in table.get("rows") or [] if None not in r["speedup"] and len(r["speedup"]) > 1]
+    rising = [r for r in rows if r["speedup"][-1] > r["speedup"][0] * 1.02]
+    if not rising:
+        return None
+    row, batch = rising[-1], table["batches"][-1]
+    one = table["target_seconds_one_token"][-1]
+    cost = row["target_seconds"][-1] / one if one else float("nan")
+    share = row["drafter_seconds"][0] / (row["target_seconds"][0] + row["drafter_seconds"][0])
+    return (f"the modelled speedup rises with the batch here: at batch {batch} verifying k + 1 = {row['block']} tokens "
+            f"still costs the target {cost:.2f}x one token (its step is bound by reading its weights: a target this "
+            f"small never turns compute-bound), while the drafter's step, {100 * share:.0f}% of a step at batch 1, "
+            "weighs less as the batch grows; a real target's speedup falls with the batch as verification turns "
+            "compute-bound, so read the batch-1 column")
+
+
 # ---------------------------------------------------------------------------------------------------
 # step times from a user's JSON file (--step-times)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import Delta, delta_tau_per_prompt, verdict
+from .snapshots import conflicts
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -99,6 +100,9 @@ def curve(rows: list[dict[str, Any]], *, present: dict[str, bool] | None = None,
         best.is_best = True
     latest = points[-1] if points else None
     result = Curve(points, reference, reference_tau, best, latest)
+    # one repository name measured at two snapshots: said, never mixed silently (snapshots.py)
+    result.notes.extend(dict.fromkeys(conflicts((label(r), r.get("snapshot"), r.get("architecture") or {})
+                                                for r in rows if r.get("role") in ("reference", "checkpoint"))))
     if latest is not None and best is not None and latest is not best and latest.tau is not None:
         try:
             result.latest_vs_best = delta_tau_per_prompt(per_prompt_of(best.row), per_prompt_of(latest.row), seed=seed)

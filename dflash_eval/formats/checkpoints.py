@@ -21,7 +21,7 @@ from ..core.attention import AttentionConfig, Scales
 from ..core.errors import InputError
 from ..core.semantics import FORMAT_SEMANTICS, apply_semantics
 from ..core.spec import DrafterSpec
-from . import dflash2
+from . import dflash2, muse_glimmer
 from .files import CONFIG_NAME, TensorMeta, read_config, read_weight_metadata
 from .validation import TargetInfo, check_rope, first_failure, number, validate
 
@@ -206,6 +206,7 @@ def _body_spec_fields(body: dict[str, Any], path: Path, where: str) -> dict[str,
         attention_bias=bias,
         vocab_size=_positive(body, "vocab_size", path, where),
         rope=_rope_parameters(body, path, where),
+        partial_rotary_top_level=body.get("partial_rotary_factor") is not None,
         max_position_embeddings=_positive(body, "max_position_embeddings", path, where, 32768),
     )
 
@@ -360,15 +361,22 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
     directory = Path(directory)
     config = read_config(directory)
     dflash2_settings = None
+    muse = muse_glimmer.is_muse_glimmer(config)  # Meta's layout of a DFlash v1 drafter, read as z-lab's
+    if muse:
+        config, muse_notes = muse_glimmer.zlab_config(config, directory / CONFIG_NAME)
     if dflash2.is_dflash2(config):  # DFlash2: its own keys read there, the rest by the DFlash readers
         config, dflash2_settings = dflash2.base_config(config, directory / CONFIG_NAME)
     fmt = detect_format(config, directory / CONFIG_NAME)
     weights, owners = read_weight_metadata(directory)
+    if muse:
+        weights, owners = muse_glimmer.renamed(weights), muse_glimmer.renamed(owners)
     builder = spec_from_zlab if fmt == "zlab" else spec_from_speculators
     try:
         spec = builder(config, directory, weights)
         if dflash2_settings is not None:
             spec = dflash2.finish_spec(spec, dflash2_settings, directory / CONFIG_NAME)
+        if muse:
+            spec = muse_glimmer.finish_spec(spec, muse_notes)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - any other failure here is a config value of the wrong type or range

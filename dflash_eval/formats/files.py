@@ -198,7 +198,8 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
 
             return Path(snapshot_download(name_or_path, local_files_only=True))
         except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
-            raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline lookup)") from None
+            raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline "
+                                           f"lookup); download it with: hf download {name_or_path}") from None
     raise InputError(name_or_path, "no such file or directory")
 
 
@@ -252,6 +253,21 @@ def files_digest(files: list[Path], cache_dir: str | Path | None = None) -> str:
     for file in files:
         digest.update(f"{Path(file).name}:{file_digest(file, cache_dir)};".encode())
     return digest.hexdigest()
+
+
+def same_model_files(a: Path, b: Path, cache_dir: str | Path | None = None) -> bool:
+    """Whether two model folders hold the same model by content: config.json byte for byte, and the same
+    weight files (names, sizes, then sha256, remembered in `cache_dir` as `target_content` does), so a
+    byte-identical copy of a target is the target, and a folder with other weights is not."""
+    try:
+        if (Path(a) / "config.json").read_bytes() != (Path(b) / "config.json").read_bytes():
+            return False
+        wa, wb = weight_files(a), weight_files(b)
+    except (OSError, InputError):
+        return False
+    if [(f.name, f.stat().st_size) for f in wa] != [(f.name, f.stat().st_size) for f in wb]:
+        return False
+    return files_digest(wa, cache_dir) == files_digest(wb, cache_dir)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",

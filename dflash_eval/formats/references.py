@@ -26,6 +26,8 @@ from pathlib import Path
 
 from dflash_eval.core.errors import InputError
 
+from .benchmark_sets import PAPER_ROWS, paper_difference
+
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub accepts as true
 
 
@@ -155,16 +157,22 @@ def resolve_recorded_verifier(drafter_dir: str | Path, name_or_path: str,
     raise InputError(drafter_dir, problem)
 
 
-def verifier_warning(drafter_dir: str | Path, name_or_path: str, name: str, target: Path) -> str | None:
+def verifier_warning(drafter_dir: str | Path, name_or_path: str, name: str, target: Path,
+                     cache_dir: str | Path | None = None) -> str | None:
     """With an explicit --target, which always wins: a warning when the drafter's recorded verifier is another
-    folder or cannot be found here (a checkpoint trained elsewhere records the trainer's path); None when it
-    is the target itself."""
+    model or cannot be found here (a checkpoint trained elsewhere records the trainer's path); None when it
+    is the target itself, by content: the same folder, or one with the same config.json and weight bytes (a
+    copy of the target, files.same_model_files)."""
+    from .files import same_model_files
+
     try:
         verifier = resolve_recorded_verifier(drafter_dir, name_or_path).resolve()
     except InputError:
         return (f"drafter {name} records verifier {name_or_path}, which is not found here; evaluating against "
                 f"--target {target} as given")
-    return None if verifier == Path(target) else f"drafter {name} records verifier {verifier}, but --target is {target}"
+    if verifier == Path(target).resolve() or same_model_files(verifier, Path(target), cache_dir):
+        return None
+    return f"drafter {name} records verifier {verifier}, but --target is {target} (another config or other weights)"
 
 
 def _norm_dataset(name: str) -> str:
@@ -232,6 +240,10 @@ def published_comparison(provenance: dict, block_sizes: list[int]) -> list[str]:
             differs.append("top-p/top-k set (paper: plain temperature)")
         if provenance.get("estimate"):
             differs.append("offline estimate (paper: the live loop)")
+        rows = paper_difference(provenance.get("prompts") or {}, next(
+            (n for n in PAPER_ROWS if _norm_dataset(n) == _norm_dataset(prompt_set)), prompt_set))
+        if rows:
+            differs.append(rows)
         lines.append(f"paper tau for {prompt_set} at temperature {temperature:g} (z-lab drafter): {tau:.2f}; "
                      + ("settings that differ: " + "; ".join(differs) if differs else "same settings"))
     return lines

@@ -26,11 +26,24 @@ Sources (read in the trainers' code):
   `train/tau_probabilistic`, `train/lr`, `train/grad_norm`. Its checkpoints are `step_<n>/` under
   `logging.checkpoint_dir`; the example configs put `tensorboard_dir` elsewhere (~/tensorboard/<project>/<exp>),
   so its scalars are read only when that folder lies inside the tracked save folder.
+- SpecForge after #810 ("structured DFlash2 training metrics"): the same TensorBoard tracker, metric families
+  `train/dflash/*` (hard-label unary top-1 / top-k recall and mass, target probability), `train/dflash2/
+  selector/*` (loss, conditional and serving-path accuracy, greedy accepted length), the expected-accepted-
+  length proxies `dflash2/{hard_label,teacher}/expected_accepted_length`, per-position `position_<k>/...`
+  (its `position_<k>/objective/loss_weight_share` and `train/objective/lk_kl_weight` are objective weights,
+  not metrics: never shown nor flagged) and timings under `perf/*` (not shown).
+- NeMo Automodel (`nemo_automodel/recipes/llm/train_dflash.py` `run_train_validation_loop`,
+  `train_dflash2.py` `_log_extra_train_metrics`): W&B (no readable file) and its console, rank 0 every
+  `log_every_steps`: `logger.info("epoch=%d step=%d loss=%.4f acc=%.4f lr=%.6g", ...)` then, DFlash2,
+  `"  dflash2: base_loss=%.4f selector_loss=%.4f base_acc=%.4f accept_len=%.3f base_accept_len=%.3f
+  candidate_recall=%.4f"`; the console captured to a `*.log` file in the tracked folder is read, each
+  dflash2 line belonging to the step line before it.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,8 +109,40 @@ def read_tensorboard(folder: Path) -> TrainerLog:
     return log
 
 
+NEMO_STEP = re.compile(r"\bepoch=(\d+) step=(\d+) ((?:\w+=\S+ ?)+)")
+NEMO_EXTRA = re.compile(r"\b(dflash2?|domino): ((?:\w+=\S+ ?)+)")
+
+
+def read_nemo_console(files: list[Path]) -> TrainerLog:
+    """NeMo Automodel's console lines (`epoch=E step=S loss=... acc=... lr=...`, then `dflash2: key=value ...`
+    for that step) from captured log files; other lines are skipped."""
+    log = TrainerLog("NeMo Automodel: console log " + ", ".join(str(f) for f in files))
+    for file in files:
+        step = None
+        for line in file.read_text(encoding="utf-8", errors="replace").splitlines():
+            found, extra = NEMO_STEP.search(line), NEMO_EXTRA.search(line)
+            pairs = found.group(3) if found else extra.group(2) if extra and step is not None else ""
+            if found:
+                step = int(found.group(2))
+            for pair in pairs.split():
+                key, _, value = pair.partition("=")
+                try:
+                    _add(log, key, step, float(value))
+                except ValueError:
+                    continue
+    for values in log.series.values():
+        values.sort()
+    return log
+
+
+def _nemo_logs(folder: Path) -> list[Path]:
+    return [f for f in sorted(folder.glob("*.log")) if f.is_file() and NEMO_STEP.search(
+        f.read_text(encoding="utf-8", errors="replace")[:1 << 20])]
+
+
 def find_trainer_logs(folder: Path) -> TrainerLog | None:
-    """The newest HF `trainer_state.json` under the folder, else its TensorBoard scalars, else None."""
+    """The newest HF `trainer_state.json` under the folder, else its TensorBoard scalars, else a NeMo Automodel
+    console log, else None."""
     folder = Path(folder)
     states = [p for p in sorted(folder.glob("trainer_state.json")) + sorted(folder.glob("*/trainer_state.json"))
               if isinstance(read_json_object(p, missing="no trainer_state.json").get("log_history"), list)]
@@ -109,6 +154,8 @@ def find_trainer_logs(folder: Path) -> TrainerLog | None:
     log = read_tensorboard(folder)
     if log.series and trainer_of(log.series):
         log.source = f"{trainer_of(log.series)}: {log.source}"
+    if not log.series and _nemo_logs(folder):
+        log = read_nemo_console(_nemo_logs(folder))
     return log if log.series else None
 
 
@@ -171,7 +218,14 @@ def rising_while_flat(metric: str, values: list[float | None], taus: list[float 
     return None
 
 
-SHOWN = ("eal", "acc", "loss", "tau")  # the training metrics set beside tau (not learning rates, norms, timings)
+# the training metrics set beside tau (not learning rates, norms, timings, objective weights)
+SHOWN = ("eal", "acc", "loss", "tau", "recall", "accepted_length", "accept_len")
+NOT_SHOWN = ("loss_weight_share", "lk_kl_weight", "perf/", "lambda")
+
+
+def shown(name: str) -> bool:
+    lowered = name.lower()
+    return any(w in lowered for w in SHOWN) and not any(w in lowered for w in NOT_SHOWN)
 
 
 def trainer_of(series: dict[str, list]) -> str | None:
@@ -179,6 +233,8 @@ def trainer_of(series: dict[str, list]) -> str | None:
     names = set(series)
     if any("accept_rate@" in n for n in names) or "train/tau_probabilistic" in names:
         return "DeepSpec"
+    if any(re.search(r"(^|/)(dflash2?/|position_\d+/|objective/lk_kl_weight)", n) for n in names):
+        return "SpecForge"  # its #810 families (speculators' per-position names are position_<k>_acc)
     if "train/eal" in names or any(n.startswith("train/position_") for n in names):
         return "speculators"
     if "train/accuracy" in names or any(n.startswith(("train/ploss_", "train/acc_")) for n in names):
@@ -202,8 +258,7 @@ def trainer_values(sources: list[Path], step: int | None, checkpoint: Path | Non
         except InputError as exc:
             return {"error": exc.one_line(), "speculators_version": version}
         if log is not None:
-            values = {name: value_at(series, step) for name, series in sorted(log.series.items())
-                      if any(word in name.lower() for word in SHOWN)}
+            values = {name: value_at(series, step) for name, series in sorted(log.series.items()) if shown(name)}
             return {"source": log.source, "values": {k: v for k, v in values.items() if v is not None},
                     "speculators_version": version}
     return None

@@ -260,9 +260,11 @@ class DFlashDrafter(nn.Module):
 
         from ..core.semantics import rotary_dim
 
+        rules = self.spec.rotary_semantics or self.spec.semantics
         config = Qwen3Config(hidden_size=self.spec.hidden_size, num_attention_heads=self.spec.num_attention_heads,
-                             head_dim=rotary_dim(rope, self.spec.head_dim, self.spec.semantics),
-                             rope_parameters={k: v for k, v in rope.items() if k != "partial_rotary_factor"},
+                             head_dim=rotary_dim(rope, self.spec.head_dim, rules, self.spec.partial_rotary_top_level),
+                             rope_parameters={k: v for k, v in rope.items() if k not in ("partial_rotary_factor",
+                                                                                          "rope_dim")},
                              max_position_embeddings=self.spec.max_position_embeddings)
         rotary = Qwen3RotaryEmbedding(config)
         return rotary if device is None else rotary.to(self.fc.weight.device if device == "drafter" else device)
@@ -347,6 +349,8 @@ def load_drafter(spec: DrafterSpec, weight_files: Sequence[Path], *, device="cpu
                 raise InputError(file, f"tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}: quantized "
                                        "or integer weights are not supported (they would have to be cast)")
         refuse_nonfinite(((n, t) for n, t in loaded.items() if n not in spec.ignored_weights), file)
+        for old, native in spec.weight_renames:  # a layout's own names (muse_glimmer_assistant's encoder.fc, ...)
+            loaded = {native + n[len(old):] if n.startswith(old) else n: t for n, t in loaded.items()}
         state.update(loaded)
     for name in spec.ignored_weights:
         state.pop(name, None)

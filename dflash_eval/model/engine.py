@@ -120,11 +120,14 @@ def replay(
     anchor_in_context: bool = False,
     block_offset: int = 0,
     ctx: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
 ) -> DrafterOnPrompt:
     """All-anchor drafting over one trajectory, then the walk.
 
     taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T);
-    ctx: precomputed drafter.context(taps) (the doctor reuses it across variants)."""
+    ctx: precomputed drafter.context(taps) (the doctor reuses it across variants); labels: [T] the ids slot j
+    of anchor a is scored against at a + j (default `tokens`; trained-taps scores against a training sample's
+    teacher while its blocks are anchored on the stored text)."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
     ctx = drafter.context(taps) if ctx is None else ctx
@@ -132,7 +135,7 @@ def replay(
     if anchor_batch is None:
         anchor_batch = drafter_anchor_batch(drafter, T)
     result.anchor_batch = anchor_batch
-    token_list = tokens.tolist()
+    token_list = (tokens if labels is None else labels).tolist()
     for chunk, lengths, rows in anchor_chunks(drafter, ctx, tokens, prompt_len, max_new_tokens,
                                                 shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
                                                 anchor_in_context=anchor_in_context, block_offset=block_offset,

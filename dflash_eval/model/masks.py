@@ -11,8 +11,8 @@ position a (primer section 2):
 - other blocks are never visible;
 - a window W, measured from where the layer's rule says (semantics.py): from the anchor (speculators'
   training mask: context rows p >= a - W, no window inside the block), or from the query at q = a + j
-  (z-lab's `_attention_mask`, vLLM: key k visible iff q - k < W, and k - q < W when not causal, for
-  context rows and block slots alike).
+  (z-lab's `_attention_mask`, vLLM, SGLang: key k visible iff q - k < W, and k - q < W when not causal, for
+  context rows and block slots alike; llama.cpp: q - k < W only, engine_rules.py).
 
 `anchor_in_context=True` builds the classic train/eval skew (p <= a) on purpose, for the doctor.
 """
@@ -96,7 +96,7 @@ def block_masks(
     Slots past a block's length are padding: invisible as keys (their query rows are never read).
 
     `draft_window` W (--draft-window): on every layer, on top of its own rule, only the last W context rows
-    before the anchor (a - W <= p < a), as SGLang serves `--speculative-dflash-draft-window-size` (its
+    before the anchor (a - W <= p < a), as SGLang serves `--speculative-draft-window-size` (its
     draft KV cache keeps the min(a, W) newest committed rows, positions stay absolute; page size 1)."""
     A, L = len(anchors), max(block_lengths)
     a = torch.as_tensor(list(anchors), dtype=torch.long, device=device)[:, None, None]  # [A, 1, 1]
@@ -111,12 +111,12 @@ def block_masks(
         same_block = same_block & (j[None, :] <= j[:, None])[None]
     if attention.window is not None:
         W = attention.window
-        if attention.window_from == "query":
+        if attention.window_from in ("query", "query_left"):
             q = a + j[None, :, None]  # [A, L, 1]
             visible_ctx = visible_ctx & (q - ctx < W)
             offset = j[:, None] - j[None, :]  # q - k inside the block
             same_block = same_block & (offset < W)[None]
-            if not attention.causal_in_block:
+            if not attention.causal_in_block and attention.window_from == "query":  # llama.cpp: no right limit
                 same_block = same_block & (-offset < W)[None]
         else:
             visible_ctx = visible_ctx & (ctx >= a - W)

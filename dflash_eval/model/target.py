@@ -174,12 +174,13 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = load_tokenizer(path)
-    extra: dict = {}
-    if device_map is not None:
-        import importlib.util
+    import importlib.util
 
-        if importlib.util.find_spec("accelerate") is None:
-            raise InputError(None, "--device-map needs the accelerate package (pip install accelerate)")
+    if importlib.util.find_spec("accelerate") is None:  # transformers refuses every device_map without it
+        raise InputError(None, "the accelerate package is missing: dflash-eval loads every target through "
+                               "transformers' device_map, which needs it (a base dependency: pip install -e ., "
+                               "or pip install 'accelerate>=0.30')")
+    if device_map is not None:
         extra = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}

@@ -191,19 +191,27 @@ def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: in
 
 
 def generation_plan(lengths: dict[str, int], batch: int) -> list[list[str]]:
-    """The generation batches of a whole prompt set: prompts sorted by length (ties by id), cut every
+    """The generation batches of a run's prompt set: prompts sorted by length (ties by id), cut every
     `batch`. A prompt is always generated with the same companions (the same padded shapes, so in bf16 the
-    same near-tie argmaxes), whichever shard, rank, resume or --limit asks for it."""
+    same near-tie argmaxes), whichever shard, rank or resume of that run asks for it."""
     order = sorted(lengths, key=lambda pid: (lengths[pid], pid))
     return [order[i:i + batch] for i in range(0, len(order), batch)]
 
 
 def whole_prompt_set(options) -> list[Prompt] | None:
-    """Every prompt of `--prompts`, before --limit, --shard or torchrun's split: what generation plans over."""
+    """The run's prompts after --limit/--seed, before --shard, torchrun's split or a resume: what generation
+    plans over, so `--limit N` generates N (as `plan` counts) and every shard, rank or resume gets the same
+    companions. In bf16 a --limit run's text may then differ from the full run's (said; --numerics-check
+    measures it). A multi-turn set keeps its whole set's plan (turns.py answers every earlier turn in it)."""
+    from .hf_prompts import answered_set
     from .long_prompts import is_long_source, packed_set
-    from .prompts import load_prompts
+    from .prompts import load_prompts, select
 
-    return packed_set(options.prompts) if is_long_source(options.prompts) else load_prompts(options.prompts)
+    limit, seed = getattr(options, "limit", None), getattr(options, "prompt_seed", None)
+    if is_long_source(options.prompts):
+        return None if (packed := packed_set(options.prompts)) is None else select(packed, limit, seed)
+    field = getattr(options, "prompt_field", None)
+    return answered_set(options.prompts) or load_prompts(options.prompts, limit, seed, prompt_field=field)
 
 
 def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "chat") -> list[int]:
@@ -233,16 +241,22 @@ def _pid(item) -> str:
 
 
 def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template):
-    """The generation plan of the whole prompt set (`universe` plus the prompts given): [(members, their
+    """The generation plan of the run's prompt set (`universe` plus the prompts given): [(members, their
     prompt ids)], every prompt tokenized as the run tokenizes it; and prompt id -> Prompt."""
     everyone = {p.id: p for p in (universe or [])} | {p.id: p for p in prompts}
     known = dict(ids)
     for prompt in everyone.values():
         if prompt.id not in known:
             known[prompt.id] = template_ids(target.tokenizer, prompt, thinking, template)
-    lengths = {item: len(known[_pid(item)]) for p in everyone.values() for item in items_of(p)}
-    batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
-    return [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)], everyone
+    by_turn: dict[int, dict] = {}  # a multi-turn set's turns are planned apart, each over its own turn (turns.py)
+    for p in everyone.values():
+        by_turn.setdefault(p.turn(), {}).update({item: len(known[_pid(item)]) for item in items_of(p)})
+    plan = []
+    for turn in sorted(by_turn):
+        lengths = by_turn[turn]
+        batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
+    return plan, everyone
 
 
 def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,
@@ -273,10 +287,11 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
             work.append((members, member_ids, keys, missing))
             todo |= missing
     companions = sum(len(members) for members, *_ in work) - len(todo)
-    if companions:
+    if companions:  # a shard, rank or resume: the run's other prompts in the same batches
         reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
-                      "planned over the whole prompt set, so that no continuation depends on --limit, --shard or a "
-                      "resume (cached for later runs)")
+                      "planned over the run's prompts, so that no continuation depends on --shard or a resume")
+    if todo and getattr(options, "limit", None) and target.dtype != torch.float32:
+        reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")  # noqa: E501
     reporter.phase(phase, len(todo))
     for members, member_ids, keys, missing in work:
         for m, cont in zip(members, generate(members, member_ids)):
@@ -294,7 +309,7 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
     """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
     continuations, from the on-disk cache or generated (and cached); and how many were generated.
 
-    Generation follows `generation_plan` over `universe` (the whole prompt set, before --shard, torchrun's
+    Generation follows `generation_plan` over `universe` (the run's prompts, before --shard, torchrun's
     split, --limit or a resume; default the prompts given): a missing prompt is generated in its planned
     batch, with its companions, which are cached too. `template` "raw": doctor's variant without the chat
     template (`template_ids`), cached apart."""
@@ -370,7 +385,7 @@ def sampled_continuations_for(target, prompts: list[Prompt], ids, options, think
                               universe: list[Prompt] | None = None) -> tuple[dict[tuple[str, int], list[int]], int]:
     """K sampled continuations per prompt ((prompt id, k) -> ids), cached like the greedy ones under a key
     that adds the sampling settings, the seed and k; and how many were generated. Batched like the greedy
-    ones (`generation_plan` over (prompt, k) of the whole prompt set), each (prompt, k) with its generator."""
+    ones (`generation_plan` over (prompt, k) of the run's prompts), each (prompt, k) with its generator."""
     from ..model.sampling import generator_for, sampling_of
 
     sampling = sampling_of(options)

@@ -15,6 +15,7 @@ from ..core import metrics as M
 from ..core import results as R
 from ..core.breakdown import breakdown_documents, parse_depth_buckets
 from ..core.semantics import shorter_final_block
+from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
 
@@ -26,6 +27,15 @@ def _git_sha() -> str | None:
         return done.stdout.strip() or None if done.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _dataset(options) -> dict[str, Any]:
+    """{"dataset": ...} for a Hugging Face cache source (repo, revision, config, split, files, construction,
+    draw: hf_prompts.provenance), else nothing."""
+    from .hf_prompts import provenance
+
+    found = provenance(str(options.prompts), getattr(options, "prompt_field", None))
+    return {"dataset": found} if found else {}
 
 
 def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.AcceptanceCounts],
@@ -66,7 +76,8 @@ def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[st
         sums = sums.pooled(EstimateSums.from_dict(r["estimate"]))
     return {"name": entry.name, "path": str(entry.path), "format": entry.spec.format,
             "draft_policy": entry.draft_policy or options.draft_policy,
-            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
+            "spec": entry.spec.to_dict(),
             "metrics": summary(sums, seed=options.seed), "estimate": sums.to_dict(), "counts": None,
             "repetition": None, "by_prompt_set": {}}
 
@@ -161,7 +172,8 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
         obj = {
             "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
             **({"draft_policy": entry.draft_policy or options.draft_policy} if options.temperature > 0 else {}),
-            "fingerprint": fingerprints[entry.name], "spec": entry.spec.to_dict(),
+            "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
+            "spec": entry.spec.to_dict(),
             "metrics": {**R.metrics_summary(merged, seed=options.seed),
                         "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
             "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
@@ -188,7 +200,7 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
 
 def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
-    the whole prompt set: a shard, rank, resume or --limit generates each prompt with the same companions)
+    the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
     and the anchors per drafter forward the engine ran on each replayed sequence (core/batching.py's rule,
     from the shapes, never the free memory). The bf16 invariance measured on the test targets is in the
     README ("bf16 and batching")."""
@@ -199,7 +211,7 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
         [r["prompt_len"] + r["continuation_len"] for r in rows if r["drafter"] == name], d.spec.block_size,
         d.spec.num_attention_heads, device, options.anchor_batch) for name, d in drafters.items()}
     return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
-            "generation_plan": "whole prompt set, sorted by length",
+            "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
             "anchor_batch": anchors, "anchor_batch_rule": "live: one block per drafter forward" if live else
             "given" if options.anchor_batch else rule_text(device)}
 
@@ -229,7 +241,8 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "python": platform.python_version(), "git_sha": _git_sha(), "argv": options.argv,
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
-                       "model_type": getattr(text, "model_type", None), "num_layers": target.info.num_layers,
+                       "snapshot": snapshot_of(target.path), "model_type": getattr(text, "model_type", None),
+                       "num_layers": target.info.num_layers,
                        "hidden_size": target.info.hidden_size, "vocab_size": target.info.vocab_size},
             "inputs": content,  # sha256 of each input file set the numbers depend on (formats.files.target_content)
             "tokenizer_hash": tokenizer_hash(target.tokenizer),
@@ -249,7 +262,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                 e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
                          else "full") for e in entries},
             "draft_lengths": options.draft_lengths,
-            # SGLang's --speculative-dflash-draft-window-size: the last W context rows (masks.block_masks)
+            # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
             "draft_window": getattr(options, "draft_window", None),
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
@@ -259,6 +272,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             # with --responses the same count measures how far the external continuations are greedy
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
             "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
+                        **_dataset(options),  # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
                         **({"context_tokens": getattr(options, "context_tokens", None) or 8192,
                             "max_context": getattr(options, "max_context", "refuse")}
                            if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},

@@ -17,6 +17,7 @@ from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, tar
 from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .long_prompts import run_prompts
+from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core import breakdown
 from ..core.options import RunOptions
@@ -44,11 +45,6 @@ def split_name(value: str) -> tuple[str, str | None]:
     if sep and head and "/" not in tail and not Path(value).exists():
         return head, tail
     return value, None
-
-
-def thinking_default(model_type: str) -> bool:
-    # z-lab's Qwen3 b16 drafters were trained without thinking; Qwen3.5/3.6 (and Next) with it (primer 7)
-    return model_type in ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
 
 
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
@@ -100,10 +96,6 @@ def _unique_names(entries: list[DrafterEntry], explicit: set[int]) -> None:
         entries[i].name = labels[i]
 
 
-def thinking_source(given: bool | None, model_type: str) -> str:
-    return "given (--thinking/--no-thinking)" if given is not None else f"family default for {model_type or 'this target'}"
-
-
 def thinking_warnings(entries: list[DrafterEntry], thinking: bool, defaulted: bool, model_type: str) -> list[str]:
     """A drafter known to be trained with the other thinking setting gets a warning (terminal and HTML):
     a drafter trained without thinking, evaluated on thinking traces, scores far lower for no fault of its own."""
@@ -147,7 +139,7 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
                 for entry in entries if entry.spec.verifier and options.target is None}
     if options.target is not None:  # an explicit --target wins; a recorded verifier only earns a warning
         target_path = resolve_local_or_cached(options.target).resolve()
-        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path)
+        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path, options.cache_dir)
                                     for e in entries if e.spec.verifier) if w)
     elif recorded:
         distinct = set(recorded.values())
@@ -331,6 +323,10 @@ def check_options(options: RunOptions) -> Resolved:
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
     breakdown.check_options(options)  # --depth-buckets, --draft-window
+    engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
+    if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
+        raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
+                               "modelled (greedy only)")
     return Resolved(str(device), str(dtype).removeprefix("torch."), shard, options.device_map, max_memory)
 
 
@@ -345,7 +341,7 @@ def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, i
 
     warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
     if spec.verifier:
-        warning = verifier_warning(path, spec.verifier, name, base.target_path)
+        warning = verifier_warning(path, spec.verifier, name, base.target_path, options.cache_dir)
         if warning:
             warnings.append(warning)
     warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
@@ -370,7 +366,7 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     if options.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
-    thinking = thinking_default(model_type) if options.thinking is None else bool(options.thinking)
+    thinking, _ = target_thinking(target_path, options.thinking)
     warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
     prompts = run_prompts(options, tokenizer, thinking, target_path, warnings)  # repo:, stdlib: long_prompts.py

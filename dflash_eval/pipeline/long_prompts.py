@@ -159,7 +159,8 @@ def run_prompts(options, tokenizer, thinking: bool, target_path: Path, warnings:
 
     if not is_long_source(options.prompts):
         fit_context(options, tokenizer, None, 0)  # refuses --context-tokens / truncate here, by name
-        return load_prompts(options.prompts, options.limit, options.prompt_seed)
+        return load_prompts(options.prompts, options.limit, options.prompt_seed,
+                            prompt_field=getattr(options, "prompt_field", None))
     template = len(prompt_ids(tokenizer, Prompt(id="-", text=""), thinking))
     n, notes = fit_context(options, tokenizer, max_positions(target_path), template)
     warnings.extend(notes)

@@ -4,7 +4,7 @@ run's own first N prompts and recorded as counts in run.json (`provenance.numeri
 Why: in fp32 a prompt's continuation, its drafts and its walk do not depend on which prompts share a
 generation batch, on anchors per drafter forward, or on replay vs the live loop (tested). In bf16 (fla
 kernels, a GPU) each of these changes GEMM shapes and so can move near-tie argmaxes. The run fixes the
-shapes (the whole-set generation plan, anchor chunks from the shapes), so its numbers are reproducible;
+shapes (the run's generation plan, anchor chunks from the shapes), so its numbers are reproducible;
 this check says how much they would move if the shapes were different, on the user's own hardware:
 
 - generation: the continuation the run used (made in its planned batch) against the same prompt

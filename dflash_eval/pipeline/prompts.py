@@ -11,7 +11,9 @@
   set files themselves load) or `{"id", "messages": [{"role", "content"}, ...]}` for a whole chat
   conversation, with an optional `"set"` (default: the file's stem). Blank lines are skipped; a bad line
   is an `InputError` naming the file and line; ids must be unique;
-- `dir:PATH`: code-completion prompts from a directory of source files (`directory_prompts`).
+- `dir:PATH`: code-completion prompts from a directory of source files (`directory_prompts`);
+- from the local Hugging Face cache (`hf_prompts`): the paper's other sets by name (gsm8k, math500, aime24,
+  aime25, livecodebench, swe-bench, mt-bench, alpaca), `paper:NAME` (only the paper's rows), `hf:REPO...`.
 
 Each prompt becomes the target's chat-template input in `continuations.chat_text` (generation prompt
 added, thinking flag as recorded in provenance); `render_for_target` shows that exact text.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -39,6 +41,13 @@ class Prompt:
     # `text` when present. Prompts built by `prompts.load_prompts` then carry the conversation's canonical
     # JSON in `text`, so that everything keyed on `text` (the continuation cache) still tells them apart.
     messages: tuple[dict, ...] | None = field(default=None, hash=False)
+    # A later turn of a multi-turn set (mt-bench): the turn whose greedy answer precedes this prompt's last user
+    # message (`hf_prompts.ANSWER_PLACEHOLDER` there until pipeline/turns.py fills it in).
+    after: str | None = None
+
+    def turn(self) -> int:
+        """0 for a prompt of its own; k for the k-th later turn of a conversation (its assistant messages)."""
+        return sum(m["role"] == "assistant" for m in self.messages) if self.after and self.messages else 0
 
     def chat(self) -> list[dict]:
         """The conversation sent to the target: `messages`, or `text` as one user message."""
@@ -130,11 +139,12 @@ def _row_prompt(row, default_set: str) -> Prompt:
     key = row["id"]
     if isinstance(key, bool) or not isinstance(key, (str, int)) or str(key) == "":
         raise ValueError('"id" must be a non-empty string or an integer')
+    # "text" is an alias of "prompt" (the bundled sets are written with it; docs/prompts.md)
     given = [name for name in ("prompt", "text", "messages") if name in row]
     if not given:
-        raise ValueError('missing "prompt" (or "messages")')
+        raise ValueError('missing "prompt" (one user message; "text" is an alias) or "messages"')
     if len(given) > 1:
-        raise ValueError(f'give one of "prompt" and "messages", not {" and ".join(repr(g) for g in given)}')
+        raise ValueError(f'give one of "prompt" (alias "text") and "messages", not {" and ".join(repr(g) for g in given)}')
     prompt_set = row.get("set", default_set)
     if not isinstance(prompt_set, str) or not prompt_set:
         raise ValueError('"set" must be a non-empty string')
@@ -191,7 +201,8 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
 
 
 def read_prompts_file(path: str | Path) -> list[Prompt]:
-    """A JSONL file of {"id", "prompt"} or {"id", "messages"} rows (optional "set"; ids unique)."""
+    """A JSONL file of {"id", "prompt"} (alias {"id", "text"}) or {"id", "messages"} rows (optional "set"; ids
+    unique)."""
     path = Path(path)
     try:
         content = path.read_text(encoding="utf-8-sig")
@@ -231,7 +242,9 @@ def _did_you_mean(source: str) -> str:
     """'did you mean humaneval? ' when `source` is a near miss of a set name (case or a typo), else ''."""
     import difflib
 
-    close = difflib.get_close_matches(source.lower(), list(PROMPT_SETS), n=1, cutoff=0.7)
+    from ..formats.benchmark_sets import BENCHMARK_SETS
+
+    close = difflib.get_close_matches(source.lower(), [*PROMPT_SETS, *BENCHMARK_SETS], n=1, cutoff=0.7)
     return f"did you mean {close[0]}? " if close else ""
 
 
@@ -314,10 +327,16 @@ def select(prompts: list[Prompt], limit: int | None = None, seed: int | None = N
     return [prompts[i] for i in sorted(order[:limit])]
 
 
-def load_prompts(source: str, limit: int | None = None, seed: int | None = None) -> list[Prompt]:
-    """Prompts from `source`: "humaneval" | "mbpp" | "demo" | path to FILE.jsonl | "dir:PATH".
+def load_prompts(source: str, limit: int | None = None, seed: int | None = None, *,
+                 prompt_field: str | None = None) -> list[Prompt]:
+    """Prompts from `source`: "humaneval" | "mbpp" | "demo" | path to FILE.jsonl | "dir:PATH", or from the
+    Hugging Face cache (`benchmark_prompts`): a named set of the paper's table, "paper:NAME", "hf:REPO...".
     Without `seed` the first `limit`; with it a seeded random subset of `limit` (see `select`)."""
     source = str(source)
+    from .hf_prompts import is_benchmark_source
+
+    if is_benchmark_source(source) or prompt_field is not None:
+        return benchmark_prompts(source, limit, seed, prompt_field)
     if source in PROMPT_SETS:
         prompts = prompt_set(source)
     elif source.startswith("dir:"):
@@ -325,6 +344,22 @@ def load_prompts(source: str, limit: int | None = None, seed: int | None = None)
     else:
         prompts = read_prompts_file(Path(source).expanduser())
     return select(prompts, limit, seed)
+
+
+def benchmark_prompts(source: str, limit: int | None, seed: int | None, prompt_field: str | None) -> list[Prompt]:
+    """A source of `hf_prompts` (or "paper:humaneval" / "paper:mbpp": the paper's rows of a bundled set);
+    `select` takes whole conversations, so a multi-turn set keeps every turn of the ones it draws."""
+    from ..formats.benchmark_sets import PAPER_ROWS, paper_indices
+    from .hf_prompts import benchmark_conversations
+
+    name = source.removeprefix("paper:")
+    if source != name and name in PROMPT_SETS and name in PAPER_ROWS:  # paper:humaneval, paper:mbpp
+        whole = prompt_set(name)
+        return select([whole[i] for i in paper_indices(len(whole), PAPER_ROWS[name])], limit, seed)
+    return [Prompt(id=row.id, text=row.user, set=row.set) if row.messages is None
+            else replace(message_prompt(row.id, row.messages, row.set), after=row.after)
+            for conversation in select(benchmark_conversations(source, prompt_field), limit, seed)
+            for row in conversation]
 
 
 def describe_sets() -> list[tuple[str, int, str]]:

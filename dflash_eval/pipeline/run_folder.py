@@ -269,6 +269,9 @@ class RunFolder:
         self._write(R.RUN_JSON, json.dumps(document, indent=1) + "\n")
         (self.path / R.PARTIAL_JSON).unlink(missing_ok=True)
         self._write(R.PER_POSITION, R.per_position_csv(document["drafters"]))
+        splits = R.per_position_splits_csv(document["drafters"])  # k, depth, segment, token class
+        if splits is not None:
+            self._write(R.PER_POSITION_SPLITS, splits)
         self._write_state(complete=True)
         self.close()
 

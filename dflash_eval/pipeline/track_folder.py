@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core import results as R
 from ..core.errors import InputError, read_json_object
+from ..core.snapshots import drafter_architecture
 from .run_folder import FolderLock, record_written, remove_written, settings_differences, settings_hash
 
 STATE = "track_state.json"
@@ -132,6 +133,8 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str,
     return {
         "role": role, "name": entry.name, "path": str(entry.path), "step": step, "step_source": step_source,
         "fingerprint": fingerprint, "identity": [list(f) for f in identity], "run": f"{RUNS}/{label}",
+        # which HF snapshot (if any) and which shape: a repository name alone can hold two (core/snapshots.py)
+        "snapshot": drafter.get("snapshot"), "architecture": drafter_architecture(drafter["spec"]),
         "format": entry.spec.format, "block_size": entry.spec.block_size, "metrics": drafter["metrics"],
         "repetition_share": repetition.get("flagged_share"),
         "tau_macro_without_flagged_prompts": repetition.get("tau_macro_without_flagged_prompts"),

@@ -66,16 +66,36 @@ def render_breakdown(console: Console, run: dict[str, Any]) -> None:
         console.print(table)
 
 
-def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
-    """tau macro per depth bucket, one line per drafter with its bootstrap 95% interval as a band (buckets
-    without steps left out of that drafter's line); None when no drafter has a depth split."""
-    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
-
+def depth_buckets_with_data(drafters: list[dict[str, Any]]) -> list[str]:
+    """The depth buckets in which some drafter has walk steps, in bucket order (run.json keeps every bucket,
+    empty ones included, so that runs pair by bucket; a view shows only these)."""
     buckets: list[str] = []
     for d in drafters:
-        buckets += [e["bucket"] for e in d.get("by_depth") or [] if e["bucket"] not in buckets]
-    if not buckets:
+        buckets += [e["bucket"] for e in d.get("by_depth") or []
+                    if e["metrics"].get("tau_macro") is not None and e["bucket"] not in buckets]
+    order = [e["bucket"] for d in drafters for e in d.get("by_depth") or []]
+    return sorted(buckets, key=order.index)
+
+
+def depth_note(drafters: list[dict[str, Any]]) -> str | None:
+    """Why there is no curve: every anchor of the run lies in one bucket (a curve of one point says nothing)."""
+    buckets = depth_buckets_with_data(drafters)
+    if len(buckets) != 1:
         return None
+    return (f"every anchor lies in one depth bucket ({buckets[0]} tokens): no curve over depth; the table gives "
+            "its numbers (longer prompts, --max-new-tokens or --depth-buckets with smaller edges split it)")
+
+
+def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
+    """tau macro per depth bucket that holds steps, one line per drafter with its bootstrap 95% interval as a
+    band (buckets without steps left out of that drafter's line); None when fewer than two buckets hold
+    steps (`depth_note` says so)."""
+    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
+
+    buckets = depth_buckets_with_data(drafters)
+    if len(buckets) < 2:
+        return None
+    top = 0.0
     with _rc():
         fig, (ax,) = _figure(max(5.0, 0.7 * len(buckets) + 3.0), 3.2)
         for k, d in enumerate(drafters):
@@ -83,6 +103,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
                       if e["metrics"].get("tau_macro") is not None]
             if not points:
                 continue
+            top = max([top] + [max(m["tau_macro"], *(m.get("tau_macro_ci") or [0])) for _, m in points])
             color = PALETTE[k % len(PALETTE)]
             xs = [x for x, _ in points]
             ax.plot(xs, [m["tau_macro"] for _, m in points], marker="o", color=color, label=_label(d["name"]))
@@ -96,7 +117,8 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
         ax.set_xticks(range(len(buckets)), [_label(b, 12) for b in buckets])
         ax.set_xlabel("anchor position (tokens of context)")
         ax.set_ylabel("tau macro")
-        ax.set_ylim(bottom=0)
+        ax.set_xlim(-0.5, len(buckets) - 0.5)  # no dot against an axis
+        ax.set_ylim(0, top * 1.1 or 1)  # nor an interval clipped at the top
         ax.set_title("tau by context depth (95% CI over prompts)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _figure_svg(fig, _clean_svg)
@@ -117,7 +139,7 @@ def breakdown_view(run: dict[str, Any]) -> dict[str, Any] | None:
     if not has_breakdown(run):
         return None
     drafters = run["drafters"]
-    return {"chart": depth_chart(drafters),
+    return {"chart": depth_chart(drafters), "chart_note": depth_note(drafters),
             "drafters": [{"name": d["name"], "rows": split_rows(d), "edges": d.get("depth_edges"),
                           "note": d.get("breakdown_note")} for d in drafters if d.get("by_depth")]}
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.safe_text import safe
+from ..core.speedup import rising_with_batch
 
 SPEEDUP_NOTE = ("a model, not a measurement: tau_micro(k) x t_target(1) / (t_target(k+1) + t_drafter(k+1)); "
                 "no scheduling, sampling or cache bookkeeping")
@@ -40,7 +41,7 @@ def serving_view(run: dict) -> list[dict[str, Any]]:
                                "cells": [{"value": v, "best": v is not None and best.get(b) == r["k"]}
                                          for b, v in zip(table["batches"], r["speedup"])]}
                               for r in table["rows"]],
-                     "best": table["best"]}
+                     "best": table["best"], "rising": rising_with_batch(table)}
         out.append({"name": d["name"], "lengths": lengths, "speedup": speed})
     return out
 
@@ -72,6 +73,8 @@ def render_draft_lengths(console: Console, run: dict) -> None:
                 table.add_row(str(row["k"]), _f(row["tokens_per_step"]), *cells)
             console.print(table)
             console.print(safe(f"model inputs: {speed['label']}; {SPEEDUP_NOTE}"))
+            if speed["rising"]:
+                console.print("[yellow]note:[/] " + safe(speed["rising"]))
             best = "; ".join(f"batch {b['batch']}: k = {b['k']} ({_f(b['speedup'], 2)}x)" for b in speed["best"]
                              if b["k"] is not None)
             if best:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..commands.plan import Plan
+from ..commands.plan import TIME_IS, Plan
 from ..core.roofline import GIB
 from ..core.safe_text import safe
 
@@ -39,7 +39,7 @@ def render_plan(console: Console, plan: Plan) -> None:
                   f"generation batch {plan.batches['generation']}")
 
     phases = Table(title="memory and time per phase", header_style="bold")
-    for column in ("phase", "memory", "FLOPs", "minutes", "largest parts besides the weights"):
+    for column in ("phase", "memory", "FLOPs", "minutes\n(lower bound)", "largest parts besides the weights"):
         phases.add_column(column, justify="left" if column in ("phase", "largest parts besides the weights") else "right")
     for phase in plan.phases:
         over = phase.memory_bytes > plan.usable_bytes
@@ -51,7 +51,7 @@ def render_plan(console: Console, plan: Plan) -> None:
                        safe("; ".join(f"{name} {_gib(size)}" for name, size in parts)))
     console.print(phases)
     total = sum(p.seconds for p in plan.phases) / 60
-    console.print(f"estimated time: {total:,.1f} min (roofline lower bound)")
+    console.print(f"time: at least {total:,.1f} min on {a.name.upper()}, {safe(TIME_IS)}")
     if plan.fits:
         console.print(f"[green]fits[/]: peak {_gib(plan.peak_bytes)} of {_gib(plan.usable_bytes)} usable")
     else:

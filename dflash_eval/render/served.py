@@ -45,6 +45,14 @@ def render_served(console: Console, result: dict[str, Any]) -> None:
         console.print(safe(line))
     for note in result["served"]["notes"]:
         console.print(f"[yellow]note:[/] {safe(note)}")
+    engines = result["served"].get("per_engine") or []
+    if len(engines) > 1:  # each engine alone beside the pooled figure above
+        table = Table(title="per engine (label set)")
+        for name in ("engine", "tau", "drafts", "accepted"):
+            table.add_column(name, justify="left" if name == "engine" else "right")
+        for e in engines:
+            table.add_row(safe(e["series"]), _num(e["tau"]), str(e["drafts"]), str(e["accepted"]))
+        console.print(table)
     gap = result.get("gap")
     if gap is None:
         per_pos = result["per_position"]

@@ -88,6 +88,9 @@ def render_run_summary(console: Console, run: dict) -> None:
         console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")
     render_numerics(console, prov)
+    from .live import render_live
+
+    render_live(console, run)  # --mode live: tokens/s, ms per step, measured speedup
     for warning in prov.get("warnings", []):
         console.print(f"[yellow]warning:[/] {safe(warning)}")
 
@@ -298,6 +301,7 @@ def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_
         return
     render_run_summary(console, run)
     render_by_prompt_set(console, run)
+    render_paper_comparison(console, run)  # the paper's tau beside these, when its table has target and set
     render_per_position(console, run)
     from .draft_lengths import render_draft_lengths
 
@@ -339,9 +343,15 @@ def render_estimate_report(console: Console, run: dict) -> None:
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
         console.print(f"E\\[tau] per anchor: {ESTIMATE_PER_ANCHOR}")
+    render_paper_comparison(console, run)
+
+
+def render_paper_comparison(console: Console, run: dict) -> None:
+    """The DFlash paper's tau for each prompt set of the run it has, and the settings that differ."""
     from ..formats.references import published_comparison
 
-    for line in published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in run["drafters"]]):
+    for line in published_comparison(run["provenance"], [(d.get("spec") or {}).get("block_size", 0)
+                                                         for d in run["drafters"]]):
         console.print(safe(line))
 
 

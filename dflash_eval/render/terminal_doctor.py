@@ -11,12 +11,31 @@ from .terminal import _fmt
 from .terminal_doctor_windows import render_windows
 
 
+LABEL_DETAIL = 24  # a variant's parenthesised detail longer than this goes under the table, not in its row
+
+
+def short_labels(names: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Each variant's name for a table row, and the details taken out of it: "RoPE: the target's (default,
+    theta 10000000.0, mrope_section 2/1/1, ...)" is a row "RoPE: the target's ¹" and a line "¹ RoPE: the
+    target's: default, theta ..." under the table, so that no row takes ten lines at 80 columns."""
+    shown, notes = {}, []
+    for name in names:
+        head, sep, detail = name.partition(" (")
+        if sep and len(detail) > LABEL_DETAIL:
+            notes.append(f"{len(notes) + 1}. {head}: {detail.removesuffix(')')}")
+            shown[name] = f"{head} ({len(notes)})"
+        else:
+            shown[name] = name
+    return shown, notes
+
+
 def render_doctor(console: Console, result: dict) -> None:
     table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
                         "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
-    for column in ("variant", "tau macro", "delta [95% CI]", "p", "pairs", "drafts unchanged"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
-    for row in result["variants"]:
+    for column in ("variant", "tau\nmacro", "delta [95% CI]", "p", "pairs", "drafts\nunchanged"):
+        table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
+    labels, notes = short_labels([row["variant"] for row in result["variants"]])
+    for row in [{**r, "variant": safe(labels[r["variant"]])} for r in result["variants"]]:
         d = row.get("delta")
         if d is None:
             table.add_row(f"[bold]{row['variant']}[/]", _fmt(row["tau_macro"], 2), "", "", "", "")
@@ -32,8 +51,10 @@ def render_doctor(console: Console, result: dict) -> None:
         style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
         delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
         table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
-                      f"{d['p_value']:.3g}", pairs, unchanged)
+                      "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged)
     console.print(table)
+    for note in notes:
+        console.print(safe(note))
     mask = result["mask_row"]
     console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
     kernels = result["kernels"]
@@ -64,6 +85,10 @@ def render_doctor(console: Console, result: dict) -> None:
         mark = "[bold red]MIS-SCALED TEACHER[/] " if norm["finding"] and norm["applies"] else ""
         console.print(f"teacher's final norm: {mark}{safe(norm['rule'])}{safe(measured)}")
     render_windows(console, result.get("windows"))  # by depth (terminal_doctor_windows.py)
+    if result.get("trained_taps"):  # doctor --trained-taps (terminal_trained_taps.py)
+        from .terminal_trained_taps import render_trained_taps
+
+        render_trained_taps(console, result["trained_taps"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
     if gap:
@@ -72,13 +97,16 @@ def render_doctor(console: Console, result: dict) -> None:
                             f"{paired_figure(g)}",
                       header_style="bold")
         for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):
-            table.add_column(column, justify="left" if column == "variant" else "right")
+            table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
+        labels, notes = short_labels([row["variant"] for row in gap["variants"]])
         for row in sorted(gap["variants"], key=lambda r: -(r["share"] or 0)):
             c, ci = row["closed"], row["share_ci"]
             share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
                 f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
             style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
-            cells = [safe(row["variant"]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
+            cells = [safe(labels[row["variant"]]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
             table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
         console.print(table)
+        for note in notes:
+            console.print(safe(note))
         console.print(safe(gap["paragraph"]))

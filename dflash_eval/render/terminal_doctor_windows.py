@@ -37,11 +37,13 @@ def render_windows(console: Console, section: dict[str, Any] | None) -> None:
         console.print(f"window variants by depth: {safe(section['note'])}")
         return
     labels, rows = window_rows(section)
-    table = Table(title="window variants by depth: tau macro (walk steps) per bucket of the anchor's position, "
-                        "on the same trajectories", header_style="bold", title_justify="left")
+    # the title as a line of its own: it wraps at the terminal's width (COLUMNS), not at the narrow table's
+    console.print("window variants by depth: tau macro (walk steps) per bucket of the anchor's position, on the "
+                  "same trajectories")
+    table = Table(header_style="bold")
     table.add_column("curve")
     for label in labels:
-        table.add_column(safe(label), justify="right")
+        table.add_column(safe(label), justify="right", no_wrap=True)
     for name, cells in rows:
         table.add_row(safe(name), *cells)
     console.print(table)

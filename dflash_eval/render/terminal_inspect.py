@@ -13,6 +13,12 @@ def _yes(ok: bool) -> str:
     return "[green]ok[/]" if ok else "[bold red]FAIL[/]"
 
 
+def _snapshot(snapshot: dict | None) -> str:
+    if not snapshot:
+        return "local folder (not an HF cache snapshot): its identity is its content fingerprint"
+    return f"{snapshot['repo']} at revision {snapshot['revision']} (HF cache)"
+
+
 def render_inspection(console: Console, result: Inspection) -> None:
     spec = result.spec
     table = Table(title=f"DFlash drafter: {safe(spec.path)}", show_header=True, header_style="bold")
@@ -22,8 +28,10 @@ def render_inspection(console: Console, result: Inspection) -> None:
     def row(field: str, value: str) -> None:  # every value may quote the checkpoint's config: escaped
         table.add_row(safe(field), safe(value))
 
-    row("format", spec.format)
-    row("target", result.target_note)
+    row("format", spec.format + (f" (a {spec.layout} checkpoint, read as z-lab's: formats/muse_glimmer.py)"
+                                 if spec.layout else ""))
+    row("snapshot", _snapshot(result.snapshot))
+    row("target", result.target_note + (f" ({_snapshot(result.target_snapshot)})" if result.target_snapshot else ""))
     row("taps (output of layer t, z-lab ids)", str(list(spec.taps)))
     row("taps (speculators/vLLM ids = t+1)", str(list(spec.speculators_taps)))
     row("taps (HF output_hidden_states index)", str([t + 1 for t in spec.taps]) + "  (last layer: raw pre-norm output, not HF's last entry)")

@@ -138,15 +138,16 @@ def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
         return _figure_svg(fig, _clean_svg, "tau per draft length chart", "tk-")
 
 
-def _depth_chart(c: Curve, depth: dict[str, Any]) -> str | None:
-    """tau by depth for the latest checkpoint (and the reference with the same edges), with intervals."""
-    from .breakdown import depth_chart
+def _depth_chart(c: Curve, depth: dict[str, Any], note: bool = False) -> str | None:
+    """tau by depth for the latest checkpoint (and the reference with the same edges), with intervals; with
+    `note`, why there is no curve when every anchor lies in one bucket."""
+    from .breakdown import depth_chart, depth_note
 
     latest = c.latest.row
     lines = [{"name": f"latest: {depth['latest']}", "by_depth": latest["by_depth"]}]
     if depth["reference"] is not None:
         lines.append({"name": f"reference: {depth['reference']}", "by_depth": c.reference["by_depth"]})
-    return depth_chart(lines)
+    return depth_note(lines) if note else depth_chart(lines)
 
 
 def track_breakdown_view(c: Curve) -> dict[str, Any] | None:
@@ -155,4 +156,5 @@ def track_breakdown_view(c: Curve) -> dict[str, Any] | None:
     if lengths is None and depth is None:
         return None
     return {"lengths": lengths, "lengths_chart": _tau_per_k_chart(lengths) if lengths else None,
-            "depth": depth, "depth_chart": _depth_chart(c, depth) if depth else None}
+            "depth": depth, "depth_chart": _depth_chart(c, depth) if depth else None,
+            "depth_note": _depth_chart(c, depth, note=True) if depth else None}

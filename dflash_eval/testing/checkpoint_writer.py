@@ -198,3 +198,28 @@ def as_format(spec: DrafterSpec, fmt: str) -> DrafterSpec:
     moved = replace(spec, format=fmt, embedding_source="checkpoint" if own else "target",
                     lm_head_source="checkpoint" if own else "target", attention_config=attention)
     return apply_semantics(moved, FORMAT_SEMANTICS[fmt], f"format default ({fmt} checkpoint)")
+
+
+def write_muse_glimmer(zlab_dir: Path, out: Path, *, sliding_window: int | None = None) -> Path:
+    """The same weights as a z-lab checkpoint, written by transformers' own `MuseGlimmerAssistantModel.
+    save_pretrained` (the program that defines the muse_glimmer_assistant layout): the body weights moved to
+    `encoder.fc` / `encoder.output_norm_enc`, the keys at the top level. `sliding_window` overrides the window
+    (transformers' mask admits one row more than z-lab's: formats/muse_glimmer.py)."""
+    from safetensors.torch import load_file
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    config = json.loads((Path(zlab_dir) / "config.json").read_text())
+    dflash = config["dflash_config"]
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "rms_norm_eps", "rope_parameters", "max_position_embeddings", "layer_types", "vocab_size")
+    muse = MuseGlimmerAssistantConfig(
+        **{k: config[k] for k in keys}, sliding_window=sliding_window or config.get("sliding_window") or 2048,
+        block_size=dflash["block_size"], mask_token_id=dflash["mask_token_id"],
+        target_layer_ids=dflash["target_layer_ids"], bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    state = load_file(str(Path(zlab_dir) / "model.safetensors"))
+    state = {("encoder.output_norm_enc." + k[len("hidden_norm."):] if k.startswith("hidden_norm.") else
+              "encoder." + k if k.startswith("fc.") else k): v for k, v in state.items()}
+    model = MuseGlimmerAssistantModel(muse)
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(str(out))
+    return Path(out)

@@ -104,3 +104,9 @@ def write_repeat_anchor_drafter(target_dir: str | Path, out_dir: str | Path, *, 
     state["embed_tokens.weight"] = embed
     state["lm_head.weight"] = embed.clone()
     return save_checkpoint(out_dir, spec, state, "speculators", verifier=str(target_dir))
+
+
+if __name__ == "__main__":  # a library of drafter writers; say where the runnable pieces are
+    raise SystemExit("dflash_eval.testing.testbed writes drafters from Python (write_random_drafter); tiny targets: "
+                     "python -m dflash_eval.testing.tiny OUT_DIR; trained checkpoints: python -m "
+                     "dflash_eval.testing.train --target DIR --save-dir DIR")

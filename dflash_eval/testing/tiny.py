@@ -42,7 +42,6 @@ Command: ``python -m dflash_eval.tiny OUT_DIR`` builds the test bed under ``OUT_
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import torch
@@ -294,8 +293,18 @@ def build_test_bed(root: str | Path) -> dict[str, Path]:
     return paths
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m dflash_eval.tiny OUT_DIR")
-    for name, path in build_test_bed(sys.argv[1]).items():
+def main(argv: list[str] | None = None) -> None:
+    """`python -m dflash_eval.testing.tiny OUT_DIR`: the test bed (a tokenizer and one tiny random-weight
+    target per kind) under OUT_DIR, one folder per kind, e.g. OUT_DIR/qwen3 for the fixture trainer's
+    `--target`. An option-like OUT_DIR (`--help`) is never taken for a folder."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m dflash_eval.testing.tiny", description=main.__doc__)
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="folder to build the test bed in (created)")
+    out = parser.parse_args(argv).out_dir
+    for name, path in build_test_bed(out).items():
         print(f"{name}\t{path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -370,8 +370,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from ..model.target import load_target
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--target", required=True)
+    parser = argparse.ArgumentParser(prog="python -m dflash_eval.testing.train", description=main.__doc__)
+    parser.add_argument("--target", required=True,
+                        help="a tiny target folder: the demo's (dflash_eval/demo/models/target) or one of the test "
+                             "bed's (python -m dflash_eval.testing.tiny OUT builds OUT/qwen3 and the others)")
     parser.add_argument("--save-dir", required=True)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--save-every", type=int, default=50)

@@ -1,0 +1,204 @@
+"""`doctor --engines`: one drafter under every engine's reading of its checkpoint, on the same trajectories.
+
+A drafter that accepts 5.5 on vLLM and 3 on llama.cpp (z-lab/dflash #170) is one set of weights read five
+ways: z-lab's and speculators' trainers, vLLM, SGLang and llama.cpp each derive the attention, the RoPE
+and the logit scales from the config by their own rules (core/semantics.py, core/engine_rules.py). Here
+one target pass per prompt feeds every reading: tau per engine, each paired over prompts against the
+checkpoint's own rules (its format's default, or `--semantics`), and for every engine that differs, each
+of its rules switched alone on top of the checkpoint's own, so the table says which rule moves tau:
+
+| rule | what differs between engines |
+|---|---|
+| in-block causality | which layers see later slots of their block (is_causal, dflash_config.causal, the kind) |
+| window | where a sliding window is measured from (anchor, query, query and left only) |
+| logit scales | z-lab's input_embedding_scale / output_multiplier / softcap, read by z-lab alone |
+| RoPE | the rotary dims (partial_rotary_factor, rope_dim) |
+| final block | vLLM drafts full blocks up to the length cap |
+
+An engine whose rules cannot be reproduced for this checkpoint is listed with the reason it is refused,
+never scored. Greedy only (the engines' sampled verification is not modelled for all of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..core import compare as C
+from ..core.errors import InputError
+from ..core.semantics import SEMANTICS, apply_semantics, rotary_dim, shorter_final_block
+from ..core.spec import DrafterSpec
+from .doctor_variants import Variant, check_taps, evaluate_variants
+
+ENGINES = SEMANTICS  # zlab, speculators, vllm, sglang, llamacpp
+NAMES = {"zlab": "z-lab", "speculators": "speculators", "vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23",
+         "llamacpp": "llama.cpp"}
+RULES = ("in-block causality", "window", "logit scales", "RoPE", "final block")
+
+
+def _rope_rules(spec: DrafterSpec) -> str:
+    return spec.rotary_semantics or spec.semantics
+
+
+def rule_values(spec: DrafterSpec) -> dict[str, Any]:
+    """What each rule of RULES sets for this spec (equal values: the rule does not differ)."""
+    return {"in-block causality": tuple(x.causal_in_block for x in spec.layers),
+            "window": tuple((x.window, x.window_from if x.window is not None else None) for x in spec.layers),
+            "logit scales": (spec.embedding_scale, spec.output_multiplier, spec.logit_softcap),
+            "RoPE": rotary_dim(spec.rope, spec.head_dim, _rope_rules(spec), spec.partial_rotary_top_level),
+            "final block": shorter_final_block(spec.semantics, True)}
+
+
+def switched(base: DrafterSpec, other: DrafterSpec, rule: str) -> DrafterSpec:
+    """`base` with only `rule` taken from `other`."""
+    if rule == "in-block causality":
+        return replace(base, layers=tuple(replace(b, causal_in_block=o.causal_in_block)
+                                          for b, o in zip(base.layers, other.layers)))
+    if rule == "window":
+        return replace(base, layers=tuple(replace(b, window=o.window, window_from=o.window_from)
+                                          for b, o in zip(base.layers, other.layers)))
+    if rule == "logit scales":
+        return replace(base, embedding_scale=other.embedding_scale, output_multiplier=other.output_multiplier,
+                       logit_softcap=other.logit_softcap)
+    if rule == "RoPE":
+        return replace(base, rotary_semantics=_rope_rules(other))
+    if rule == "final block":  # the final-block rule follows `semantics`; the rotary stays base's
+        return replace(base, semantics=other.semantics, rotary_semantics=_rope_rules(base))
+    raise ValueError(f"unknown rule {rule!r}")
+
+
+def describe_rule(spec: DrafterSpec, rule: str) -> str:
+    """One phrase: what this engine's reading sets for `rule`."""
+    values = rule_values(spec)[rule]
+    if rule == "in-block causality":
+        return spec.causality_source
+    if rule == "window":
+        parts = [f"layer {i}: " + ("no window" if w is None else f"W={w} from the " + origin.replace("_", " "))
+                 for i, (w, origin) in enumerate(values)]
+        return "; ".join(parts)
+    if rule == "logit scales":
+        return f"embedding x {values[0]:g}, logits x {values[1]:g}, softcap {values[2]}"
+    if rule == "RoPE":
+        return f"rotates {values} of {spec.head_dim} dims"
+    return "shorter final block (z-lab)" if values else "full blocks up to the length cap (vLLM)"
+
+
+def engine_specs(base: DrafterSpec) -> dict[str, DrafterSpec | str]:
+    """Engine -> its reading of the checkpoint, or the reason it is refused."""
+    out: dict[str, DrafterSpec | str] = {}
+    for engine in ENGINES:
+        try:
+            out[engine] = apply_semantics(base, engine, f"doctor --engines: {NAMES[engine]}'s rules")
+        except InputError as exc:
+            out[engine] = exc.problem
+    return out
+
+
+def _paired(base, result, seed: int) -> dict[str, Any]:
+    return C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=seed).to_dict()
+
+
+def _significant(delta: dict[str, Any]) -> bool:
+    """Beyond noise: an interval that excludes 0 and p < 0.05, over enough pairs to say so (compare.Delta)."""
+    if C.Delta(0, 0, 0, 1, delta.get("n") or 0).too_few:
+        return False
+    return delta["p_value"] < 0.05 and (delta["low"] > 0 or delta["high"] < 0)
+
+
+def compare_engines(drafter, base: DrafterSpec, trajectories: list, final_norm, hidden: int, max_new_tokens: int,
+                    anchor_batch: int | None, seed: int = 0) -> dict[str, Any]:
+    """Every engine's tau on these trajectories, paired against `base`, and each differing rule alone."""
+    scored: dict[tuple, Any] = {}
+
+    def score(spec: DrafterSpec, name: str):
+        key = (spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap,
+               rule_values(spec)["RoPE"], rule_values(spec)["final block"])
+        if key not in scored:
+            (scored[key],) = evaluate_variants(drafter, [Variant(name, "", spec=spec)], trajectories, final_norm,
+                                               hidden, max_new_tokens, anchor_batch)
+        return scored[key]
+
+    own = score(base, "checkpoint's rules")
+    rows, results = [], {}
+    for engine, spec in engine_specs(base).items():
+        row: dict[str, Any] = {"engine": engine, "name": NAMES[engine]}
+        if isinstance(spec, str):
+            rows.append({**row, "refused": spec})
+            continue
+        result = results[engine] = score(spec, engine)
+        row.update(tau_macro=result.tau(), causality=spec.causality_source,
+                   differs=[r for r in RULES if rule_values(spec)[r] != rule_values(base)[r]])
+        if row["differs"]:
+            row["delta"] = _paired(own, result, seed)
+            row["rules"] = []
+            for rule in row["differs"]:
+                alone = score(switched(base, spec, rule), f"{engine}: {rule} alone")
+                row["rules"].append({"rule": rule, "engine_reads": describe_rule(spec, rule),
+                                     "checkpoint_reads": describe_rule(base, rule), "tau_macro": alone.tau(),
+                                     "delta": _paired(own, alone, seed)})
+            row["responsible"] = responsible(row)
+        rows.append(row)
+    pairs = []
+    names = list(results)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if results[a] is not results[b]:
+                pairs.append({"a": a, "b": b, "delta": _paired(results[a], results[b], seed)})
+    return {"base": {"semantics": base.semantics, "source": base.semantics_source, "tau_macro": own.tau(),
+                     "causality": base.causality_source},
+            "engines": rows, "pairs": pairs, "evaluations": len(scored)}
+
+
+def responsible(row: dict[str, Any]) -> str:
+    """The sentence naming the rule(s) behind an engine's difference from the checkpoint's own rules."""
+    figure = C.paired_figure(row["delta"], 3)
+    if not _significant(row["delta"]):
+        return f"{row['name']} reads {', '.join(row['differs'])} differently; tau {figure}: within noise"
+    moving = sorted((r for r in row["rules"] if _significant(r["delta"])), key=lambda r: -abs(r["delta"]["estimate"]))
+    if not moving:
+        return (f"{row['name']}: tau {figure}, from {', '.join(row['differs'])} together (no rule alone moves it "
+                "beyond noise)")
+    top = moving[0]
+    return (f"{row['name']}: tau {figure}; {top['rule']} alone moves it {top['delta']['estimate']:+.3f} "
+            f"({NAMES[row['engine']]}: {top['engine_reads']}; the checkpoint's rules: {top['checkpoint_reads']})")
+
+
+def run_engines(options, reporter=None) -> dict[str, Any]:
+    """The composition: inputs (one drafter) -> continuations -> one trajectory per prompt -> every engine's
+    reading scored on them. `options` is a core.options.RunOptions."""
+    from ..core.options import Reporter
+    from ..model.target import load_target, target_info
+    from ..pipeline.continuations import continuations_for, whole_prompt_set
+    from ..pipeline.inputs import prepare_inputs
+    from ..pipeline.scoring import kernels_context, load_drafters
+    from ..pipeline.trajectories import capture_trajectory
+
+    if options.temperature > 0:
+        raise InputError(None, "doctor --engines compares greedy readings (temperature 0): the engines' sampled "
+                               "verification is not modelled for all of them")
+    if options.reference:
+        raise InputError(None, "doctor --engines examines one drafter; drop --reference")
+    reporter = reporter or Reporter()
+    inputs = prepare_inputs(options, one_drafter=True)
+    entry, prompts = inputs.entries[0], inputs.prompts
+    info = target_info(inputs.target_path)
+    target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype)
+    reporter.note(f"doctor --engines: {len(prompts)} target passes, then the drafter under each engine's rules")
+    texts, _ = continuations_for(target, prompts, inputs.prompt_ids(), options, inputs.thinking, None, reporter,
+                                 universe=whole_prompt_set(options))
+    ids = inputs.prompt_ids()
+    trajectories = []
+    with kernels_context(target, options):
+        for prompt in prompts:
+            trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[prompt.id],
+                                                   sorted(set(entry.spec.taps)), sequence_chunk=options.tap_chunk,
+                                                   offload=True))
+    for traj in trajectories:
+        check_taps(traj.taps(entry.spec.taps), entry.spec, info.hidden_size, str(inputs.target_path))
+    drafter = load_drafters([entry], target)[entry.name]
+    result = compare_engines(drafter, entry.spec, trajectories, target.model.model.norm, info.hidden_size,
+                             options.max_new_tokens, options.anchor_batch, seed=options.seed)
+    return {"kind": "dflash-eval doctor --engines", "drafter": entry.name, "path": str(entry.path),
+            "format": entry.spec.format, "dflash2": entry.spec.is_dflash2, "target": str(inputs.target_path),
+            "prompts": len(prompts), "tap_passes": target.tap_passes, "thinking": inputs.thinking,
+            "max_new_tokens": options.max_new_tokens, **result}

@@ -1,0 +1,249 @@
+"""`served --per-request FILE --run RUN`: each served request beside the offline run of its prompt.
+
+Acceptance that changes with the batch (llama.cpp #27117) and DFlash2 that is not lossless under greedy
+(vLLM #54928) need a single-stream, exact reference to hold a server against; the offline run is that
+reference. Each request (formats/served_responses.py) is paired with its prompt in the run: by the client's
+id when it is a prompt id of the run, else by the exact prompt (the chat messages, the user message or the
+prompt token ids through the target's chat template); unmatched requests are counted and named, and two
+requests for one prompt are refused (never one picked). Per prompt, on the numbers core/served_requests.py
+defines:
+
+1. the served text against the target's greedy continuation, first (at temperature 0 speculative
+   decoding must be lossless: a served text that is not the greedy one is named, with the first token
+   where it leaves it);
+2. served tau against offline tau, and over prompts the paired delta with its interval and p;
+3. with per-step arrays (`detailed`) and greedy serving, the served walk against the offline walk step by
+   step, and the first step where they part (up to the first differing token; the last step may count
+   drafts accepted past max_tokens, which vLLM does and no offline text can: named, not counted a parting);
+4. prompts where the server accepts less than offline beyond noise, with their offline blocks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core import compare as C
+from ..core import served_requests as R
+from ..core.errors import InputError
+from ..core.samples import walk_blocks
+from ..formats.served_responses import read_requests
+
+BLOCKS_SHOWN = 3  # offline blocks listed per prompt that falls short
+
+
+class _Prompts:
+    """The run's prompts by exact text, messages and templated ids, loaded only when an id does not match."""
+
+    def __init__(self, side):
+        self.side, self._index, self._tokenizer = side, None, None
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from ..model.target import load_tokenizer
+
+            self._tokenizer = load_tokenizer(Path(self.side.run["provenance"]["target"]["path"]))
+        return self._tokenizer
+
+    def index(self) -> dict:
+        if self._index is None:
+            from ..pipeline.prompts import chat_text, load_prompts, prompt_ids
+
+            prov = self.side.run["provenance"]
+            try:
+                prompts = [p for p in load_prompts(prov["prompts"]["source"]) if p.id in self.side.rows]
+            except InputError as exc:
+                raise InputError(self.side.run_dir, f"cannot reload the run's prompts to match requests by text "
+                                                    f"({exc.one_line()}): give each request the prompt's id") from None
+            texts, chats, ids = {}, {}, {}
+            thinking = bool(prov["enable_thinking"])
+            for p in prompts:
+                texts[p.text] = p.id
+                texts[chat_text(self.tokenizer(), p, thinking)] = p.id  # a completions request sends the templated text
+                chats[tuple(tuple(sorted(m.items())) for m in p.chat())] = p.id
+                ids[tuple(prompt_ids(self.tokenizer(), p, thinking))] = p.id
+            self._index = {"text": texts, "chat": chats, "ids": ids}
+        return self._index
+
+    def match(self, r: R.ServedRequest) -> tuple[str | None, str]:
+        if r.key is not None and r.key in self.side.rows:
+            return r.key, "id"
+        if r.messages is None and r.prompt_text is None and r.prompt_ids is None:
+            return None, "nothing to match by (no id of the run, no prompt)"
+        index = self.index()
+        if r.messages is not None:
+            found = index["chat"].get(tuple(tuple(sorted(m.items())) for m in r.messages))
+            if found:
+                return found, "chat messages"
+        if r.prompt_text is not None and r.prompt_text in index["text"]:
+            return index["text"][r.prompt_text], "prompt text"
+        if r.prompt_ids is not None and r.prompt_ids in index["ids"]:
+            return index["ids"][r.prompt_ids], "prompt token ids"
+        return None, "no prompt of the run has this id, text or token ids"
+
+
+def _text_check(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str, Any]:
+    """The served text against the offline greedy continuation."""
+    if r.temperature:
+        return {"status": "sampled", "detail": f"temperature {r.temperature}: not compared with the greedy text"}
+    out = _text_against(r, row, prompts)
+    if out["status"] == "differs" and r.temperature is None:
+        out["detail"] += " (the file holds no request temperature: taken as 0)"
+    return out
+
+
+def _text_against(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str, Any]:
+    """Token ids when the response holds them (the first differing token), else the text against the decoded
+    continuation (the first differing character)."""
+    offline = row["continuation_ids"]
+    if r.output_ids is not None:
+        served = list(r.output_ids)
+    elif r.output_text is not None:
+        tokenizer = prompts.tokenizer()
+        served_text, offline_text = r.output_text, tokenizer.decode(offline, skip_special_tokens=True)
+        common = min(len(served_text), len(offline_text))
+        at = next((i for i in range(common) if served_text[i] != offline_text[i]), None)
+        if at is None:
+            return {"status": "greedy", "detail": "the served text is the greedy text (compared as text)",
+                    "compared": common}
+        return {"status": "differs", "detail": f"the served text leaves the target's greedy text at character {at}: "
+                                               "not lossless at temperature 0", "character": at}
+    else:
+        return {"status": "unknown", "detail": "the response holds no output text or token ids"}
+    at = R.first_token_difference(served, offline)
+    if at is None:
+        return {"status": "greedy", "detail": "the served tokens are the greedy continuation"
+                + ("" if len(served) == len(offline) else f" ({len(served)} served, {len(offline)} offline tokens)"),
+                "compared": min(len(served), len(offline))}
+    return {"status": "differs", "token": at, "served_token": served[at], "offline_token": offline[at],
+            "detail": f"the served text leaves the target's greedy continuation at token {at} (served id {served[at]}, "
+                      f"greedy id {offline[at]}): not lossless at temperature 0"}
+
+
+def _walk_check(r: R.ServedRequest, walk: list[int], text: dict[str, Any], k_offline: int) -> dict[str, Any] | None:
+    """Step by step (detailed arrays, greedy serving): the first step where the walks part."""
+    if r.per_step_accepted is None or text["status"] not in ("greedy", "differs"):
+        return None
+    served = list(r.per_step_accepted)
+    if r.num_spec_tokens is not None and r.num_spec_tokens != k_offline:
+        return {"compared": 0, "parted_at": None, "detail": f"the server drafts {r.num_spec_tokens} tokens per step, "
+                                                            f"the offline run {k_offline}: walks not comparable"}
+    limit = len(walk)
+    if text["status"] == "differs" and "token" in text:  # steps wholly inside the common text
+        done, limit = 1, 0
+        for n in walk:
+            if done + n + 1 > text["token"]:
+                break
+            done, limit = done + n + 1, limit + 1
+    part = R.first_parting(served[:limit], walk[:limit]) if limit else None
+    out = {"compared": min(limit, len(served)), "parted_at": part, "served_steps": len(served), "offline_steps": len(walk)}
+    if part is None:
+        out["detail"] = "the served walk is the offline walk, step for step"
+        if len(served) != len(walk) and text["status"] == "greedy":
+            out["detail"] += f" over {min(len(served), len(walk))} steps ({len(served)} served, {len(walk)} offline)"
+        return out
+    last = part == len(walk) - 1 == len(served) - 1
+    if last and served[part] > walk[part]:
+        out.update(parted_at=None, last_step=True,
+                   detail=f"equal up to the last step, where the server counts {served[part]} accepted drafts and the "
+                          f"offline walk {walk[part]}: vLLM counts drafts accepted past max_tokens or the stop token "
+                          "(scheduler update_from_output, before check_stop); no target token exists there offline")
+        return out
+    out["served"], out["offline"] = served[part] if part < len(served) else None, walk[part] if part < len(walk) else None
+    out["detail"] = (f"the walks part at step {part}: the server accepted {out['served']} drafts, the offline walk "
+                     f"{out['offline']}")
+    return out
+
+
+def reconcile(path: Path, run: str) -> dict[str, Any]:
+    """The one document `served --per-request` prints (`--json`) and renders."""
+    from .diff import load_side
+
+    requests = read_requests(path)
+    side = load_side(run)
+    if side.drafter.get("counts") is None:
+        raise InputError(side.run_dir, f"drafter {side.name!r} holds sampled estimates, not walks: reconcile against a "
+                                       "greedy run (temperature 0)")
+    prompts = _Prompts(side)
+    k_offline = side.drafter["spec"]["block_size"] - 1
+    matched: dict[str, R.ServedRequest] = {}
+    how: dict[str, str] = {}
+    unmatched = []
+    for r in requests:
+        pid, why = prompts.match(r)
+        if pid is None:
+            unmatched.append({"request": r.label(), "why": why})
+            continue
+        if pid in matched:
+            raise InputError(path, f"{matched[pid].label()} and {r.label()} both match prompt {pid!r}: keep one "
+                                   "request per prompt")
+        matched[pid], how[pid] = r, why
+    rows, served_pp, offline_pp = [], {}, {}
+    pooled_served: dict[int, int] = {}
+    pooled_offline = [0] * (k_offline + 1)
+    for pid in [p for p in side.rows if p in matched]:  # the run's prompt order
+        r, row = matched[pid], side.rows[pid]
+        walk = [n - 1 for n in row["walk_accept_lengths"]]
+        offline_hist = R.histogram_of(walk, k_offline + 1)
+        pooled_offline = [a + b for a, b in zip(pooled_offline, offline_hist)]
+        size = max(k_offline, r.num_spec_tokens or 0) + 1
+        served_hist = R.served_histogram(r, size)
+        for n, c in enumerate(served_hist or []):
+            pooled_served[n] = pooled_served.get(n, 0) + c
+        text = _text_check(r, row, prompts)
+        entry = {"prompt": pid, "request": r.label(), "matched_by": how[pid], "engine": r.engine,
+                 "served": {"steps": r.steps, "accepted": r.accepted, "tau": r.tau, "histogram": served_hist,
+                            "reported_length": r.reported_length, "num_spec_tokens": r.num_spec_tokens},
+                 "offline": {"steps": len(walk), "accepted": sum(walk), "tau": R.tau(len(walk), sum(walk)),
+                             "histogram": offline_hist},
+                 "text": text, "walk": _walk_check(r, walk, text, k_offline), "notes": list(r.notes)}
+        if r.num_spec_tokens and r.draft_tokens is not None and r.draft_tokens != r.steps * r.num_spec_tokens:
+            entry["notes"].append(f"{r.draft_tokens} drafted tokens in {r.steps} steps of k = {r.num_spec_tokens}: the "
+                                  "draft length varied (dynamic speculation) or grammar invalidated drafts")
+        entry["delta"] = None if r.tau is None or entry["offline"]["tau"] is None else r.tau - entry["offline"]["tau"]
+        gap = R.below_offline(served_hist, offline_hist) if served_hist is not None else None
+        entry["gap"] = gap
+        if gap is not None and gap["below"]:
+            entry["blocks"] = _short_blocks(row, r, walk)
+        if r.steps:
+            served_pp[pid] = (r.steps, r.steps + r.accepted)
+        if walk:
+            offline_pp[pid] = (len(walk), len(walk) + sum(walk))
+        rows.append(entry)
+    both = sorted(served_pp.keys() & offline_pp.keys())
+    paired = None
+    if both:
+        paired = C.delta_tau_per_prompt({p: offline_pp[p] for p in both}, {p: served_pp[p] for p in both},
+                                        seed=0).to_dict()
+    engines = sorted({r.engine for r in matched.values()})
+    drafted = sorted({r.num_spec_tokens for r in matched.values() if r.num_spec_tokens is not None} - {k_offline})
+    notes = [f"the server drafts {', '.join(map(str, drafted))} tokens per step, the offline run {k_offline}: a DFlash "
+             "block of another length is not a prefix of this one, so tau and the walks are not comparable"] if drafted else []
+    return {"kind": "dflash-eval served --per-request", "file": str(path), "run": str(side.run_dir),
+            "drafter": side.name, "block_size": k_offline + 1, "engines": engines, "requests": len(requests),
+            "matched": len(matched), "unmatched": unmatched,
+            "offline_prompts_without_request": sorted(set(side.rows) - set(matched)),
+            "prompts": rows, "paired_delta": paired, "notes": notes,
+            "histogram_shift": R.histogram_shift([pooled_served.get(n, 0) for n in range(max(pooled_served) + 1)],
+                                                 pooled_offline) if pooled_served else None,
+            "not_greedy": [e["prompt"] for e in rows if e["text"]["status"] == "differs"],
+            "parted": [e["prompt"] for e in rows if e["walk"] and e["walk"].get("parted_at") is not None],
+            "below_offline": [e["prompt"] for e in rows if e["gap"] and e["gap"]["below"]],
+            "definitions": {e: R.DEFINITIONS[e] for e in engines}}
+
+
+def _short_blocks(row: dict, r: R.ServedRequest, walk: list[int]) -> list[dict[str, Any]]:
+    """The offline blocks to read for a prompt the server falls short on: the steps where the served walk
+    accepted fewer (per-step arrays), else the offline walk's first blocks."""
+    blocks = walk_blocks(row)
+    if r.per_step_accepted is not None:
+        steps = [i for i, (a, b) in enumerate(zip(r.per_step_accepted, walk)) if a < b][:BLOCKS_SHOWN]
+    else:
+        steps = list(range(min(BLOCKS_SHOWN, len(blocks))))
+    out = []
+    for i in steps:
+        b = blocks[i]
+        out.append({"step": i, "anchor_pos": b.anchor_pos, "anchor": b.anchor, "draft": list(b.draft),
+                    "target": list(b.target), "offline_accepted": b.accepted,
+                    "served_accepted": r.per_step_accepted[i] if r.per_step_accepted is not None else None})
+    return out

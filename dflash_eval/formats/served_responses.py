@@ -1,0 +1,214 @@
+"""A client's file of server responses, one request a line, read into `ServedRequest`s (core/served_requests.py).
+
+A line is one JSON object, either `{"id", "request", "response"}` (what a client saves: its own id, the
+request it sent, the body as the server sent it) or a bare body. Bodies, by the fields their serializers
+write:
+
+- vLLM 0.33 chat / completions / generate responses (`ChatCompletionResponse`, `CompletionResponse`,
+  `GenerateResponse`: `JSONResponse(content=model.model_dump())`), with `metrics.speculative_decoding`
+  (`--per-request-spec-decode-metrics summary|detailed`; n == 1 only; a stream's last chunk carries it with
+  `stream_options.include_usage`). The output text is `choices[0].message.content` or `.text`, its ids
+  `choices[0].token_ids` (`return_token_ids`), the prompt's `prompt_token_ids`.
+- vLLM offline: a `RequestOutput` or `CompletionOutput` dumped as a dict (`dataclasses.asdict` or by hand),
+  `spec_decode_metrics` either `RequestSpecDecodeMetrics` as a dict (`num_spec_tokens`, `histogram`,
+  `num_draft_tokens`, `per_step_accepted`, `per_step_drafted`) or its `to_dict()`.
+- SGLang 0.5.23 `/generate` (`{"text", "output_ids", "meta_info": {...}}`, ORJSONResponse) and its OpenAI
+  endpoints (`sglext.spec_tokens_details`, `return_spec_tokens_details`).
+
+Every request passes served_requests.check_request; a line that is none of these, or holds impossible
+numbers, is refused: one line naming the file, the line and the field, exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..core import served_checks as checks
+from ..core.errors import InputError, loads, read_text_file
+from ..core.served_requests import ServedRequest, check_request
+
+
+def _ints(value, what: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(f"{what} is not a list of token ids")
+    return tuple(checks.count(v, f"{what}[{i}]") for i, v in enumerate(value))
+
+
+def _request_prompt(request: dict | None, sent: bool = True) -> dict[str, Any]:
+    """What the request says about its prompt: messages, a prompt string, token ids; and its temperature.
+    `sent` False: a bare response body carrying the request's prompt (its "text" is the output, not read)."""
+    out: dict[str, Any] = {}
+    if not isinstance(request, dict):
+        return out
+    messages = request.get("messages")
+    if isinstance(messages, list) and messages:
+        out["messages"] = tuple(dict(m) for m in messages if isinstance(m, dict))
+        users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            out["prompt_text"] = users[-1]
+    for key in ("prompt", "text") if sent else ("prompt",):
+        value = request.get(key)
+        if isinstance(value, str):
+            out["prompt_text"] = value
+        elif isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            out["prompt_ids"] = tuple(value)
+    for key in ("prompt_token_ids", "input_ids"):
+        if isinstance(request.get(key), list):
+            out["prompt_ids"] = _ints(request[key], f"request.{key}")
+    sampling = request.get("sampling_params") if isinstance(request.get("sampling_params"), dict) else request
+    temperature = sampling.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        out["temperature"] = float(temperature)
+    return out
+
+
+def _vllm_metrics(m: dict, where: str) -> dict[str, Any]:
+    """`SpeculativeDecodingMetrics` (to_dict) or `RequestSpecDecodeMetrics` as a dict, into our fields."""
+    if "acceptance_histogram" in m or "num_spec_steps" in m:
+        hist = checks.check_histogram(m.get("acceptance_histogram"), None, None, f"{where}.acceptance_histogram")
+        steps = checks.count(m.get("num_spec_steps"), f"{where}.num_spec_steps")
+        accepted = checks.count(m.get("num_accepted_draft_tokens"), f"{where}.num_accepted_draft_tokens")
+        checks.check_histogram(hist, steps, accepted, f"{where}.acceptance_histogram")
+        length = checks.check_length(m.get("mean_acceptance_length"), f"{where}.mean_acceptance_length")
+        rate = checks.check_rate(m.get("draft_acceptance_rate"), f"{where}.draft_acceptance_rate")
+        expected = 1 + accepted / steps if steps else 1.0
+        if abs(length - expected) > 1e-6 * expected:
+            raise ValueError(f"{where}.mean_acceptance_length is {length!r}, not 1 + {accepted} / {steps} steps")
+        draft_tokens = checks.count(m.get("num_draft_tokens"), f"{where}.num_draft_tokens")
+        if draft_tokens and abs(rate - accepted / draft_tokens) > 1e-6:
+            raise ValueError(f"{where}.draft_acceptance_rate is {rate!r}, not {accepted} / {draft_tokens} drafted")
+        reported = length
+    else:
+        hist = checks.check_histogram(m.get("histogram"), None, None, f"{where}.histogram")
+        steps, accepted = sum(hist), sum(j * c for j, c in enumerate(hist))
+        draft_tokens = checks.count(m.get("num_draft_tokens"), f"{where}.num_draft_tokens")
+        reported = None
+    k = checks.count(m.get("num_spec_tokens"), f"{where}.num_spec_tokens")
+    return {"steps": steps, "accepted": accepted, "draft_tokens": draft_tokens, "num_spec_tokens": k,
+            "histogram": tuple(hist), "reported_length": reported,
+            "per_step_accepted": _ints(m.get("per_step_accepted") or None, f"{where}.per_step_accepted"),
+            "per_step_drafted": _ints(m.get("per_step_drafted") or None, f"{where}.per_step_drafted")}
+
+
+def _sglang_metrics(m: dict, where: str) -> dict[str, Any]:
+    """SGLang's meta_info (or SpecTokensDetails) into our fields; its acceptance length converted."""
+    steps = checks.count(m.get("spec_verify_ct"), f"{where}.spec_verify_ct")
+    accepted = checks.count(m.get("spec_num_correct_drafts"), f"{where}.spec_num_correct_drafts")
+    proposed = m.get("spec_num_proposed_drafts")
+    proposed = None if proposed is None else checks.count(proposed, f"{where}.spec_num_proposed_drafts")
+    if proposed is not None:
+        checks.check_counts(f"{where}.spec_num_correct_drafts / spec_num_proposed_drafts", steps, proposed, accepted)
+    k = proposed // steps if proposed is not None and steps and proposed % steps == 0 else None
+    if proposed is not None and steps and proposed % steps:
+        raise ValueError(f"{where}.spec_num_proposed_drafts = {proposed} is not spec_verify_ct ({steps}) x the "
+                         "drafted tokens per step")
+    length = m.get("spec_accept_length")
+    if length is not None and steps:
+        length = checks.check_length(length, f"{where}.spec_accept_length")
+        completion = m.get("completion_tokens")
+        if completion is not None and abs(length - checks.count(completion, f"{where}.completion_tokens") / steps) \
+                > 1e-6 * length:
+            raise ValueError(f"{where}.spec_accept_length is {length!r}, not completion_tokens / spec_verify_ct")
+    rate = m.get("spec_accept_rate")
+    if rate is not None and steps:
+        checks.check_rate(rate, f"{where}.spec_accept_rate")
+        if proposed and abs(rate - accepted / proposed) > 1e-6:
+            raise ValueError(f"{where}.spec_accept_rate is {rate!r}, not {accepted} / {proposed} proposed drafts")
+    hist = m.get("spec_correct_drafts_histogram") or None
+    if hist is not None:
+        hist = tuple(checks.check_histogram(hist, steps, accepted, f"{where}.spec_correct_drafts_histogram"))
+    return {"steps": steps, "accepted": accepted, "draft_tokens": proposed, "num_spec_tokens": k,
+            "histogram": hist, "reported_length": length if steps else None,
+            "notes": ("SGLang's spec_accept_length counts the prefill token (completion_tokens / spec_verify_ct); "
+                      "tau here is 1 + spec_num_correct_drafts / spec_verify_ct",)}
+
+
+def parse_body(body: dict, where: str) -> dict[str, Any]:
+    """A response body's engine, metrics, output and prompt ids (ValueError naming the field when broken)."""
+    if isinstance(body.get("meta_info"), dict):  # SGLang /generate
+        meta = body["meta_info"]
+        if "spec_verify_ct" not in meta:
+            raise ValueError("meta_info has no spec_verify_ct (speculative decoding off, or the request did not "
+                             "finish)")
+        return {"engine": "sglang", **_sglang_metrics(meta, "meta_info"),
+                "output_ids": _ints(body.get("output_ids"), "output_ids"),
+                "output_text": body.get("text") if isinstance(body.get("text"), str) else None,
+                "prompt_ids": _ints(body.get("prompt_token_ids"), "prompt_token_ids"),
+                "request_id": meta.get("id") if isinstance(meta.get("id"), str) else None}
+    choice = None
+    if isinstance(body.get("choices"), list):
+        if len(body["choices"]) != 1:
+            raise ValueError(f"has {len(body['choices'])} choices: per-request metrics exist for n == 1 only")
+        choice = body["choices"][0] if isinstance(body["choices"][0], dict) else None
+    outputs = body.get("outputs")
+    if isinstance(outputs, list):  # a RequestOutput dump
+        if len(outputs) != 1:
+            raise ValueError(f"has {len(outputs)} outputs: compare one sequence per request")
+        choice = outputs[0]
+    if choice is None and "spec_decode_metrics" in body:  # a CompletionOutput dump on its own
+        choice = body
+    source = choice if choice is not None and "spec_decode_metrics" in choice else body
+    ext = body.get("sglext") if isinstance(body.get("sglext"), dict) else None
+    if ext is not None and ext.get("spec_tokens_details") is not None:  # SGLang's OpenAI endpoints
+        details = ext["spec_tokens_details"]
+        details = details[0] if isinstance(details, list) and len(details) == 1 else details
+        if not isinstance(details, dict):
+            raise ValueError("sglext.spec_tokens_details is not one object")
+        fields = {"engine": "sglang", **_sglang_metrics(details, "sglext.spec_tokens_details")}
+    elif isinstance(source.get("spec_decode_metrics"), dict):
+        fields = {"engine": "vllm", **_vllm_metrics(source["spec_decode_metrics"], "spec_decode_metrics")}
+    elif isinstance(body.get("metrics"), dict) and isinstance(body["metrics"].get("speculative_decoding"), dict):
+        fields = {"engine": "vllm", **_vllm_metrics(body["metrics"]["speculative_decoding"],
+                                                    "metrics.speculative_decoding")}
+    else:
+        raise ValueError("holds no per-request speculative-decoding metrics (vLLM: metrics.speculative_decoding with "
+                         "--per-request-spec-decode-metrics; CompletionOutput.spec_decode_metrics; SGLang: meta_info)")
+    choice = choice or {}
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    text = message.get("content", choice.get("text"))
+    fields["output_text"] = text if isinstance(text, str) else None
+    fields["output_ids"] = _ints(choice.get("token_ids"), "choices[0].token_ids")
+    prompt_ids = body.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    fields["prompt_ids"] = _ints(prompt_ids, "prompt_token_ids")
+    if isinstance(body.get("prompt"), str):
+        fields["prompt_text"] = body["prompt"]
+    rid = body.get("id", body.get("request_id"))
+    fields["request_id"] = rid if isinstance(rid, str) else None
+    return fields
+
+
+def read_requests(path: Path) -> list[ServedRequest]:
+    """Every line of the file as a ServedRequest; InputError naming the file and line otherwise."""
+    text = read_text_file(path, "a JSONL of server responses, one request a line")
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = loads(line)
+        except ValueError as exc:
+            raise InputError(path, f"line {number}: invalid JSON: {exc}") from None
+        if not isinstance(row, dict):
+            raise InputError(path, f"line {number}: not a JSON object")
+        wrapped = "response" in row and isinstance(row["response"], dict)
+        body = row["response"] if wrapped else row
+        try:
+            fields = parse_body(body, f"line {number}")
+            notes = tuple(fields.pop("notes", ()))
+            for name, value in (_request_prompt(row.get("request")) if wrapped else
+                                _request_prompt(body, sent=False)).items():
+                if fields.get(name) is None:
+                    fields[name] = value
+            key = row.get("id") if wrapped and isinstance(row.get("id"), (str, int)) else None
+            request = ServedRequest(line=number, key=None if key is None else str(key), notes=notes,
+                                    **{k: v for k, v in fields.items() if v is not None})
+            check_request(request)
+        except ValueError as exc:
+            raise InputError(path, str(exc) if str(exc).startswith("line ") else f"line {number}: {exc}") from None
+        out.append(request)
+    if not out:
+        raise InputError(path, "holds no responses")
+    return out

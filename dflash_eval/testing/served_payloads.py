@@ -1,0 +1,123 @@
+"""Server payloads written as the engines' own serializers write them, filled from an offline run's walks.
+
+For `served --per-request` tests: the bodies are laid out field for field, in field order, as the engines'
+models dump them (nothing imported from the engines, which are never installed):
+
+- vLLM 0.33: `RequestSpecDecodeMetrics` (v1/metrics/stats.py) accumulates one `observe(num_draft_tokens,
+  num_accepted, detailed)` per verify step and `to_dict()` gives `SpeculativeDecodingMetrics`
+  (entrypoints/generate/base/protocol.py); a chat response is `ChatCompletionResponse.model_dump()` through
+  Starlette's `JSONResponse` (compact separators, ensure_ascii off); `ChatMessage` drops an empty
+  `tool_calls`. vLLM drafts num_speculative_tokens per step, the last step too.
+- SGLang 0.5.23: `/generate` returns `{"text", "output_ids", "meta_info"}` (tokenizer_manager.py,
+  ORJSONResponse), meta_info built as `_calculate_spec_decoding_metrics` builds it; the histogram grows to
+  the largest count seen (`Req.update_spec_correct_drafts_histogram`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+
+def starlette_json(obj: Any) -> str:
+    """What `JSONResponse.render` writes (and, for these payloads, orjson too)."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+
+
+def vllm_spec_metrics(accepted: Sequence[int], k: int, detailed: bool = False,
+                      drafted: Sequence[int] | None = None) -> dict[str, Any]:
+    """RequestSpecDecodeMetrics.new(k), one observe per step, then to_dict()."""
+    histogram, total_drafted, per_acc, per_dr = [0] * (k + 1), 0, [], []
+    for i, n in enumerate(accepted):
+        d = k if drafted is None else drafted[i]
+        histogram[n] += 1
+        total_drafted += d
+        if detailed:
+            per_acc.append(n)
+            per_dr.append(d)
+    steps = sum(histogram)
+    num_accepted = sum(j * c for j, c in enumerate(histogram))
+    out = {"mean_acceptance_length": 1.0 + num_accepted / steps if steps else 1.0,
+           "draft_acceptance_rate": num_accepted / total_drafted if total_drafted else 0.0,
+           "acceptance_histogram": histogram, "num_spec_steps": steps, "num_accepted_draft_tokens": num_accepted,
+           "num_draft_tokens": total_drafted, "num_spec_tokens": k}
+    if per_acc:
+        out["per_step_accepted"] = per_acc
+        out["per_step_drafted"] = per_dr
+    return out
+
+
+def vllm_chat_response(model: str, text: str, token_ids: Sequence[int] | None, prompt_len: int,
+                       spec: dict[str, Any] | None, finish_reason: str = "length", created: int = 1796143071,
+                       request_id: str = "chatcmpl-0") -> dict[str, Any]:
+    """ChatCompletionResponse.model_dump() with metrics.speculative_decoding (model_dump keeps None fields)."""
+    spec_model = None if spec is None else {**spec, "per_step_accepted": spec.get("per_step_accepted"),
+                                            "per_step_drafted": spec.get("per_step_drafted")}
+    completion = len(token_ids) if token_ids is not None else 0
+    return {
+        "id": request_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0,
+                     "message": {"role": "assistant", "content": text, "refusal": None, "annotations": None,
+                                 "audio": None, "function_call": None, "reasoning": None},
+                     "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
+                     "token_ids": None if token_ids is None else list(token_ids), "routed_experts": None,
+                     "weight_versions": None}],
+        "service_tier": None, "system_fingerprint": None,
+        "usage": {"prompt_tokens": prompt_len, "total_tokens": prompt_len + completion,
+                  "completion_tokens": completion, "prompt_tokens_details": None, "completion_tokens_details": None},
+        "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": {"time_to_first_token_ms": None, "generation_time_ms": None, "queue_time_ms": None,
+                    "mean_itl_ms": None, "tokens_per_second": None, "speculative_decoding": spec_model},
+    }
+
+
+def vllm_completion_output(text: str, token_ids: Sequence[int], accepted: Sequence[int], k: int,
+                           detailed: bool = True, finish_reason: str = "length") -> dict[str, Any]:
+    """`dataclasses.asdict(CompletionOutput)` (vllm/outputs.py) with its RequestSpecDecodeMetrics as a dict."""
+    histogram = [0] * (k + 1)
+    for n in accepted:
+        histogram[n] += 1
+    return {"index": 0, "text": text, "token_ids": list(token_ids), "cumulative_logprob": None, "logprobs": None,
+            "routed_experts": None, "finish_reason": finish_reason, "stop_reason": None, "lora_request": None,
+            "sampling_mask": None,
+            "spec_decode_metrics": {"num_spec_tokens": k, "histogram": histogram, "num_draft_tokens": k * len(accepted),
+                                    "per_step_accepted": list(accepted) if detailed else [],
+                                    "per_step_drafted": [k] * len(accepted) if detailed else []},
+            "weight_versions": None}
+
+
+def sglang_generate_response(text: str, output_ids: Sequence[int], accepted: Sequence[int], k: int, prompt_len: int,
+                             request_id: str = "0", finish: dict | None = None) -> dict[str, Any]:
+    """SGLang's /generate body for a finished request (meta_info as tokenizer_manager.py builds it)."""
+    steps, correct = len(accepted), sum(accepted)
+    histogram: list[int] = []
+    for n in accepted:  # Req.update_spec_correct_drafts_histogram
+        if len(histogram) <= n:
+            histogram.extend([0] * (n - len(histogram) + 1))
+        histogram[n] += 1
+    meta = {"id": request_id, "finish_reason": finish or {"type": "length", "length": len(output_ids)},
+            "prompt_tokens": prompt_len, "weight_version": "default", "num_retractions": 0, "reasoning_tokens": 0,
+            "completion_tokens": len(output_ids), "cached_tokens": 0, "e2e_latency": 0.25}
+    if steps:
+        proposed = steps * k
+        meta.update({"spec_accept_rate": correct / proposed, "spec_accept_length": len(output_ids) / steps,
+                     "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+                     "spec_verify_ct": steps})
+        if histogram:
+            meta["spec_correct_drafts_histogram"] = histogram
+    return {"text": text, "output_ids": list(output_ids), "meta_info": meta}
+
+
+def capped_walk(row: dict[str, Any], cap: int) -> list[int]:
+    """The walk a worse drafter makes over the same text: at each anchor the offline run's accepted count
+    n(a) (`anchor_accepted`), at most `cap`; lossless, so the text is unchanged and the steps grow."""
+    p, n_of = row["prompt_len"], row["anchor_accepted"]
+    last = p + row["continuation_len"] - 1  # the last committed position
+    a, out = p, []
+    while a < last:
+        n = min(n_of[a - p], cap, last - a - 1)
+        out.append(n)
+        a += n + 1
+    return out
