@@ -25,8 +25,8 @@ The rule (`anchor_batch`), per device kind, for a sequence of T tokens and a dra
   softmax: SCORE_BYTES = 16 per element) within a fixed budget (CPU 1 GiB, GPU 4 GiB), so a long context
   gets fewer anchors, never an out-of-memory.
 
-Measured (docs/performance.md, benchmarks/real_vocab.py): at the 0.6B-like shape on the CPU, 32 anchors at
-512 and 1,024 tokens, 16 at 2,048, each within a few percent of the best batch measured.
+Measured (docs/performance.md, benchmarks/real_vocab.py): at the 0.6B-like shape on the CPU the rule gives
+32 anchors at 512 tokens, 31 at 1,024 and 16 at 2,048, within 1% of the best batch measured at 512 and 2,048.
 
 The lm_head pieces (`lm_head_pieces`): a piece of logits, rows x vocabulary in the compute dtype. CPU: at
 most 4 MiB, 512 rows (512 x 4,096 tokens in bf16: within the last-level cache, each GEMM large enough to

@@ -4,17 +4,19 @@ Why: the drafter pass drafts every slot of every anchor, and its lm_head over 15
 (Qwen3.5) tokens is most of its arithmetic. Computed whole, a chunk of R rows writes R x V logits (1.2 GB in
 bf16 for 4,096 rows) to memory and reads them back for an argmax that does no arithmetic: on the CPU that
 read-back, not the GEMM, was a quarter of the pass (issue 41). Here the product runs on pieces of rows x
-vocabulary sized by `core.batching.lm_head_pieces` to stay in cache, and each piece is reduced at once.
+vocabulary sized by `core.batching.lm_head_pieces` (on the CPU, to stay in cache), each reduced at once; on
+the CPU a later piece's row maxima come first (a vectorised `amax`) and its indices only for the rows it
+improves, a handful of the pieces per row.
 
 `greedy_ids(hidden, head, transform)` equals `transform(head(hidden)).argmax(-1)`, ties included: a piece's
 `max(-1)` returns the first maximal index within the piece, and a later piece replaces the running best only
 when strictly greater (or NaN where the best is not: torch's argmax treats NaN as the maximum), so the first
-maximal index over the whole vocabulary wins, as `torch.argmax` documents. The values are the same numbers
-the whole product gives, element for element (the same dot products; in fp32 the drafts are identical,
-tested against the whole-logits path on the test beds; in bf16 a GEMM of another shape may round a near tie
-the other way, as any change of anchor batch does). Where a caller needs more than the argmax (the offline
-estimate's full distributions at temperature > 0), `row_pieces` gives it the rows a piece at a time, each
-with its whole vocabulary.
+maximal index over the whole vocabulary wins, as `torch.argmax` documents. Each logit is the same dot
+product the whole product computes; a GEMM of another shape may round it differently in its last bit, so in
+fp32 the drafts are identical (tested against the whole-logits path on the test beds) and in bf16 a near tie
+may go the other way, as with any change of anchor batch. Where a caller needs more than the argmax
+(DFlash2's top-K candidates), `row_pieces` gives it the rows a piece at a time, each with its whole
+vocabulary; the offline estimate at temperature > 0 takes its rows 256 at a time (model/estimation.py).
 
 Vocabulary pieces need the weight itself: a plain `nn.Linear` whose weight lives on the rows' device. Any
 other head (accelerate's offloading hooks, a head on another GPU of a split target) is called as a module,
