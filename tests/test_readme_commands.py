@@ -1,6 +1,7 @@
-"""Every command the README shows is run (issue 34): an example cannot rot again.
+"""Every command the README and the docs/ pages show is run (issues 34, 35): an example cannot rot again.
 
-The test reads the README as it is, whatever it says: every line of its ```bash blocks that runs dflash-eval
+The test reads the README, then each docs/*.md page in name order, as they are, whatever they say: every line
+of their ```bash blocks that runs dflash-eval
 (`dflash-eval ...`, `.venv/bin/dflash-eval ...`, `python -m dflash_eval...`, also after `&&`, `;`, `|` or
 environment assignments) is run in README order, in one working folder, on the test bed, with its
 placeholders filled the way a user would fill them:
@@ -10,13 +11,14 @@ placeholders filled the way a user would fill them:
 - a drafter path that does not exist (`./my-drafter`, `-d ./epoch3:e3`, `DRAFTER`) becomes a drafter
   checkpoint there (speculators format, recording the README's target as its verifier, as a trained one
   does); `track DIR` gets a checkpoint series, `served BEFORE AFTER` two vLLM /metrics dumps written from
-  the run given with `--run` (made first when missing), `--prompts FILE.jsonl` a prompts file, `repo:PATH`
-  a small repository (`~` is the test's home);
+  the run given with `--run` (made first when missing), `served --per-request FILE` that run's walks as
+  vLLM response bodies, `--prompts FILE.jsonl` a prompts file, `repo:PATH` a small repository (`~` is the
+  test's home), `paper:NAME` and `hf:REPO` the paper's sets in the Hugging Face cache;
 - paths into the checkout (`dflash_eval/demo/models/target`) resolve as they do from its root;
 - sizes shrink to the test bed's (`SHRINK`, `ADDED`), and `--watch` is dropped (`DROPPED` says why).
 
-A command fails the test when it exits non-zero, and so does a README line that mentions dflash-eval but is
-neither run nor listed in `NOT_RUN` with its reason (and a `NOT_RUN` rule that matches nothing any more).
+A command fails the test when it exits non-zero, and so does a README or docs line that mentions dflash-eval but
+is neither run nor listed in `NOT_RUN` with its reason (and a `NOT_RUN` rule that matches nothing any more).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typer.testing import CliRunner
 from dflash_eval.cli import app
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
 DEFAULT_TARGET = "Qwen/Qwen3-8B"  # what a drafter of the README records when the README names no target
 
 # README commands not run here, each with the reason (a rule that matches nothing fails the test): keys
@@ -57,11 +60,22 @@ SEPARATORS = {"&&", "||", ";", "|", "&"}
 
 @dataclass
 class Command:
-    line: str  # the README line it comes from
+    line: str  # the line it comes from
     words: list[str]  # the command as written, split as a shell splits it
     kind: str  # "cli" (dflash-eval ARGS), "module" (python -m dflash_eval.X ARGS) or "other"
     args: list[str] = field(default_factory=list)  # after the program (cli) or the module name (module)
     module: str = ""
+    page: str = "README.md"  # the file the line is in
+
+
+def documented_commands() -> list[Command]:
+    """The commands of the README, then of each docs/ page (name order), as `readme_commands` reads them."""
+    out = readme_commands(README.read_text(encoding="utf-8"))
+    for page in sorted(DOCS.glob("*.md")):
+        for command in readme_commands(page.read_text(encoding="utf-8")):
+            command.page = f"docs/{page.name}"
+            out.append(command)
+    return out
 
 
 def bash_blocks(text: str) -> list[str]:
@@ -141,6 +155,7 @@ class Sandbox:
         (self.cwd / "dflash_eval").symlink_to(Path(__file__).resolve().parents[1] / "dflash_eval")
         self.targets: dict[str, Path] = {}
         self.seed = 10
+        self.paper_sets = False
         self.filled: list[str] = []
 
     def path(self, value: str) -> Path:
@@ -256,6 +271,8 @@ def prepared(sandbox: Sandbox, command: Command, target: str) -> tuple[list[str]
             fill_prompts(sandbox, value)
         if name == "--run":
             fill_run(sandbox, value, target)
+        if name == "--per-request":
+            fill_per_request(sandbox, value, next((v for n, v in items if n == "--run"), None), target)
         out += [name] if value is None else [name, value] if name else [value]
     for name, value in ADDED.get(sub[0] if sub else "", {}).items():
         if name in options and not given & set(options[name].opts):
@@ -301,6 +318,39 @@ def fill_prompts(sandbox: Sandbox, value: str) -> None:
             sandbox.repository(sandbox.path(value[len(prefix):]))
     if value.endswith(".jsonl") and not sandbox.path(value).exists():
         sandbox.prompts_file(sandbox.path(value))
+    if value.startswith(("paper:", "hf:")) and not sandbox.paper_sets:
+        from dflash_eval.testing.hub_cache import write_paper_sets
+
+        write_paper_sets(sandbox.hub, sandbox.root / "scratch")
+        sandbox.paper_sets = True
+        sandbox.filled.append("the paper's sets in the HF cache")
+
+
+def fill_per_request(sandbox: Sandbox, value: str, run: str | None, target: str) -> None:
+    """`served --per-request FILE --run RUN:DRAFTER`: the run's walks as vLLM chat responses with detailed
+    per-request spec-decode metrics, one request a line, as a client logging the server's bodies writes them."""
+    if sandbox.path(value).exists() or not run:
+        return
+    from dflash_eval.testing import served_payloads as P
+
+    fill_run(sandbox, run, target)
+    head, _, drafter = run.rpartition(":")
+    folder = sandbox.path(head)
+    run_json = json.loads((folder / "run.json").read_text())
+    spec = next(d for d in run_json["drafters"] if d["name"] == drafter)
+    k, cap = int(spec["spec"]["block_size"]) - 1, run_json["provenance"]["max_new_tokens"]
+    lines = []
+    for row in map(json.loads, (folder / "samples.jsonl").read_text().splitlines()):
+        if row["drafter"] != drafter:
+            continue
+        accepted = [n - 1 for n in row["walk_accept_lengths"]]
+        body = P.vllm_chat_response("served-model", "".join(row["continuation_pieces"]), row["continuation_ids"],
+                                    row["prompt_len"], P.vllm_spec_metrics(accepted, k, detailed=True))
+        lines.append(P.starlette_json({"id": row["prompt_id"], "response": body,
+                                       "request": {"model": "served-model", "temperature": 0.0,
+                                                   "max_tokens": cap}}))
+    sandbox.path(value).write_text("\n".join(lines) + "\n")
+    sandbox.filled.append(f"vLLM per-request responses {value}")
 
 
 def fill_run(sandbox: Sandbox, value: str, target: str) -> None:
@@ -338,7 +388,8 @@ def fill_positionals(sandbox: Sandbox, sub: list[str], positionals: list[str], i
 
 
 def invoke(sandbox: Sandbox, args: list[str]):
-    return CliRunner().invoke(app, args, env={"COLUMNS": "100", "HOME": str(sandbox.home)})
+    return CliRunner().invoke(app, args, env={"COLUMNS": "100", "HOME": str(sandbox.home),
+                                              "HF_HUB_CACHE": str(sandbox.hub)})
 
 
 def run_module(sandbox: Sandbox, module: str, args: list[str]) -> int:
@@ -387,13 +438,13 @@ def sandbox(test_bed, tmp_path_factory):
     return Sandbox(tmp_path_factory.mktemp("readme"), test_bed)
 
 
-def test_every_command_the_readme_shows_runs(sandbox, monkeypatch, capsys):
+def test_every_command_the_readme_and_the_docs_show_runs(sandbox, monkeypatch, capsys):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(sandbox.hub))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.chdir(sandbox.cwd)
-    commands = readme_commands(README.read_text(encoding="utf-8"))
+    commands = documented_commands()
     target = next((c.args[c.args.index(o) + 1] for c in commands if c.kind == "cli" for o in ("--target", "-t")
                    if o in c.args[:-1]), DEFAULT_TARGET)
     ran, skipped, unlisted = [], [], []
@@ -403,7 +454,7 @@ def test_every_command_the_readme_shows_runs(sandbox, monkeypatch, capsys):
             skipped.append((command.line, reason))
             continue
         if command.kind == "other":
-            unlisted.append(command.line)
+            unlisted.append(f"{command.page}: {command.line}")
             continue
         started = time.monotonic()
         args, changed = prepared(sandbox, command, target)
@@ -412,14 +463,14 @@ def test_every_command_the_readme_shows_runs(sandbox, monkeypatch, capsys):
         else:
             result = invoke(sandbox, args)
             code, output = result.exit_code, result.output
-        assert code == 0, (f"README command failed (exit {code}):\n  as written: {shlex.join(command.words)}\n"
+        assert code == 0, (f"{command.page} command failed (exit {code}):\n  as written: {shlex.join(command.words)}\n"
                            f"  as run: {shlex.join(args)}\n  changed: {changed}\n{output[-3000:]}")
-        ran.append((shlex.join(command.words), changed + [f"{time.monotonic() - started:.1f} s"]))
-    assert unlisted == [], ("README commands neither run here nor listed in NOT_RUN with a reason: "
+        ran.append((f"{command.page}: {shlex.join(command.words)}", changed + [f"{time.monotonic() - started:.1f} s"]))
+    assert unlisted == [], ("README / docs commands neither run here nor listed in NOT_RUN with a reason: "
                             f"{unlisted}")
     stale = [rule for rule in NOT_RUN if not any(matches(rule, c) for c in commands)]
-    assert stale == [], f"NOT_RUN rules that match no README command any more: {stale}"
+    assert stale == [], f"NOT_RUN rules that match no README / docs command any more: {stale}"
     assert ran, "the README shows no command this test could run"
-    print(f"\nREADME commands run ({len(ran)}):", *(f"  {c}  [{'; '.join(x)}]" for c, x in ran),
+    print(f"\nREADME and docs commands run ({len(ran)}):", *(f"  {c}  [{'; '.join(x)}]" for c, x in ran),
           f"not run ({len(skipped)}):", *(f"  {c}: {r}" for c, r in skipped),
           f"placeholders filled: {', '.join(sandbox.filled)}", sep="\n")

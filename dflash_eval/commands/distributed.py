@@ -52,7 +52,7 @@ def rank_device(device: str, local_rank: int) -> str:
 
 
 def evaluate_launched(options, reporter=None) -> dict[str, Any]:
-    """`api.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge."""
+    """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge."""
     from .evaluate import evaluate
     from ..core.errors import InputError
 

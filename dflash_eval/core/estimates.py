@@ -22,9 +22,9 @@ for slot i, both teacher-forced on the sampled text (metrics.acceptance_probabil
 Why it is an estimate, not the loop's number: after a rejection the real loop continues from the
 residual's token and its own accepted drafts, while here every prefix is the sampled text; the per-slot
 acceptances are treated as independent given that prefix. The bias against the live loop is measured by
-`benchmarks/estimate_bias.py` and stated in the README: on the bundled demo pair (12 prompts x 8 samples x
-64 tokens) +0.057 (T 0.6) and +0.028 (T 1.0) with sampled drafts, +0.002 and -0.000 with argmax drafts,
-against live taus of 1.61 / 1.34 / 1.63 / 1.24.
+`benchmarks/estimate_bias.py` and stated in docs/sampling.md: on the bundled demo pair (12 prompts x 8
+samples x 64 tokens) +0.057 (T 0.6) and +0.028 (T 1.0) with sampled drafts, +0.002 and -0.000 with argmax
+drafts, against live taus of 1.61 / 1.34 / 1.63 / 1.24.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`RunOptions`: every setting of a run (and of doctor), with the defaults both share, plus the progress
-callbacks the stages report to. The CLI's option bundle (`cli_options.py`) maps flags onto these fields."""
+callbacks the stages report to. The CLI's option bundle (`cli/options.py`) maps flags onto these fields."""
 
 from __future__ import annotations
 

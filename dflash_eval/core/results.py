@@ -140,7 +140,7 @@ DIR/per_position_splits.csv  the same after drafter, split, part; a row per part
 DIR/written.json    every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes
 DIR/run.lock        the lock (filelock) the writing process holds; a second writer is refused by name
 
-A track folder (`dflash-eval track --out DIR`, trackdir.py):
+A track folder (`dflash-eval track --out DIR`, pipeline/track_folder.py):
 
 DIR/track.jsonl     one row per evaluated checkpoint and one for the reference, append-only:
     role                "checkpoint" or "reference"

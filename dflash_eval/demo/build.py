@@ -9,21 +9,23 @@ What it does, in order (single process, CPU, fixed seeds; about 7 minutes on 2 c
    ``enable_thinking=False`` pre-fills), tokenized exactly as ``run`` tokenizes a prompt. So the target
    learns to answer coding requests in the chat format ``run`` sends.
 2. **Tokenizer**: a byte-level BPE of :data:`VOCAB_SIZE` entries trained on that text with
-   :func:`dflash_eval.tiny.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the ChatML template).
+   :func:`dflash_eval.testing.tiny_tokenizer.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the
+   ChatML template).
 3. **Target**: a hybrid ``qwen3_5_text`` model (:data:`TARGET_SHAPE`: Gated-DeltaNet *and* gated
    full-attention layers) trained from scratch as a language model on the corpus (AdamW, warm-up then
    cosine decay, packed sequences of :data:`SEQ_LEN` tokens) and saved in float32 safetensors with its
    tokenizer. ``--minutes`` sets the *number of steps* (``minutes * STEPS_PER_MINUTE``, calibrated on a
    2-core CPU), never a wall-clock deadline, so the result does not depend on the machine's speed.
-4. **Drafters** (:func:`dflash_eval.train.train_drafter`) on the target's *own* greedy continuations
-   (``train.greedy_sequences``, :data:`DRAFT_MAX_NEW` new tokens; half of them with thinking off, half
-   with the family default, on) of the first :data:`DRAFT_PROMPTS` MBPP task prompts
-   -- a training set disjoint from the demo prompts (``prompts.DEMO_PROMPTS``) the demo evaluates on:
-   ``demo-reference`` (z-lab format, correct training mask ``p < a``) and ``demo-inhouse`` (speculators
-   format, trained with the anchor's own hidden state in its context, ``p <= a``: the bug of the story in
-   ``shared/seeds``). The in-house drafter records its verifier as ``../target``, relative to its folder.
-5. **Measurement**: ``api.evaluate`` of both drafters on the 12 demo prompts x 64 new tokens (thinking
-   off, and the family default), written with everything else to ``BUILD.json``.
+4. **Drafters** (:func:`dflash_eval.testing.train.train_drafter`) on the target's *own* greedy
+   continuations (``testing.train.greedy_sequences``, :data:`DRAFT_MAX_NEW` new tokens; half of them with
+   thinking off, half with the family default, on) of the first :data:`DRAFT_PROMPTS` MBPP task prompts
+   -- a training set disjoint from the demo prompts (``pipeline.prompts.DEMO_PROMPTS``) the demo evaluates
+   on: ``demo-reference`` (speculators format, correct training mask ``p < a``) and ``demo-inhouse``
+   (speculators format, trained with the anchor's own hidden state in its context, ``p <= a``: the bug of
+   the story in ``shared/seeds``). The in-house drafter records its verifier as ``../target``, relative to its folder.
+5. **Measurement**: ``commands.evaluate.evaluate`` (what ``dflash-eval run`` does) of both drafters on the
+   12 demo prompts x 64 new tokens (thinking off, and the family default), written with everything else
+   to ``BUILD.json``.
 
 Reproducibility: every random draw comes from fixed seeds in one process, and the build pins torch to
 :data:`BUILD_THREADS` CPU threads whatever the machine or ``OMP_NUM_THREADS`` say, because the thread count

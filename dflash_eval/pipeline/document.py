@@ -202,8 +202,8 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
     the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
     and the anchors per drafter forward the engine ran on each replayed sequence (core/batching.py's rule,
-    from the shapes, never the free memory). The bf16 invariance measured on the test targets is in the
-    README ("bf16 and batching")."""
+    from the shapes, never the free memory). The bf16 invariance measured on the test targets is in
+    docs/gpu.md ("bf16 and batching")."""
     from ..core.batching import anchor_batches, rule_text
 
     live = options.mode == "live"  # the live loop drafts one block per forward; the engine never ran

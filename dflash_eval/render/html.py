@@ -365,7 +365,7 @@ def render_estimate_html(run: dict, *, title: str | None = None) -> str:
 
 
 def render_diff_html(result: dict) -> str:
-    """`diffing.diff()`'s result as one self-contained HTML page: verdict, deltas, per slot, prompts."""
+    """`commands.diff.diff()`'s result as one self-contained HTML page: verdict, deltas, per slot, prompts."""
     if result.get("estimate"):
         from ..core.errors import InputError
 

@@ -36,7 +36,7 @@ repeat one or a few tokens, and a drafter would then look excellent for a meanin
 Building is deterministic: the same arguments give the same ``model.safetensors`` and
 ``tokenizer.json`` bytes, and the caller's global torch RNG state is left untouched.
 
-Command: ``python -m dflash_eval.tiny OUT_DIR`` builds the test bed under ``OUT_DIR``.
+Command: ``python -m dflash_eval.testing.tiny OUT_DIR`` builds the test bed under ``OUT_DIR``.
 """
 
 from __future__ import annotations
