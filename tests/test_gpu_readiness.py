@@ -159,19 +159,6 @@ def test_offloaded_layers_are_handed_out_on_the_accelerator_and_stored_in_host_m
     assert sorted(layers) == [3, 7] and len(layers) == 2
 
 
-def test_anchor_chunks_come_from_the_shapes_not_the_device_or_a_constant():
-    from dflash_eval.model.engine import auto_anchor_batch
-
-    # 0.6B-like pair (vocab 151,936, H 1024, B 16, 2048 tokens): 256, measured 2.6x faster than 64 on CPU
-    assert auto_anchor_batch(2048, 16, 151936, 16, hidden_size=1024) == 256
-    # the test bed's drafters (vocab 522, H 64, B 4): 64, the CPU optimum measured on them
-    assert auto_anchor_batch(96, 4, 522, 4, hidden_size=64) == 64
-    # a 27B-like pair: the 4 GiB bound on one chunk's logits and scores decides
-    assert auto_anchor_batch(2176, 16, 248320, 32, hidden_size=5120) == 4 * 2**30 // (16 * (248320 * 4 + 32 * 4 * 2176 * 2))  # 173
-    assert auto_anchor_batch(2048, 16, 151936, 16, device_type="cpu", hidden_size=1024) == \
-        auto_anchor_batch(2048, 16, 151936, 16, device_type="cuda", hidden_size=1024)
-
-
 def test_no_deprecation_warning_from_our_calls_to_transformers(test_bed, drafter_dirs, tmp_path):
     """Warnings as errors, transformers' logger at warning level, in a fresh process (transformers warns
     once per process): the live loop, a chunked tap pass, greedy and sampled generation, dense and hybrid."""
@@ -345,14 +332,14 @@ def test_the_live_loop_draws_on_the_embeddings_device_when_the_logits_come_back_
         return result.tokens, result.walk_accept_lengths
 
     one_device = loop()
-    real_step, real_draft = live.cached_step, live.draft_logits
+    real_step, real_logits = live.cached_step, drafter.logits
 
     def step_elsewhere(*args, **kwargs):
         taps, logits, cache = real_step(*args, **kwargs)
         return taps, logits.as_subclass(Elsewhere), cache
 
     monkeypatch.setattr(live, "cached_step", step_elsewhere)
-    monkeypatch.setattr(live, "draft_logits", lambda *a, **k: real_draft(*a, **k).as_subclass(Elsewhere))
+    monkeypatch.setattr(drafter, "logits", lambda *a, **k: real_logits(*a, **k).as_subclass(Elsewhere))
     with pytest.raises(RuntimeError, match="same device"):  # the stand-in really refuses a cross-device draw
         live.draw(torch.ones(1, 4).as_subclass(Elsewhere), generator_for(0, "p", 0))
     assert loop() == one_device

@@ -66,7 +66,7 @@ Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP
 FinalBlock = Annotated[str, typer.Option(
     "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM). A drafter under --semantics vllm always drafts full blocks (vLLM's rule; recorded per drafter).")]
 AnchorBatch = Annotated[Optional[int], typer.Option(
-    "--anchor-batch", min=1, help="Anchors per drafter forward (default: from the shapes, ceil(4 x hidden / B) within 4 GiB of logits and scores; the same on every device).")]
+    "--anchor-batch", min=1, help="Anchors per drafter forward (default: from the shapes and the device kind, never the free memory: core/batching.py, docs/performance.md).")]
 TapChunk = Annotated[int, typer.Option(
     "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill.")]
 NumericsCheck = Annotated[int, typer.Option(

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..core import results as R
+from ..core.batching import merged_anchor_batches
 from ..core.run_rows import run_rows
 from ..pipeline.document import drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
@@ -119,6 +120,9 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
         "warnings": sorted({w for s in shards for w in s["run"]["provenance"].get("warnings", [])}),
         "work": work, "merged_from": [str(s["path"]) for s in sorted(shards, key=lambda s: s["settings"]["shard"]["index"])],
     })
+    if "numerics" in prov:  # the anchors per forward of every shard's sequences, not shard 0's
+        prov["numerics"]["anchor_batch"] = merged_anchor_batches(
+            [s["run"]["provenance"]["numerics"].get("anchor_batch") for s in shards])
     measured = merge_measured([s["run"]["provenance"].get("numerics", {}).get("measured") for s in shards])
     if measured is not None:  # --numerics-check: every shard's counts, not shard 0's
         prov["numerics"]["measured"] = measured

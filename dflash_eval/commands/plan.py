@@ -12,11 +12,13 @@ assumed to run to --max-new-tokens.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..core import roofline as R
+from ..core.batching import anchor_batch as rule, lm_head_pieces
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from .doctor import LENS_LAYERS
@@ -130,10 +132,7 @@ def generation_batch(config: dict, device: R.Accelerator, target_weight_bytes: i
 
 
 def anchor_batch(spec: DrafterSpec, seq_len: int) -> int:
-    from ..model.engine import auto_anchor_batch
-
-    return auto_anchor_batch(seq_len, spec.block_size, spec.draft_vocab_size, spec.num_attention_heads,
-                             hidden_size=spec.hidden_size)  # as engine.drafter_anchor_batch calls it
+    return rule(seq_len, spec.block_size, spec.num_attention_heads, "cuda")  # as engine.drafter_anchor_batch
 
 
 def drafter_transient(spec: DrafterSpec, d: R.DrafterShape, T: int, A: int, sampled: bool, e: int = 2) -> dict[str, int]:
@@ -142,7 +141,7 @@ def drafter_transient(spec: DrafterSpec, d: R.DrafterShape, T: int, A: int, samp
     parts = {
         "taps for the drafter (concatenated)": T * d.n_taps * d.target_hidden_size * e,
         "context and its keys/values": T * b.hidden_size * e + T * b.num_layers * 2 * b.num_attention_heads * b.head_dim * e,
-        "logits over the vocabulary": A * B * d.draft_vocab_size * e,
+        "logits over the vocabulary": math.prod(lm_head_pieces(A * B, d.draft_vocab_size, e, "cuda")) * e,  # a piece
         # scores against context and block, masked and concatenated (model dtype), softmax in fp32, probs
         "attention scores (one layer)": A * b.num_attention_heads * B * (T + B) * (3 * e + 4 + e),
         "block activations": A * B * (4 * b.hidden_size + 3 * b.intermediate_size) * e,

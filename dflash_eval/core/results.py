@@ -26,16 +26,16 @@ DIR/run.json
         dtype, device    the target's and drafters' compute dtype and device
         kernels          operation -> bound function for Gated-DeltaNet layers ({} for dense targets)
         numerics         what fixes the GEMM shapes (in bf16 near-tie argmaxes move with them): generation_batch,
-                         generation_plan, anchor_batch {drafter: anchors per forward}, anchor_batch_rule; with
+                         generation_plan, anchor_batch {drafter: {anchors per forward: sequences}}, anchor_batch_rule; with
                          `run --numerics-check N` also "measured", counts over the first N prompts evaluated
                          (pipeline/numerics.py; the run's own numbers are not changed by it):
             prompts_asked   N as given (after merge: summed over the shards, whose counts are summed too)
             generation      prompts (checked), prompts_identical (generated alone = the run's continuation,
                             made in its planned batch), tokens (of the run's continuations),
                             tokens_before_first_difference (summed common prefixes)
-            anchor_batch    {drafter: run (the run's anchors per forward), other (the value compared: 1, or 2
-                            when the run's is 1), prompts, anchors, anchors_changed (any slot differs),
-                            drafts (drafted slots), drafts_changed}
+            anchor_batch    {drafter: run (anchors per forward the engine ran, last prompt), other (the value
+                            compared: 1, or 2 when the run's is 1), prompts, anchors, anchors_changed (any slot
+                            differs), drafts (drafted slots), drafts_changed}
             live            {drafter: prompts, texts_equal (the live loop's text = the run's continuation),
                             walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)

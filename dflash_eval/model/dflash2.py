@@ -90,11 +90,21 @@ class CandidateSelector(nn.Module):
 
 def candidates(drafter, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [..., H] -> (candidate ids [..., K], unary logits [..., K]): the top-K of the raw logits,
-    their values after output_multiplier and then the softcap (vLLM's `get_top_k_tokens`)."""
+    their values after output_multiplier and then the softcap (vLLM's `get_top_k_tokens`). The raw logits
+    are computed a row piece at a time (model/lm_head.py `row_pieces`), never for a whole chunk at once."""
+    from .lm_head import row_pieces
+
     spec = drafter.spec
-    raw = drafter.lm_head_table()(hidden)
-    ids = raw.topk(spec.selector_top_k, dim=-1).indices
-    values = raw.gather(-1, ids).float()
+    head = drafter.lm_head_table()
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    ids = torch.empty(flat.shape[0], spec.selector_top_k, dtype=torch.long, device=flat.device)
+    values = torch.empty(flat.shape[0], spec.selector_top_k, dtype=torch.float32, device=flat.device)
+    for part in row_pieces(flat.shape[0], head, flat):
+        raw = head(flat[part])
+        top = raw.topk(spec.selector_top_k, dim=-1).indices
+        ids[part], values[part] = top.to(ids.device), raw.gather(-1, top).float().to(values.device)
+    shape = (*hidden.shape[:-1], spec.selector_top_k)
+    ids, values = ids.view(shape), values.view(shape)
     if spec.output_multiplier != 1.0:
         values = values * spec.output_multiplier
     if spec.logit_softcap is not None:

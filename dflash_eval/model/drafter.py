@@ -116,12 +116,19 @@ class DrafterAttention(nn.Module):
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         scale = self.head_dim ** -0.5
         ctx_mask, block_mask = masks
-        scores_ctx = torch.einsum("ahqd,hcd->ahqc", q, k_ctx) * scale
-        scores_blk = (q @ k.transpose(-1, -2)) * scale
-        scores = torch.cat([scores_ctx.masked_fill(~ctx_mask[:, None], float("-inf")),
-                            scores_blk.masked_fill(~block_mask[:, None], float("-inf"))], dim=-1)
-        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        # scaled and masked in place, then written straight into one fp32 tensor: the same values as
+        # `(q k) * scale`, `masked_fill`, `cat` and `.float()`, three fewer passes over the chunk's largest
+        # tensor (its context scores)
+        scores_ctx = torch.einsum("ahqd,hcd->ahqc", q, k_ctx).mul_(scale)
+        scores_ctx.masked_fill_(~ctx_mask[:, None], float("-inf"))
+        scores_blk = (q @ k.transpose(-1, -2)).mul_(scale)
+        scores_blk.masked_fill_(~block_mask[:, None], float("-inf"))
         C = k_ctx.shape[1]
+        scores = torch.empty(*scores_ctx.shape[:-1], C + L, dtype=torch.float32, device=q.device)
+        scores[..., :C].copy_(scores_ctx)
+        scores[..., C:].copy_(scores_blk)
+        del scores_ctx
+        probs = torch.softmax(scores, dim=-1).to(q.dtype)
         out = torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
         return self.o_proj(out.transpose(1, 2).reshape(A, L, -1))
 
@@ -215,12 +222,24 @@ class DFlashDrafter(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary (the target's, unless a d2t map reduces it), with z-lab's
         `output_multiplier` and `final_logit_softcapping` when the rules apply them (`compute_logits`)."""
-        logits = self._table("lm_head", "lm_head")(hidden)
+        return self.logit_transform(self._table("lm_head", "lm_head")(hidden))
+
+    def logit_transform(self, logits: torch.Tensor) -> torch.Tensor:
+        """The element-wise steps after the lm_head: `output_multiplier`, then the softcap."""
         if self.spec.output_multiplier != 1.0:
             logits = logits * self.spec.output_multiplier
         if self.spec.logit_softcap is not None:
             logits = torch.tanh(logits / self.spec.logit_softcap) * self.spec.logit_softcap
         return logits
+
+    def greedy_ids(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, H] final hidden states -> [N] drafted target ids: `to_target_ids(logits(hidden).argmax(-1))`,
+        with the lm_head in cache-sized pieces (model/lm_head.py: the logits are never held whole)."""
+        from .lm_head import greedy_ids
+
+        transform = (self.logit_transform if self.spec.output_multiplier != 1.0 or self.spec.logit_softcap is not None
+                     else None)
+        return self.to_target_ids(greedy_ids(hidden, self._table("lm_head", "lm_head"), transform))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids: target = draft + d2t[draft] (speculators' convention)."""

@@ -1,8 +1,8 @@
 """Draft many blocks at once: the one place that lays out blocks, masks and positions for the drafter.
 
 Both the trajectory engine (every continuation position an anchor) and the live loop (one block per
-step) call `draft_logits`, so the two can only differ in *which* anchors and context they pass, never in
-how a block is built.
+step) call `draft_rows` (or `draft_hidden`, for DFlash2's walk), so the two can only differ in *which*
+anchors and context they pass, never in how a block is built.
 """
 
 from __future__ import annotations
@@ -53,12 +53,20 @@ def dense_draft_logits(
 
 
 @torch.inference_mode()
+def draft_rows(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchors: Sequence[int],
+               block_lengths: Sequence[int], **options) -> torch.Tensor:
+    """Final hidden states [N, H] of all slots of the given blocks (slot 0 included; callers drop it),
+    flattened in block order (N = sum of block lengths): what the lm_head reads, in `drafter.greedy_ids`'s
+    pieces or whole in `draft_logits`; see `draft_hidden` for the layout and options."""
+    hidden, valid = draft_hidden(drafter, ctx, tokens, anchors, block_lengths, **options)
+    return hidden[valid]
+
+
+@torch.inference_mode()
 def draft_logits(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tensor, anchors: Sequence[int],
                  block_lengths: Sequence[int], **options) -> torch.Tensor:
-    """Logits [N, draft_vocab] for all slots of the given blocks (slot 0 included; callers drop it),
-    flattened in block order (N = sum of block lengths); see `draft_hidden` for the layout and options."""
-    hidden, valid = draft_hidden(drafter, ctx, tokens, anchors, block_lengths, **options)
-    return drafter.logits(hidden[valid])
+    """Logits [N, draft_vocab] of `draft_rows` (one block's worth: the live loop's sampled drafts)."""
+    return drafter.logits(draft_rows(drafter, ctx, tokens, anchors, block_lengths, **options))
 
 
 @torch.inference_mode()

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..core import batching
 from ..core.semantics import shorter_final_block as final_block_rule
 from .drafter import DFlashDrafter
 from .dflash2 import flat_greedy_drafts
-from .drafting import draft_hidden, draft_logits
+from .drafting import draft_hidden, draft_rows
 
 NOT_SCORED = -1  # slot past the end of the sequence or not drafted (short final block)
 
@@ -44,6 +45,7 @@ class DrafterOnPrompt:
     walk_anchors: list[int] = field(default_factory=list)
     walk_accept_lengths: list[int] = field(default_factory=list)  # tokens committed per step: min(n + 1, left)
     walk_drafted: list[int] = field(default_factory=list)  # slots that could count at that step
+    anchor_batch: int = 0  # anchors per drafter forward this prompt ran (the rule's, or the one given)
 
 
 def block_length(anchor: int, cap_end: int, block_size: int, shorter_final_block: bool) -> int:
@@ -52,33 +54,11 @@ def block_length(anchor: int, cap_end: int, block_size: int, shorter_final_block
     return max(1, min(block_size, room + 1)) if shorter_final_block else block_size
 
 
-ANCHOR_BUDGET_BYTES = 4 * 2**30  # logits and scores of one chunk; fixed, never the free memory of the moment
-MAX_ANCHOR_BATCH = 1024
-
-
-def auto_anchor_batch(seq_len: int, block_size: int, vocab: int, heads: int, budget_bytes: float = ANCHOR_BUDGET_BYTES,
-                      device_type: str | None = None, *, hidden_size: int | None = None) -> int:
-    """Anchors per drafter forward, from the shapes alone (the same on every device and every run, so bf16
-    drafts never depend on the machine's free memory; `device_type` is accepted and ignored).
-
-    Enough rows (anchors x B) for the lm_head GEMM to do 4 x hidden rows of work per pass over its [V, H]
-    weight: ceil(4 H / B) anchors (measured on 2 CPU cores: vocab 576, H 64, B 4-8: 32-64 fastest; a
-    0.6B-like pair, vocab 151,936, H 1024, B 16, 2048 tokens in bf16: 975 s at 64 anchors, 372 s at 256 =
-    4 H / B); then at most what keeps one chunk's fp32 logits (B x V) and materialised attention scores
-    (B x heads x 2T) within 4 GiB; 1..1024. Without `hidden_size` the memory bound alone decides. In fp32
-    results do not depend on it (tested); in bf16 the GEMM shapes can move near-tie argmaxes (measured,
-    run.json `provenance.numerics`)."""
-    per_anchor = block_size * (vocab * 4 + heads * 4 * seq_len * 2)
-    fits = int(budget_bytes // max(per_anchor, 1))
-    wanted = -(-4 * hidden_size // block_size) if hidden_size else MAX_ANCHOR_BATCH
-    return int(max(1, min(MAX_ANCHOR_BATCH, wanted, fits)))
-
-
 def drafter_anchor_batch(drafter: DFlashDrafter, seq_len: int) -> int:
-    """`auto_anchor_batch` for this drafter's shapes."""
+    """Anchors per forward for this drafter on a sequence of `seq_len` tokens: the one rule,
+    `core.batching.anchor_batch`, with the drafter's block size, heads and device kind."""
     spec = drafter.spec
-    return auto_anchor_batch(seq_len, spec.block_size, spec.draft_vocab_size, spec.num_attention_heads,
-                             hidden_size=spec.hidden_size)
+    return batching.anchor_batch(seq_len, spec.block_size, spec.num_attention_heads, drafter.fc.weight.device.type)
 
 
 def committed_tokens(n: int, anchor: int, seq_len: int) -> int:
@@ -105,9 +85,10 @@ def anchor_chunks(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tenso
                   max_new_tokens: int, *, shorter_final_block: bool = True, anchor_batch: int | None = None,
                   anchor_in_context: bool = False, block_offset: int = 0, hidden: bool = False):
     """Every anchor a = prompt_len .. T-2 drafted teacher-forced, a chunk at a time: yields (anchors,
-    block lengths, logits [sum of lengths, draft vocab] with slot 0 included), or with `hidden` the
-    (hidden [A, L, H], valid [A, L]) pair of `draft_hidden` (DFlash2's walk reads hidden states). The replay
-    (temperature 0) and the estimate (temperature > 0) read the same blocks from here."""
+    block lengths, final hidden states [sum of lengths, H] with slot 0 included: `draft_rows`, which the
+    caller takes through the lm_head in pieces), or with `hidden` the (hidden [A, L, H], valid [A, L]) pair
+    of `draft_hidden` (DFlash2's walk reads whole blocks). The replay (temperature 0) and the estimate
+    (temperature > 0) read the same blocks from here; `anchor_batch` None: `drafter_anchor_batch`."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
     cap_end = prompt_len + max_new_tokens
@@ -121,7 +102,7 @@ def anchor_chunks(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tenso
     for start in range(0, len(anchors), anchor_batch):
         chunk = anchors[start:start + anchor_batch]
         lengths = [block_length(a, cap_end, B, shorter_final_block) for a in chunk]
-        draft = draft_hidden if hidden else draft_logits
+        draft = draft_hidden if hidden else draft_rows
         yield chunk, lengths, draft(drafter, ctx, tokens_dev, chunk, lengths, anchor_in_context=anchor_in_context,
                                     block_offset=block_offset, context_kv=context_kv)
 
@@ -151,15 +132,18 @@ def replay(
     T = int(tokens.shape[0])
     ctx = drafter.context(taps) if ctx is None else ctx
     result = DrafterOnPrompt(prompt_len=prompt_len)
+    if anchor_batch is None:
+        anchor_batch = drafter_anchor_batch(drafter, T)
+    result.anchor_batch = anchor_batch
     token_list = (tokens if labels is None else labels).tolist()
-    for chunk, lengths, logits in anchor_chunks(drafter, ctx, tokens, prompt_len, max_new_tokens,
+    for chunk, lengths, rows in anchor_chunks(drafter, ctx, tokens, prompt_len, max_new_tokens,
                                                 shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
                                                 anchor_in_context=anchor_in_context, block_offset=block_offset,
                                                 hidden=drafter.spec.is_dflash2):
         if drafter.spec.is_dflash2:  # the serving walk over the candidate selector's scores (model/dflash2.py)
-            drafted = flat_greedy_drafts(drafter, *logits, tokens[chunk].to(ctx.device)).tolist()
+            drafted = flat_greedy_drafts(drafter, *rows, tokens[chunk].to(ctx.device)).tolist()
         else:
-            drafted = drafter.to_target_ids(logits.argmax(-1)).tolist()
+            drafted = drafter.greedy_ids(rows).tolist()
         offset = 0
         for a, length in zip(chunk, lengths):
             block = drafted[offset + 1: offset + length]  # slot 0 is the anchor, not a prediction

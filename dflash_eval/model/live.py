@@ -26,7 +26,7 @@ import torch
 
 from ..core.semantics import draft_top_filters, shorter_final_block as final_block_rule
 from .drafter import DFlashDrafter
-from .drafting import draft_logits, walk_block
+from .drafting import draft_rows, walk_block
 from .engine import block_length
 from .sampling import Sampling, draw, rejection_step, sampling_probs, to_target_vocab
 from .target import Target, cached_step, stop_token_ids
@@ -105,10 +105,11 @@ def live_generate(
             drafted, q = walk_block(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), a, length,
                                     walk_t, generator, vocab)
         else:
-            slot_logits = draft_logits(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])[1:].to(home)
-            if greedy or sampling.draft_policy == "argmax" or slot_logits.shape[0] == 0:
-                drafted = drafter.to_target_ids(slot_logits.argmax(-1))
+            slot_states = draft_rows(drafter, ctx, torch.tensor(result.tokens, device=ctx.device), [a], [length])[1:]
+            if greedy or sampling.draft_policy == "argmax" or slot_states.shape[0] == 0:
+                drafted = drafter.greedy_ids(slot_states).to(home)  # as the replay drafts (model/lm_head.py)
             else:
+                slot_logits = drafter.logits(slot_states).to(home)
                 q = to_target_vocab(drafter, sampling_probs(slot_logits, draft_sampling), vocab)
                 drafted = draw(q, generator)
         drafts = drafted.tolist()

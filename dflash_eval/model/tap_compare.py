@@ -46,13 +46,14 @@ def teacher_tokens(target, teacher: torch.Tensor, kind: str, chunk: int = 1024) 
     """[T] the argmax next token after every position as the trainer reads its stored teacher: "pre-norm"
     (speculators: lm_head(verifier_norm(h)), the target's own final norm, speculators.models.utils.
     resolve_verifier_norm_class) or "post-norm" (DeepSpec: lm_head(h))."""
+    from .lm_head import greedy_ids
     from .target import lens_tokens
 
     dtype = target.lm_head.weight.dtype
     states = teacher.to(target.device, dtype)
     if kind == "pre-norm":
         return lens_tokens(target, states, chunk)
-    return torch.cat([target.lm_head(states[i:i + chunk]).argmax(-1).cpu() for i in range(0, states.shape[0], chunk)])
+    return torch.cat([greedy_ids(states[i:i + chunk], target.lm_head).cpu() for i in range(0, states.shape[0], chunk)])
 
 
 def fp8_round_trip(stack: torch.Tensor) -> torch.Tensor:

@@ -26,6 +26,7 @@ from ..formats.validation import TargetInfo
 from ..formats.files import resolve_local_or_cached
 from ..core.errors import InputError, read_json_object
 from .kernels import _quiet_cpu_fallback_advice, decoder_layers, kernel_report
+from .lm_head import greedy_ids
 
 
 @dataclass
@@ -288,7 +289,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
     `sequence_chunk` bounds activation memory on long sequences: the pass then runs as a chunked prefill
     with the KV/recurrent cache (same states up to floating-point effects of the chunking). Logits are
     computed in chunks of positions (vocabularies reach 248K: a 4K-token sequence would need ~4 GB of bf16
-    logits at once) and reduced to argmax immediately."""
+    logits at once) and reduced to argmax immediately, in the lm_head's cache-sized pieces (model/lm_head.py)."""
     ids = input_ids.view(1, -1).to(target.device)
     base = target.model.model
     step = sequence_chunk or ids.shape[1]
@@ -305,7 +306,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
     hidden = torch.cat(hidden_parts)
     tap_states = torch.cat(tap_parts)
     target.tap_passes += 1
-    greedy = torch.cat([target.lm_head(hidden[i:i + logits_chunk]).argmax(-1)
+    greedy = torch.cat([greedy_ids(hidden[i:i + logits_chunk], target.lm_head)
                         for i in range(0, hidden.shape[0], logits_chunk)])
     return Capture(taps=tap_states, greedy=greedy, hidden=hidden if keep_hidden else None)
 
@@ -327,7 +328,8 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
 
 @torch.inference_mode()
 def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024, *, plain_norm: bool = False) -> torch.Tensor:
-    """The logit lens of a layer's outputs: argmax of lm_head(final_norm(h)) per position ([T] ids on CPU).
+    """The logit lens of a layer's outputs: argmax of lm_head(final_norm(h)) per position ([T] ids on CPU), the
+    lm_head in cache-sized pieces (model/lm_head.py).
     For the last layer this is the target's own greedy token. `plain_norm`: the final norm's weight applied
     as `x * w` even where the target applies `x * (1 + w)` (Qwen3.5 / Qwen3-Next): the mis-scaled teacher of
     speculators <= 0.8.1 (commands/doctor_norm.py)."""
@@ -338,7 +340,7 @@ def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024, *, plai
         def norm(h):  # noqa: F811  (the RMS normalisation of both conventions, then the plain gain)
             x = h.float()
             return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * target.model.model.norm.weight.float()).to(h.dtype)
-    return torch.cat([target.lm_head(norm(states[i:i + chunk].to(target.device))).argmax(-1).cpu()
+    return torch.cat([greedy_ids(norm(states[i:i + chunk].to(target.device)), target.lm_head).cpu()
                       for i in range(0, states.shape[0], chunk)])
 
 

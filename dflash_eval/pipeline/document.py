@@ -198,19 +198,22 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
     return drafter_objects
 
 
-def batching_provenance(options, drafters: dict) -> dict[str, Any]:
+def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
     the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
-    and the anchors per drafter forward (from the shapes, never the free memory). The bf16 invariance
-    measured on the test targets is in docs/gpu.md ("bf16 and batching")."""
-    from ..model.engine import MAX_ANCHOR_BATCH
+    and the anchors per drafter forward the engine ran on each replayed sequence (core/batching.py's rule,
+    from the shapes, never the free memory). The bf16 invariance measured on the test targets is in
+    docs/gpu.md ("bf16 and batching")."""
+    from ..core.batching import anchor_batches, rule_text
 
-    anchors = {name: options.anchor_batch or min(MAX_ANCHOR_BATCH, -(-4 * d.spec.hidden_size // d.spec.block_size))
-               for name, d in drafters.items()}
+    live = options.mode == "live"  # the live loop drafts one block per forward; the engine never ran
+    anchors = {} if live else {name: anchor_batches(
+        [r["prompt_len"] + r["continuation_len"] for r in rows if r["drafter"] == name], d.spec.block_size,
+        d.spec.num_attention_heads, device, options.anchor_batch) for name, d in drafters.items()}
     return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
             "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
-            "anchor_batch": anchors, "anchor_batch_rule": "given" if options.anchor_batch else
-            "ceil(4 x hidden / B), at most 4 GiB of one chunk's logits and scores"}
+            "anchor_batch": anchors, "anchor_batch_rule": "live: one block per drafter forward" if live else
+            "given" if options.anchor_batch else rule_text(device)}
 
 
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
@@ -251,7 +254,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                           "generator": "torch.Generator per (seed, prompt id, sample), shared by the drafters"}
                          if options.temperature > 0 else None),
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
-            "numerics": batching_provenance(options, drafters),
+            "numerics": batching_provenance(options, drafters, rows, str(target.device)),
             "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
             # what each drafter's walk used: a drafter under --semantics vllm drafts full blocks whatever
             # --final-block says (semantics.shorter_final_block, vLLM's rule)

@@ -82,9 +82,8 @@ class NumericsCheck:
             options_by_name: dict) -> None:
         """One prompt: `continuation` is what the run used, `trajectory` its one target pass,
         `options_by_name` each drafter's options (the run's)."""
-        from ..model.engine import drafter_anchor_batch
         from .continuations import generate_greedy
-        from .scoring import score_live, score_on_trajectory, windowed
+        from .scoring import score_live, score_on_trajectory
 
         max_new_tokens = next(iter(options_by_name.values())).max_new_tokens
         alone = generate_greedy(target, [prompt_ids], max_new_tokens, 1)[0]
@@ -95,9 +94,9 @@ class NumericsCheck:
         g["tokens_before_first_difference"] += common_prefix(continuation, alone)
         for name, drafter in drafters.items():
             options = options_by_name[name]
-            ran = options.anchor_batch or drafter_anchor_batch(windowed(drafter, options), len(trajectory.tokens))
-            other = 1 if ran > 1 else 2
             base = score_on_trajectory(drafter, trajectory, options)
+            ran = base.anchor_batch  # what the engine ran (core/batching.py's rule, or --anchor-batch)
+            other = 1 if ran > 1 else 2
             moved = score_on_trajectory(drafter, trajectory, dataclasses.replace(options, anchor_batch=other))
             slots, changed, anchors = drafts_changed(base.drafts, moved.drafts)
             a = self.anchor_batch.setdefault(name, dict.fromkeys(
