@@ -103,3 +103,53 @@ def repeat_anchor_drafter(test_bed, tmp_path_factory) -> Path:
     from dflash_eval.testing.testbed import write_repeat_anchor_drafter
 
     return write_repeat_anchor_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("repeat") / "repeat-anchor")
+
+
+HOSTILE_IDS = ("p\x1b[2J0", "p\x07 1", "p\u009b2")  # ESC (clear screen), BEL, C1 CSI in prompt ids
+HOSTILE_NAMES = ("a\x1b]0;owned\x07", "b\x1b[31m")  # an OSC title sequence and a colour in drafter names
+
+
+@pytest.fixture(scope="session")
+def escaped_run(test_bed, drafter_dirs, tmp_path_factory) -> dict:
+    """A finished run of two drafters whose names, and three prompts whose ids, carry terminal escapes (ESC,
+    BEL, a C1 CSI); made as shard 0 of 1 so that `merge` reads it too; with report.html.
+    {"folder", "a", "b", "ids"}."""
+    import json as json_module
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    root = tmp_path_factory.mktemp("escaped")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json_module.dumps({"id": pid, "prompt": f"Write a function number {i}.\x1b[5m"}) + "\n"
+                               for i, pid in enumerate(HOSTILE_IDS)))
+    folder = root / "run"
+    a, b = HOSTILE_NAMES
+    result = CliRunner().invoke(app, ["run", "-d", f"{drafter_dirs['zlab']}:{a}", "-d", f"{drafter_dirs['sliding']}:{b}",
+                                      "--target", str(test_bed["qwen3"]), "--prompts", str(prompts),
+                                      "--max-new-tokens", "10", "--device", "cpu", "--shard", "0/1", "--out",
+                                      str(folder)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return {"folder": folder, "a": a, "b": b, "ids": HOSTILE_IDS}
+
+
+def invoke_within(args: list[str], seconds: int, env: dict | None = None):
+    """The CLI's result on `args` (in-process), or AssertionError after `seconds`: a hang (a FIFO opened, a loop
+    over ten million steps) is the failure, not a slow answer. SIGALRM, so the main thread only."""
+    import signal
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+
+    def alarm(*_):
+        raise AssertionError(f"no answer within {seconds} s: {args}")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return CliRunner().invoke(app, args, env=env or {"COLUMNS": "200"}, catch_exceptions=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -204,7 +204,7 @@ CASES = {
     "report on an incomplete run": (lambda w: ["report", str(incomplete_run(w))], "incomplete run: 2 of 2 prompts"),
     "report on a truncated run.json": (lambda w: ["report", str(broken_run_json(w))], "invalid JSON"),
     "report on a run.json with a wrong field": (lambda w: ["report", str(edited_run_json(
-        w, lambda d: d["drafters"][0].__setitem__("metrics", "nope")))], "documented schema"),
+        w, lambda d: d["drafters"][0].__setitem__("metrics", "nope")))], "metrics is not an object"),
     "report --html onto a folder": (lambda w: ["report", str(w["run"]), "--html", str(w["root"])], "is a folder"),
     "report --html under /proc": (lambda w: ["report", str(w["run"]), "--html", "/proc/x.html"], "special filesystem"),
     "diff with a missing side": (lambda w: ["diff", str(w["run"]), str(w["root"] / "gone")], "no run.json"),

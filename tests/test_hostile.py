@@ -243,8 +243,8 @@ CASES = {
     "target rope_theta NaN": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t5", set_key(
         "rope_theta", NAN))), "'rope_theta'=nan"),
     # options
-    "--temperature nan": (lambda w: run_args(w, "--temperature", "nan"), "--temperature must be a finite number"),
-    "--temperature inf": (lambda w: run_args(w, "--temperature", "inf"), "--temperature must be a finite number"),
+    "--temperature nan": (lambda w: run_args(w, "--temperature", "nan"), "invalid value for '--temperature': 'nan' is not a finite number"),
+    "--temperature inf": (lambda w: run_args(w, "--temperature", "inf"), "invalid value for '--temperature': 'inf' is not a finite number"),
     "--temperature 1e-45": (lambda w: run_args(w, "--temperature", "1e-45"), "use --temperature 0 for greedy"),
     "--cache-dir a file": (lambda w: [*run_args(w)[:-2], str(text_file(w, "cache-file", "x")), "--no-html"],
                            "--cache-dir must be a folder"),

@@ -235,7 +235,7 @@ def test_continuing_a_track_with_other_settings_is_refused_by_name(drafter_dirs,
 
 @pytest.mark.parametrize("args, message", [
     (["--semantics", "x=zlab"], "track applies one rule set to every checkpoint"),
-    (["--interval", "0"], "--interval must be > 0"),
+    (["--interval", "0"], "invalid value for '--interval': 0 is not > 0"),
     (["--draft-lengths", "2", "--temperature", "0.7"], "--draft-lengths at temperature > 0"),
     (["--draft-lengths", "2,x"], "expected 'all' or k,k,..."),
     (["--depth-buckets", "64,32"], "--depth-buckets '64,32': edges must increase"),

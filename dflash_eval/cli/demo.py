@@ -29,11 +29,11 @@ def demo(
     from ..core.results import STATE, read_samples
 
     from ..core.options import default_cache_dir
-    from ..core.paths import writable_dir
+    from ..core.paths import output_path
 
     if not available():
         raise fail("the bundled demo models are missing from this installation (python -m dflash_eval.demo.build rebuilds them)")
-    writable_dir(out, "--out")
+    output_path(out, "--out", folder=True)
     _clear_demo_out(out)
     console = stdout_console()
     reference, inhouse = drafter_paths()
@@ -41,18 +41,19 @@ def demo(
     options = RunOptions(drafters=[f"{reference}:demo-reference", f"{inhouse}:demo-inhouse"], out=out,
                          target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False,
                          cache_dir=cache_dir or default_cache_dir(), argv=["dflash-eval", *sys.argv[1:]])
+    from ..render.html import render_run_html
+
+    def page(run, rows) -> str:
+        return render_run_html(run, rows, title="dflash-eval demo")
+
     try:
-        result = evaluate(options, reporter)
+        result = evaluate(options, reporter, page if html else None)  # report.html under the folder's lock
     finally:
         reporter.close()
         if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
             (out / DEMO_MARKER).touch()
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
-    if html:
-        from ..render.html import render_run_html, write_html
-
-        write_html(out / "report.html", render_run_html(result, rows, title="dflash-eval demo"))
     print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir))
 
 

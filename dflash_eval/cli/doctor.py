@@ -42,16 +42,35 @@ def doctor(
     trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
+    given = dict(locals())  # every option, passed on whole (a new option needs no second list)
+    from ..core.paths import output_path
+
+    if out is not None:
+        output_path(out, "--out", folder=True)
+    lock = None
+    if out is not None and (out / "run_state.json").is_file():  # a run folder: no run may write into it meanwhile
+        from ..pipeline.run_folder import FolderLock
+
+        lock = FolderLock(out)
+        lock.acquire()
+    try:
+        _doctor(**given)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
+            cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
+            depth_buckets, draft_window, trained_taps, engines) -> None:
+    """doctor's work once its --out (a run folder) is locked."""
     import json as json_module
 
     from ..commands.evaluate import RunOptions
     from ..commands.doctor import run_doctor
-    from ..core.paths import writable_dir
     from ..render.terminal_doctor import render_doctor
     from ..core.results import RUN_JSON, atomic_write
 
-    if out is not None:
-        writable_dir(out, "--out")
     run_count = None
     if out is not None and (out / RUN_JSON).is_file():
         from ..commands.doctor import settings_of_run

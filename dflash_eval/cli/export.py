@@ -32,13 +32,17 @@ def export_serving(
 ) -> None:
     """Write the serving engine's settings that accept at this drafter's measured per-position rates."""
     from ..commands.export_serving import export_serving as build
-    from ..core.paths import writable_file
+    from ..core.paths import output_path
+    from ..core.results import atomic_write
 
     if out is not None:
-        writable_file(out, "--out")
+        output_path(out, "--out", reads=[run_dir])  # the one output guard (core/paths.py)
+    from ..core.safe_text import printable
+
     result = build(run_dir, engine, k=k, drafter=drafter, synthetic=synthetic)
+    text = printable(result["text"], keep="\n")  # the one escaping rule: a drafter name never drives a terminal
     if out is None:
-        typer.echo(result["text"], nl=False)
+        typer.echo(text, nl=False)
         return
-    out.write_text(result["text"])
+    atomic_write(out, text)
     stdout_console().print(_safe(f"written: {out} ({engine}, k = {result['k']})"))

@@ -7,10 +7,32 @@ settings); `shared_settings` then applies the run defaults, so both commands mea
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+
+
+def finite_number(low: float | None = None, high: float | None = None, *, low_open: bool = False):
+    """The parser of every float option: a finite number within [low, high] (low excluded when `low_open`).
+    Why one rule: NaN passes click's ranges (every comparison with it is false) and inf reached time.sleep
+    after the expensive work; both are refused here, at the command line, as a usage error naming the option."""
+    def parse(value) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{value!r} is not a number") from None
+        if not math.isfinite(number):
+            raise typer.BadParameter(f"{value!r} is not a finite number")
+        if low is not None and (number <= low if low_open else number < low):
+            raise typer.BadParameter(f"{value} is not {'>' if low_open else '>='} {low:g}")
+        if high is not None and number > high:
+            raise typer.BadParameter(f"{value} is not <= {high:g}")
+        return number
+
+    parse.__name__ = "float"  # help shows NUMBER for it, as for any float (root._WORDS)
+    return parse
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
                   "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
@@ -55,12 +77,12 @@ Kernels = Annotated[str, typer.Option(
     "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
 # temperature > 0 (sampling.py): the same five options on run, doctor and track
 Temperature = Annotated[float, typer.Option(
-    "--temperature", help="Sampling temperature; > 0: the offline estimate (acceptance teacher-forced on sampled "
+    "--temperature", parser=finite_number(), help="Sampling temperature; > 0: the offline estimate (acceptance teacher-forced on sampled "
                           "continuations).")]
 TemperatureRun = Annotated[float, typer.Option(
-    "--temperature", help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live, "
+    "--temperature", parser=finite_number(), help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live, "
                           "z-lab's loop with rejection sampling.")]
-TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.")]
+TopP = Annotated[float, typer.Option("--top-p", parser=finite_number(), help="Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Top-k at temperature > 0 (0: off), target and drafter.")]
 DraftPolicy = Annotated[str, typer.Option(
     "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (its "

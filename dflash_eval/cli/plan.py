@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .common import reports_input_errors, stdout_console
+from .options import finite_number
 from .root import app
 
 
@@ -15,7 +16,8 @@ from .root import app
 @reports_input_errors
 def plan(
     target: str = typer.Option(..., "--target", "-t", help="Target folder or HF cache name (its config.json; its tokenizer when present)."),
-    drafter: list[str] = typer.Option(..., "--drafter", "-d", help="Drafter folder or HF cache name (config.json is enough); repeatable."),
+    drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter folder or HF cache name (config.json is enough); repeatable."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Also plan a reference drafter: 'z-lab' (the published drafter for the target, from the HF cache, as `run --reference z-lab`) or a path."),
     prompts: str = typer.Option("demo", "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl or dir:PATH."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Generation cap (the run's default 256)."),
@@ -23,7 +25,7 @@ def plan(
     generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together (default: the run's rule)."),
     anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: the run's rule)."),
     tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass."),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="> 0: K sampled continuations per prompt."),
+    temperature: float = typer.Option(0.0, "--temperature", parser=finite_number(0), help="> 0: K sampled continuations per prompt."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt."),
     doctor: bool = typer.Option(False, "--doctor/--no-doctor", help="Also plan `doctor` on the first drafter."),
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="doctor's thinking-flipped and raw-prompt variants."),
@@ -39,7 +41,7 @@ def plan(
                             generation_batch=generation_batch, anchor_batch=anchor_batch, tap_chunk=tap_chunk,
                             temperature=temperature, samples=samples, doctor=doctor,
                             context_variants=context_variants, thinking=thinking)
-    result = make_plan(target, drafter, settings)
+    result = make_plan(target, list(drafter), settings, reference=reference)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:

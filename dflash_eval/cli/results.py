@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from .options import finite_number
 from .common import _incomplete_banner, _safe, fail, reports_input_errors, stdout_console
 from .root import app
 
@@ -23,7 +24,7 @@ def report(
     markdown: bool = typer.Option(False, "--markdown", help="Print the same summary as markdown tables, to paste into an issue or a PR."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
-    from ..core.paths import writable_file
+    from ..core.paths import output_path
     from ..render.terminal import render_report
     from ..core.results import interpreting, read_run
     from ..core.run_rows import run_rows
@@ -31,7 +32,7 @@ def report(
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[run_dir])
     run = read_run(run_dir, partial=partial)
     with interpreting(run_dir):
         rows = run_rows(run_dir, run)
@@ -69,7 +70,7 @@ def diff(
     a: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the baseline)."),
     b: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the candidate)."),
     force: bool = typer.Option(False, "--force", help="Compare even when the settings differ (loudly flagged)."),
-    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", min=0.0, max=1.0,
+    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", parser=finite_number(0, 1),
                                        help="Largest share of differing target continuation tokens accepted as fair."),
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
@@ -80,13 +81,13 @@ def diff(
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
     import json as json_module
 
-    from ..commands.diff import diff as run_diff
-    from ..core.paths import writable_file
+    from ..commands.diff import diff as run_diff, side_folder
+    from ..core.paths import output_path
     from ..render.terminal_diff import render_diff
     from ..core.results import interpreting
 
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
     with interpreting(f"{a} / {b}"):
         result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)

@@ -59,7 +59,7 @@ def run(
     draft_window: opt.DraftWindow = None,
     context_tokens: opt.ContextTokens = None,
     max_context: opt.MaxContext = "refuse",
-    dist_timeout: float = typer.Option(6 * 3600.0, "--dist-timeout", min=1, help="Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's time (a failing rank ends the job at once)."),
+    dist_timeout: float = typer.Option(6 * 3600.0, "--dist-timeout", parser=opt.finite_number(1), help="Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's time (a failing rank ends the job at once)."),
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from ..commands.evaluate import RunOptions
@@ -86,10 +86,13 @@ def run(
     if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
         console = Console(file=open(os.devnull, "w"), highlight=False)
         reporter = reporter_for(console)
+    from ..render.html import render_run_html
+
     try:
         from ..commands.distributed import evaluate_launched
 
-        result = evaluate_launched(options, reporter)
+        # report.html is written with the results, under the folder's lock (never after another run took it)
+        result = evaluate_launched(options, reporter, render_run_html if html else None)
     except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
         raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None
@@ -101,15 +104,7 @@ def run(
 
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
-    written = f"results: {out}/run.json, samples.jsonl, per_position.csv"
-    if html:
-        from ..render.html import render_run_html, write_html
-
-        write_html(out / "report.html", render_run_html(result, rows))
-        from ..pipeline.run_folder import record_written
-
-        record_written(out, "report.html")  # --overwrite removes it with the run, and nothing foreign
-        written += ", report.html"
+    written = f"results: {out}/run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
     console.print(_safe(written))
 
 
@@ -126,14 +121,12 @@ def merge(
     from ..render.terminal import render_report
     from ..core.results import read_samples
 
+    from ..render.html import render_run_html
+
     console = stdout_console()
-    result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]])
+    result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]],
+                          report=render_run_html if html else None)
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
     written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"
-    if html:
-        from ..render.html import render_run_html, write_html
-
-        write_html(out / "report.html", render_run_html(result, rows))
-        written += ", report.html"
-    console.print(_safe(written))
+    console.print(_safe(written + (", report.html" if html else "")))

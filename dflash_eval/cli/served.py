@@ -30,11 +30,13 @@ def served(
 ) -> None:
     """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
     from ..commands.served import served as compose
-    from ..core.paths import writable_file
+    from ..commands.diff import side_folder
+    from ..core.paths import output_path
     from ..render.served import render_served, render_served_html
 
     if html is not None:
-        writable_file(html, "--html")
+        output_path(html, "--html", reads=[*(dumps or []), *([per_request] if per_request else []),
+                                           *([side_folder(run)] if run else [])])
     if per_request is not None:
         _per_request(per_request, dumps, run, as_json, html)
         return

@@ -24,8 +24,8 @@ def track(
     prompt_field: opt.PromptField = None,
     out: Path = typer.Option(..., "--out", "-o", help="Track folder (created; rerun the same command to continue it)."),
     watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
-    interval: float = typer.Option(60.0, "--interval", help="Seconds between polls with --watch."),
-    settle: float = typer.Option(2.0, "--settle", help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
+    interval: float = typer.Option(60.0, "--interval", parser=opt.finite_number(0, low_open=True), help="Seconds between polls with --watch."),
+    settle: float = typer.Option(2.0, "--settle", parser=opt.finite_number(0), help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
     batch: int = typer.Option(8, "--batch", min=1, help="Checkpoints evaluated together on one target pass per prompt."),
     tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="Also write the scalars (tau, interval, reach per slot, repetition, gap) to this TensorBoard log folder."),
     max_new_tokens: opt.MaxNewTokens = None,
@@ -72,9 +72,9 @@ def track(
     if tensorboard is not None:
         import importlib.util
 
-        from ..core.paths import writable_dir
+        from ..core.paths import output_path
 
-        writable_dir(tensorboard, "--tensorboard")
+        output_path(tensorboard, "--tensorboard", folder=True)
         if importlib.util.find_spec("tensorboard") is None:
             raise fail("--tensorboard needs the tensorboard package (pip install tensorboard)")
 

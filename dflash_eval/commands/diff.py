@@ -43,10 +43,19 @@ class Side:
         return total
 
 
+def split_side(value: str) -> tuple[Path, str | None]:
+    """RUN_DIR or RUN_DIR:DRAFTER_NAME -> (run folder, drafter name or None)."""
+    head, sep, tail = value.rpartition(":")
+    return (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
+
+
+def side_folder(value: str) -> Path:
+    return split_side(value)[0]
+
+
 def load_side(value: str, partial: bool = False) -> Side:
     """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
-    head, sep, tail = value.rpartition(":")
-    run_dir, name = (Path(head), tail) if sep and head and Path(head).is_dir() and not Path(value).is_dir() else (Path(value), None)
+    run_dir, name = split_side(value)
     run = read_run(run_dir, partial=partial)
     name = drafter_named(run, run_dir, name, f"say which, as {run_dir}:NAME")["name"]
     rows: dict[str, dict[str, Any]] = {}
@@ -188,9 +197,9 @@ def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[st
     pairs = []
     for k in sorted(ks_a & ks_b):
         ca, cb = _counts_at(a, k, common), _counts_at(b, k, common)
-        if ca is not None and cb is not None and ca.steps and cb.steps:
-            pairs.append({"k": k, "tau_macro_a": M.tau_macro(ca), "tau_macro_b": M.tau_macro(cb),
-                          "delta_tau_macro": C.delta_tau(ca, cb, kind="macro", seed=seed).to_dict()})
+        row = C.paired_row(ca.per_prompt, cb.per_prompt, seed=seed) if ca is not None and cb is not None else None
+        if row is not None:  # every figure of the row over the prompts with steps on both sides at k
+            pairs.append({"k": k, **{key: row[key] for key in ("tau_macro_a", "tau_macro_b", "delta_tau_macro")}})
     sa, sb = a.drafter.get("speedup"), b.drafter.get("speedup")
     speed = None
     if sa and sb:

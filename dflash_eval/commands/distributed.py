@@ -51,14 +51,15 @@ def rank_device(device: str, local_rank: int) -> str:
     return "cpu" if device == "auto" else device
 
 
-def evaluate_launched(options, reporter=None) -> dict[str, Any]:
-    """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge."""
+def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
+    """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge;
+    `report`: as evaluate's (the merged folder's report.html)."""
     from .evaluate import evaluate
     from ..core.errors import InputError
 
     rank, world = launched_ranks()
     if world <= 1:
-        return evaluate(options, reporter)
+        return evaluate(options, reporter, report)
     if options.shard is not None:
         raise InputError(None, "--shard and torchrun both split the prompts: use one of them")
     if options.device_map is not None:
@@ -84,7 +85,7 @@ def evaluate_launched(options, reporter=None) -> dict[str, Any]:
             from .merge import merge
 
             result = merge([shard_folder(options.out, r) for r in range(world)], options.out,
-                           overwrite=options.overwrite, argv=options.argv)
+                           overwrite=options.overwrite, argv=options.argv, report=report)
         dist.barrier()
         failed = False
         return result

@@ -296,7 +296,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
         candidates += [(c["variant"], c["per_prompt"], c["bug"], c["check"]) for c in contexts]
         summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
                                         base_name=entry.name, reference_name=reference.name, seed=options.seed),
-                          "reference_tau_macro": ref_result.tau(), "reference_path": str(reference.path)}
+                          "reference_path": str(reference.path)}  # its tau: on the paired prompts (core/gap.py)
     windows = window_section(drafter, trajectories, results, ref_result, options, final_norm, info.hidden_size,
                              reporter, reference.name if reference is not None else None)  # by depth
     if windows:

@@ -70,22 +70,23 @@ class Progress(Reporter):
                 + (" (the cached continuations are reused)" if made else ""))
 
 
-def evaluate(options: RunOptions, reporter: Reporter | None = None) -> dict[str, Any]:
+def evaluate(options: RunOptions, reporter: Reporter | None = None, report=None) -> dict[str, Any]:
     """Run (or resume) an evaluation; returns the run.json content. Ctrl-C raises `Interrupted`, whose
-    message says what was kept."""
+    message says what was kept. `report(run, rows)`: the text of report.html, written with the results
+    before the folder's lock is released."""
     progress = Progress(reporter or Reporter())
     total = "?"
     try:
         inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
         total = len(inputs.prompts)
-        return _evaluate(options, progress, inputs)
+        return _evaluate(options, progress, inputs, report)
     except Interrupted:
         raise
     except KeyboardInterrupt:
         raise Interrupted(progress.interrupted(options, total)) from None
 
 
-def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs) -> dict[str, Any]:
+def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=None) -> dict[str, Any]:
     from ..model.target import load_target
 
     serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
@@ -93,19 +94,19 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs) -> dict
 
     check_numerics_options(options)
     folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
-    folder.check(options.overwrite)  # a foreign folder or other settings: refused before the models load
-    target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
-                         allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())
-    # every weight is validated (NaN/inf per tensor) before the folder is touched: created, resumed, replaced
-    from ..model.drafter import refuse_nonfinite
-
-    refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
-    drafters = load_drafters(inputs.entries, target)
-    done_rows = folder.open(options.overwrite)  # takes the folder's lock, held until the run ends
-    reporter.folder_open = True
+    folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
     try:
+        target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
+                             allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())
+        # every weight is validated (NaN/inf per tensor) before the folder is touched: created, resumed, replaced
+        from ..model.drafter import refuse_nonfinite
+
+        refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
+        drafters = load_drafters(inputs.entries, target)
+        done_rows = folder.open(options.overwrite)  # the folder's lock (taken by `check` when it existed)
+        reporter.folder_open = True
         with kernels_context(target, options):
-            return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows, serving, drafters)
+            return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows, serving, drafters, report)
     finally:
         folder.close()
 
@@ -165,7 +166,7 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
 
 def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, folder: RunFolder, target,
                      done_rows: list[dict[str, Any]], serving: Serving | None = None,
-                     drafters: dict | None = None) -> dict[str, Any]:
+                     drafters: dict | None = None, report=None) -> dict[str, Any]:
     serving = serving or Serving({e.name: () for e in inputs.entries})
     from ..model.kernels import kernel_report, kernel_summary
 
@@ -245,5 +246,5 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()
-    folder.finish(run)
+    folder.finish(run, {"report.html": report(run, all_rows)} if report is not None else None)
     return run

@@ -52,10 +52,12 @@ def _entry(drafter: dict[str, Any]) -> SimpleNamespace:
                                                 to_dict=lambda spec=spec: spec))
 
 
-def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: list[str] | None = None) -> dict[str, Any]:
-    from ..core.paths import writable_dir
+def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: list[str] | None = None,
+          report=None) -> dict[str, Any]:
+    """The merged run folder (written, then its lock released); `report(run, rows)`: report.html's text."""
+    from ..core.paths import output_path
 
-    writable_dir(out, "--out")
+    output_path(out, "--out", folder=True, reads=shard_dirs)  # never over a shard it reads
     shards = [_read_shard(Path(d)) for d in shard_dirs]
     first = shards[0]
     base = {k: v for k, v in first["settings"].items() if k not in ("prompts", "shard")}
@@ -131,7 +133,7 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     folder.open(overwrite)
     try:
         folder.write_rows(rows)
-        folder.finish(document)
+        folder.finish(document, {"report.html": report(document, rows)} if report is not None else None)
     finally:
         folder.close()
     return document

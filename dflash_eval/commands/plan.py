@@ -19,14 +19,12 @@ from typing import Any
 
 from ..core import roofline as R
 from ..core.batching import anchor_batch as rule, lm_head_pieces
-from ..core.errors import InputError, read_json_object
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from .doctor import LENS_LAYERS
+from .plan_inputs import Model, _target, check_settings, drafter_spec, prompt_lengths
 
 RESERVE_BYTES = 2 * R.GIB  # CUDA context, cuBLAS workspace and allocator slack, never available to tensors
-TEMPLATE_TOKENS = 16  # assumed chat-template tokens around a prompt when the target has no tokenizer
-CHARS_PER_TOKEN = 3  # assumed without a tokenizer (code and English run at 3-4 characters per token)
 LOGITS_CHUNK = 1024  # model.target.capture_taps computes the greedy logits 1024 positions at a time
 TIME_IS = "a roofline LOWER BOUND: every kernel at the bf16 peak or bandwidth, no overhead; not yet timed on a GPU"
 
@@ -58,16 +56,6 @@ class Phase:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "parts": dict(self.parts)}
-
-
-@dataclass
-class Model:
-    path: str
-    kind: str  # target: model_type; drafter: format
-    parameters: int
-    weight_bytes: int
-    shape: Any
-    config: dict | None = None  # the target's config.json
 
 
 @dataclass
@@ -113,68 +101,6 @@ class Plan:
             "seconds": sum(p.seconds for p in self.phases), "seconds_are": TIME_IS, "fits": self.fits, "fix": self.fix,
             "notes": self.notes,
         }
-
-
-# ---------------------------------------------------------------------------------------------------
-# inputs: configs, drafter specs, prompt lengths
-
-def _target(name: str) -> tuple[Model, dict, Path]:
-    from ..formats.files import resolve_local_or_cached
-
-    path = resolve_local_or_cached(name)
-    config = read_json_object(path / "config.json", missing="not a model folder: no config.json")
-    try:
-        shape = R.model_shape(config)
-    except InputError as exc:
-        raise InputError(path / "config.json", exc.problem) from None
-    return Model(str(path), shape.model_type, R.parameters(shape), R.weight_bytes(shape), shape, config), config, path
-
-
-def drafter_spec(name: str) -> DrafterSpec:
-    """The run's own reader (formats.checkpoints) on the config; the weight headers decide which tables the
-    checkpoint holds, and without weights the format's convention does (speculators: copies of both)."""
-    from ..formats import checkpoints as C
-    from ..formats.files import read_config, read_weight_metadata, resolve_local_or_cached, weight_files
-
-    path = resolve_local_or_cached(name)
-    config = read_config(path)
-    fmt = C.detect_format(config, path / "config.json")
-    try:
-        has_weights = bool(weight_files(path))
-    except InputError:  # a folder with config.json only: plan from the config
-        has_weights = False
-    if has_weights:
-        weights: dict = read_weight_metadata(path)[0]
-    elif fmt == "speculators":
-        body = config.get("transformer_layer_config") or {}
-        reduced = (config.get("draft_vocab_size") or body.get("vocab_size")) != body.get("vocab_size")
-        weights = dict.fromkeys(["embed_tokens.weight", "lm_head.weight"] + (["d2t"] if reduced else []))
-    else:
-        weights = {}
-    return (C.spec_from_speculators if fmt == "speculators" else C.spec_from_zlab)(config, path, weights)
-
-
-def prompt_lengths(target_path: Path, config: dict, settings: PlanSettings) -> tuple[list[int], str]:
-    """Tokens of every prompt through the target's chat template, or the stated assumption without a tokenizer."""
-    from ..model.target import TOKENIZER_FILES, load_tokenizer
-    from ..pipeline.inputs import thinking_default
-    from ..pipeline.prompts import load_prompts, prompt_ids
-
-    prompts = load_prompts(settings.prompts, settings.limit)
-    if not prompts:
-        raise InputError(settings.prompts, "no prompts to plan for")
-    thinking = thinking_default(config.get("model_type", "")) if settings.thinking is None else settings.thinking
-    if any((target_path / f).is_file() for f in TOKENIZER_FILES):
-        tokenizer = load_tokenizer(target_path)
-        lengths = [len(prompt_ids(tokenizer, p, thinking)) for p in prompts]
-        source = f"the target's tokenizer and chat template (thinking {'on' if thinking else 'off'})"
-    else:
-        lengths = [math.ceil(sum(len(str(m.get("content", ""))) for m in p.chat()) / CHARS_PER_TOKEN) + TEMPLATE_TOKENS
-                   for p in prompts]
-        source = (f"ASSUMED (no tokenizer in {target_path}): 1 token per {CHARS_PER_TOKEN} characters "
-                  f"+ {TEMPLATE_TOKENS} chat-template tokens")
-    samples = settings.samples if settings.temperature > 0 else 1
-    return [n for n in lengths for _ in range(samples)], source
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -260,6 +186,7 @@ def _memory(target: Model, drafters: list[Model], specs: list[DrafterSpec], leng
     resident = {"target weights": target.weight_bytes, **{f"drafter {i + 1} ({Path(d.path).name})": d.weight_bytes
                                                    for i, d in enumerate(drafters)}}
     G = st.generation_batch or generation_batch(target.config, device, target.weight_bytes, lengths, N)
+    G = min(G, len(lengths))  # a batch never holds more sequences than the run has (generation_plan)
     phases = {"weights": dict(resident)}
     phases["generate"] = {**resident, f"cache of {G} sequences x {T} tokens": R.cache_bytes(s, T, G, e),
                           "step logits (fp32, twice)": G * s.vocab_size * 4 * 2,
@@ -288,36 +215,26 @@ def _memory(target: Model, drafters: list[Model], specs: list[DrafterSpec], leng
 def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengths: list[int], st: PlanSettings,
            device: R.Accelerator, batches: dict, doctor: tuple[int, int] | None) -> dict[str, tuple[float, float]]:
     """(FLOPs, seconds) per phase; each continuation assumed to run to max_new_tokens."""
+    from ..core import roofline_sums as S  # closed forms: bounded time whatever the token counts
+
     s, N = target.shape, st.max_new_tokens
     G = batches["generation"]
     gen = [0.0, 0.0]
     ordered = sorted(lengths)
     for i in range(0, len(ordered), G):
         size, P = len(ordered[i:i + G]), max(ordered[i:i + G])
-        gen[0] += R.forward_flops(s, size, P, 0, 1) + sum(R.forward_flops(s, size, 1, P + t) for t in range(N - 1))
-        gen[1] += R.step_time(s, device, size, P, 0, logit_positions=1) + sum(
-            R.step_time(s, device, size, 1, P + t) for t in range(N - 1))
+        decode = S.decode_steps(s, device, size, P, N - 1)
+        gen[0] += R.forward_flops(s, size, P, 0, 1) + decode[0]
+        gen[1] += R.step_time(s, device, size, P, 0, logit_positions=1) + decode[1]
     taps = [0.0, 0.0]
     for P in lengths:
-        T = P + N
-        for start in range(0, T, st.tap_chunk):
-            q = min(st.tap_chunk, T - start)
-            taps[0] += R.forward_flops(s, 1, q, start)
-            taps[1] += R.step_time(s, device, 1, q, start)
+        flops, seconds = S.tap_pass(s, device, P + N, st.tap_chunk)
+        taps[0] += flops
+        taps[1] += seconds
     per_drafter = []
     for d, spec in zip(drafters, specs):
-        A = batches["anchor"][d.path]
-        f = t = 0.0
-        for P in lengths:
-            T = P + N
-            anchors = list(range(P, T - 1))
-            f += R.drafter_context_flops(d.shape, T)
-            for k in range(0, len(anchors), A):
-                chunk = anchors[k:k + A]
-                f += R.drafter_flops(d.shape, len(chunk), chunk[-1] + 1)
-                t += R.drafter_step_time(d.shape, device, len(chunk), chunk[-1] + 1)
-            t += R.roofline_time(R.drafter_context_flops(d.shape, T), 0, device)
-        per_drafter.append((f, t))
+        passes = [S.drafter_pass(d.shape, device, P, P + N, batches["anchor"][d.path]) for P in lengths]
+        per_drafter.append((sum(f for f, _ in passes), sum(t for _, t in passes)))
     out = {"weights": (0.0, 0.0), "generate": tuple(gen), "taps": tuple(taps),
            "drafter pass": (sum(f for f, _ in per_drafter), sum(t for _, t in per_drafter))}
     if doctor is not None:
@@ -331,11 +248,17 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
     return out
 
 
-def plan(target: str, drafters: list[str], settings: PlanSettings) -> Plan:
-    """The plan of `run` (and `doctor` on the first drafter when settings.doctor) on settings.accelerator."""
+def plan(target: str, drafters: list[str], settings: PlanSettings, reference: str | None = None) -> Plan:
+    """The plan of `run` (and `doctor` on the first drafter when settings.doctor) on settings.accelerator:
+    every input checked as `run` checks it first (`check_settings`, the target's config, each drafter against
+    the target), then memory and times in closed form (bounded time for any token count)."""
+    from ..model.target import target_info
+
     device = R.accelerator(settings.accelerator)
+    paths = check_settings(target, drafters, settings, reference)
     tgt, config, path = _target(target)
-    specs = [drafter_spec(d) for d in drafters]
+    info = target_info(path)
+    specs = [drafter_spec(d, info) for d in paths]
     models = []
     for spec in specs:
         shape = R.drafter_shape_from_spec(spec)
@@ -372,12 +295,16 @@ def _fix(tgt, models, specs, lengths, st: PlanSettings, device, doctor) -> str:
     if sum(memory["weights"].values()) > usable:
         return (f"none on one {device.name}: the weights alone need {sum(memory['weights'].values()) / R.GIB:.1f} GiB; "
                 "split the target with --device-map auto over more GPUs")
-    if "generate" in over:
-        G = batches["generation"]
-        while G > 1:
-            G -= 1
-            if _fits(tgt, models, specs, lengths, replace(st, generation_batch=G), device, doctor):
-                return f"--generation-batch {G}"
+    if "generate" in over:  # memory grows with the batch: the largest that fits, by bisection
+        low, high = 0, batches["generation"]  # high does not fit; low = 0 stands for "none fits"
+        while high - low > 1:
+            middle = (low + high) // 2
+            if _fits(tgt, models, specs, lengths, replace(st, generation_batch=middle), device, doctor):
+                low = middle
+            else:
+                high = middle
+        if low >= 1:
+            return f"--generation-batch {low}"
     if "drafter pass" in over or "doctor" in over:
         A = max(batches["anchor"].values())
         while A > 1:

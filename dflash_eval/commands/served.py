@@ -23,7 +23,7 @@ from ..core.semantics import layers_under
 
 
 def _text(path: Path) -> str:
-    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")
+    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")  # a regular file (a FIFO refused)
 
 
 def _bench(path: Path, text: str, model: str | None) -> S.Served:

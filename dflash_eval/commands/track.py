@@ -97,8 +97,15 @@ def check_track_options(options: TrackOptions) -> None:
         if "=" in value:
             raise InputError(None, f"--semantics {value!r}: track applies one rule set to every checkpoint "
                                    "(give RULES, not NAME=RULES)")
-    if options.interval <= 0 or options.settle < 0 or options.max_batch < 1:
-        raise InputError(None, "--interval must be > 0, --settle >= 0 and --batch >= 1")
+    import math
+
+    for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
+        # NaN compares false with everything and inf reached time.sleep after the checkpoints were evaluated
+        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)):
+            raise InputError(None, f"{name} must be a finite number {'>' if name == '--interval' else '>='} 0 "
+                                   f"seconds (got {value})")
+    if options.max_batch < 1:
+        raise InputError(None, "--batch must be >= 1")
     for source in options.sources:
         if not Path(source).exists() and not options.watch:
             raise InputError(source, "no such folder (with --watch the tracker waits for it)")
@@ -238,7 +245,8 @@ class Tracker:
         drafters = [] if role == "reference" else [str(entry.path)]
         options = dataclasses.replace(self.options.run, drafters=drafters, out=out,
                                       reference=self.options.run.reference if role == "reference" else None)
-        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)})
+        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)},
+                           owner=self.folder.path)  # the track writes its own runs/<label>
         try:
             done = folder.open()
         except InputError:  # our own folder, left by another version with other settings: redone

@@ -28,7 +28,7 @@ def check_out(out: Path, options, overwrite: bool):
     """The output folder, refused now (before anything loads) if it may not be written: a RunFolder with a
     drafter (a run folder), else the folder itself, which may hold only files dflash-eval wrote there."""
     from ..core.errors import InputError
-    from ..core.paths import writable_dir
+    from ..core.paths import output_path
     from ..pipeline.run_folder import WRITTEN, RunFolder, written_files
 
     out = Path(out)
@@ -36,7 +36,7 @@ def check_out(out: Path, options, overwrite: bool):
         folder = RunFolder(out, settings_of(options))
         folder.check(overwrite)
         return folder
-    writable_dir(out, "--out")
+    output_path(out, "--out", folder=True, reads=[options.data])  # the one output guard (core/paths.py)
     ours = set(written_files(out) or []) | {WRITTEN}
     foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
     if foreign:

@@ -218,10 +218,10 @@ def check_options(options) -> None:
 
 def depth_pairs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], block_a: int, block_b: int,
                 edges: Sequence[int], seed: int = 0) -> list[dict[str, Any]]:
-    """`diff` by depth bucket: each bucket where both sides have steps, tau macro of each side and the
-    paired difference B - A over the prompts with steps in that bucket on both sides (compare.py), from
-    the rows of the prompts both runs have (each side's rows of those prompts, one per prompt)."""
-    from .compare import delta_tau_per_prompt
+    """`diff` by depth bucket: each bucket where both sides have steps, each side's steps and tau macro and
+    the paired difference B - A, all over the prompts with steps in that bucket on both sides
+    (compare.paired_row: one population per row), from the rows of the prompts both runs have."""
+    from .compare import paired_row
 
     split_a = breakdown_counts(rows_a, block_a, edges)["depth"]
     split_b = breakdown_counts(rows_b, block_b, edges)["depth"]
@@ -230,12 +230,7 @@ def depth_pairs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], bloc
         a, b = split_a.get(index), split_b.get(index)
         if a is None or b is None or not a.steps or not b.steps:
             continue
-        entry = {"bucket": depth_label(low, high), "from": low, "to": high, "steps_a": a.steps, "steps_b": b.steps,
-                 "tau_macro_a": M.tau_macro(a), "tau_macro_b": M.tau_macro(b), "delta_tau_macro": None}
-        try:
-            entry["delta_tau_macro"] = delta_tau_per_prompt(a.per_prompt, b.per_prompt, seed=seed,
-                                                            common_only=True).to_dict()
-        except ValueError:  # no prompt has steps in this bucket on both sides
-            pass
-        out.append(entry)
+        row = paired_row(a.per_prompt, b.per_prompt, seed=seed)
+        if row is not None:  # else no prompt has steps in this bucket on both sides
+            out.append({"bucket": depth_label(low, high), "from": low, "to": high, **row})
     return out

@@ -119,6 +119,19 @@ def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0
     return _delta_from_table(table, kind=kind, seed=seed, total=total)
 
 
+def paired_row(a: dict, b: dict, *, seed: int = 0) -> dict | None:
+    """One table row comparing A and B: each side's steps and tau macro and the paired delta B - A, every
+    figure over the same prompts (those with steps on both sides), so that the delta is exactly
+    tau_macro_b - tau_macro_a of the row it sits in; None when no prompt has steps on both."""
+    ids = sorted(p for p in a.keys() & b.keys() if a[p][0] > 0 and b[p][0] > 0)
+    if not ids:
+        return None
+    delta = delta_tau_per_prompt(a, b, seed=seed, common_only=True)
+    return {"steps_a": sum(a[p][0] for p in ids), "steps_b": sum(b[p][0] for p in ids),
+            "tau_macro_a": float(np.mean([a[p][1] / a[p][0] for p in ids])),
+            "tau_macro_b": float(np.mean([b[p][1] / b[p][0] for p in ids])), "delta_tau_macro": delta.to_dict()}
+
+
 def _statistic(kind: str, s_a, t_a, s_b, t_b) -> np.ndarray:
     """tau(B) - tau(A) along the last axis (each argument [..., prompts])."""
     if kind == "macro":
@@ -140,7 +153,10 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
 
 
 def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
-                      level: float = 0.95, total: int | None = None) -> Delta:
+                      level: float = 0.95, total: int | None = None, draws: np.ndarray | None = None,
+                      method: str = "linear") -> Delta:
+    """`draws` (resampled prompt indices, [resamples, prompts]): given, the interval comes from exactly these
+    draws (a table of several deltas over one population shares them); `method`: numpy's quantile rule."""
     s_a, t_a, s_b, t_b = table.T
     n = len(table)
     # Exactly zero when every prompt's tau agrees (integer cross-multiplication, no rounding).
@@ -150,10 +166,11 @@ def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: in
     estimate = float(_statistic(kind, s_a, t_a, s_b, t_b))
 
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n, size=(n_resamples, n))
+    if draws is None:
+        draws = rng.integers(0, n, size=(n_resamples, n))
     resampled = _statistic(kind, s_a[draws], t_a[draws], s_b[draws], t_b[draws])
     tail = (1 - level) / 2
-    low, high = np.quantile(resampled, [tail, 1 - tail])
+    low, high = np.quantile(resampled, [tail, 1 - tail], method=method)
 
     if n <= EXACT_MAX_PROMPTS:
         swap = np.array(list(itertools.product((False, True), repeat=n)), dtype=bool)

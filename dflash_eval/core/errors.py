@@ -1,4 +1,4 @@
-"""The one exception type users see.
+"""The one exception type users see, and the readers that raise it (a JSON document, a regular file).
 
 Every problem caused by input (a checkpoint, a config, a prompts file, a target) is raised as
 `InputError(path, problem)`. The CLI prints it as a single line, `error: PATH: PROBLEM`, and exits with
@@ -8,6 +8,7 @@ we noticed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -33,26 +34,43 @@ def nonfinite_error(where, bad: list[str]) -> InputError:
                              + "; the weights are damaged or diverged")
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    """An object's keys, each once: `{"id": "a", "id": "b"}` is refused, never read as its last value."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"the key {key!r} appears twice in one object (which value is meant?)")
+        out[key] = value
+    return out
+
+
 def loads(text: str):
     """`json.loads`, with every way it can fail as a ValueError whose message is one readable phrase:
-    invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert."""
+    invalid JSON (with the column), nesting too deep for the parser, an integer too long to convert, a key
+    given twice in one object (the standard library keeps the last: an ambiguity, refused)."""
     import json
 
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    except DuplicateKey:
+        raise
     except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
         raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def read_text_file(path: Path, expected: str) -> str:
     """A UTF-8 text file, or one InputError line naming it: absent, a folder, not text, unreadable;
     `expected` says what the file should have been ("a /metrics dump")."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_text(path)  # a regular file only (open_regular): a FIFO is refused by name
     except FileNotFoundError:
         raise InputError(path, f"no such file (expected {expected})") from None
     except IsADirectoryError:
@@ -66,7 +84,7 @@ def read_text_file(path: Path, expected: str) -> str:
 def read_json_object(path: Path, *, missing: str) -> dict:
     """A JSON object from `path`, or one InputError line: `missing` when absent, the line when invalid."""
     try:
-        data = loads(Path(path).read_text(encoding="utf-8"))
+        data = loads(read_text(path))  # a regular file only: a FIFO is refused by name, never waited on
     except FileNotFoundError:
         raise InputError(path, missing) from None
     except UnicodeDecodeError:
@@ -80,3 +98,57 @@ def read_json_object(path: Path, *, missing: str) -> dict:
     if not isinstance(data, dict):
         raise InputError(path, "invalid JSON: not an object")
     return data
+
+
+# ----------------------------------------------------------------- reading: a regular file or one line
+
+def open_regular(path: Path | str):
+    """`path` opened for reading in binary, refused by name unless it is a regular file: a FIFO, a device or
+    a socket (or a link to one) would block the open or the read forever, or never end. Opened non-blocking,
+    checked on the open descriptor (no window between the look and the open), then switched to blocking."""
+    import fcntl
+    import stat
+
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise InputError(path, f"is {kind}, not a regular file; dflash-eval reads only regular files")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """A regular file's bytes (`open_regular`): the one way dflash-eval reads a file a user gave it."""
+    with open_regular(path) as handle:
+        return handle.read()
+
+
+def read_text(path: Path | str, encoding: str = "utf-8") -> str:
+    """A regular file's text (`open_regular`); UnicodeDecodeError as `bytes.decode` raises it. Universal
+    newlines as `Path.read_text` (\\r\\n and \\r read as \\n)."""
+    text = read_bytes(path).decode(encoding)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def regular_files(paths, what: str = "") -> None:
+    """Every existing path among `paths` is a regular file (or a link to one), else one InputError naming it:
+    checked before a folder is handed to a library that opens its files itself (transformers, safetensors)."""
+    import stat
+
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # absent: the reader that needs it says so
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device")
+            raise InputError(path, f"is {kind}, not a regular file{what}; dflash-eval reads only regular files")

@@ -171,8 +171,6 @@ DIR/track_state.json  the track's settings (all but the checkpoints) and their d
 
 from __future__ import annotations
 
-import csv
-import io
 import contextlib
 import json
 import os
@@ -181,6 +179,7 @@ from typing import Any
 
 from . import metrics as M
 from .errors import InputError
+from .per_position import COUNTED_SLOTS, per_position_csv, per_position_splits_csv  # noqa: F401 - here too
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -237,50 +236,6 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
     }
 
 
-def per_position_csv(drafters: list[dict[str, Any]]) -> str:
-    if any(d["metrics"].get("estimate") for d in drafters):
-        # temperature > 0 offline: the estimate's columns (estimates.py), never the counted ones' names
-        return _slot_csv(drafters, ["tau_macro_estimate", "tau_micro_estimate"],
-                         [("expected_reach", "expected_reach_at_pos"), ("alpha", "alpha_at_pos")])
-    return _slot_csv(drafters, ["tau_macro", "tau_micro"], COUNTED_SLOTS)
-
-
-COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at_pos"), ("marginal", "marginal_at_pos")]
-
-def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
-    """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth
-    bucket, segment, token class), per_position.csv's columns after drafter, split, part; None without any."""
-    from .breakdown import split_parts
-
-    rows = []
-    for d in (d for d in drafters if not d["metrics"].get("estimate")):
-        parts = [("draft_length", str(e["k"]), e["metrics"]) for e in d.get("by_draft_length") or []
-                 if not e.get("checkpoint_block")] + split_parts(d)
-        rows += [{"name": d["name"], "lead": [split, part], "metrics": m} for split, part, m in parts if m.get("steps")]
-    return _slot_csv(rows, ["tau_macro", "tau_micro"], COUNTED_SLOTS, ["split", "part"]) if rows else None
-
-
-def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]],
-              lead: list[str] = ()) -> str:
-    """drafter, [lead columns,] tau macro, tau micro, then one column per slot for each (metrics key, column
-    prefix)."""
-    width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)
-    header = ["drafter", *lead, *tau_columns]
-    for _, prefix in slots:
-        header += [f"{prefix}_{i}" for i in range(1, width + 1)]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    for d in drafters:
-        m = d["metrics"]
-        row = [d["name"], *d.get("lead", []), m["tau_macro"], m["tau_micro"]]
-        for key, _ in slots:
-            values = list(m[key]) + [None] * (width - len(m[key]))
-            row += ["" if v is None else f"{v:.6f}" for v in values]
-        writer.writerow(row)
-    return out.getvalue()
-
-
 def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any]]:
     """The rows of a samples (or track) file, each a JSON object on its own line; a line that is not is one
     InputError naming the file and the line, and so is a row given twice (same prompt, drafter, sample).
@@ -288,13 +243,13 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
     `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
     "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
     that prompt is redone or not shown yet). A missing file is no rows; readers that need rows say so."""
-    from .errors import InputError, loads
+    from .errors import InputError, loads, read_bytes
 
     path = Path(path)
     if not path.exists():
         return []
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"is not UTF-8 text (byte {exc.start}); edited or damaged?") from None
     except OSError as exc:
@@ -370,10 +325,10 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
                              + ("" if partial or not (directory / PARTIAL_JSON).is_file()
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
-    from .errors import loads
+    from .errors import loads, read_text
 
     try:
-        data = loads(path.read_text(encoding="utf-8"))
+        data = loads(read_text(path))
     except UnicodeDecodeError as exc:
         raise InputError(path, f"is not UTF-8 text (byte {exc.start})") from None
     except OSError:
@@ -384,6 +339,10 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
         raise InputError(path, f"is not a run document (a JSON {type(data).__name__}, expected an object)")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    from .invariants import check_run_document
+
+    with interpreting(directory):
+        check_run_document(data, path)  # the numbers a run document must satisfy
     return data
 
 

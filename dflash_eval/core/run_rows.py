@@ -1,7 +1,8 @@
 """A run folder's rows checked against its run.json before anything is computed or shown from them.
 
 Why: `run.json` is computed from `samples.jsonl`, and `report`, `show`, `diff`, `merge` and `read_run()`
-recompute from the rows. Rows written twice (two processes in one folder), cut (a torn or truncated file),
+recompute from the rows. Each row's own numbers are checked here too (core/invariants.py), and a finished
+run's counts against the rows' sum, so every reader refuses the same rows with the same line. Rows written twice (two processes in one folder), cut (a torn or truncated file),
 edited, or of a drafter or prompt the run does not have would give other numbers than run.json in silence,
 so each is refused by name: the file, the line or the prompt and drafter, and what is wrong.
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .invariants import check_samples_row
 from .results import SAMPLES, read_samples
 
 
@@ -26,9 +28,12 @@ def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, p
         return  # run.json's own shape is the schema reader's to refuse (`interpreting`)
     names = [d.get("name") for d in drafters if isinstance(d, dict) and isinstance(d.get("name"), str)]
     by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
+    blocks = {d["name"]: (d.get("spec") or {}).get("block_size") for d in drafters
+              if isinstance(d, dict) and d.get("name") in by_drafter and isinstance(d.get("spec"), dict)}
     for row in rows:
         if not isinstance(row.get("drafter"), str) or row["drafter"] not in by_drafter:
             raise InputError(path, f"holds a row of drafter {row.get('drafter')!r}, which run.json does not have")
+        check_samples_row(row, path, block_size=blocks.get(row["drafter"]))  # the numbers a row must satisfy
         by_drafter[row["drafter"]].setdefault(str(row.get("prompt_id")), set()).add(str(row.get("sample") or 0))
     if partial:
         return
@@ -49,6 +54,29 @@ def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, p
     if isinstance(expected, int) and names and len(union) != expected:
         raise InputError(path, f"holds rows for {len(union)} prompts, run.json counts {expected}; the file was "
                                "cut or edited after the run")
+    check_totals(drafters, rows, path)
+
+
+def check_totals(drafters: list, rows: list[dict[str, Any]], path: Path) -> None:
+    """Each counted drafter's run.json counts are its rows' counts added up (a prompt's samples pooled)."""
+    from . import metrics as M
+
+    for d in drafters:
+        if not isinstance(d, dict) or not isinstance(d.get("counts"), dict):
+            continue
+        per_prompt: dict[str, M.AcceptanceCounts] = {}
+        for row in rows:
+            if row["drafter"] == d["name"] and isinstance(row.get("counts"), dict):
+                counts = M.AcceptanceCounts.from_dict(row["counts"])
+                pid = str(row["prompt_id"])
+                per_prompt[pid] = M.pool_samples(per_prompt[pid], counts) if pid in per_prompt else counts
+        total = M.AcceptanceCounts(block_size=d["counts"].get("block_size", 2))
+        for counts in per_prompt.values():
+            total = total + counts
+        if total.to_dict() != d["counts"]:
+            wrong = next(k for k, v in total.to_dict().items() if d["counts"].get(k) != v)
+            raise InputError(path, f"the rows of drafter {d['name']!r} add up to other counts than run.json's "
+                                   f"({wrong}); one of the two files was edited or damaged")
 
 
 def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -56,7 +84,7 @@ def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]
     `diff`, `merge` and `read_run()` compute from. An unfinished run (`incomplete`) may end in a torn line."""
 
     path = Path(directory) / SAMPLES
-    if not path.is_file():
+    if not path.exists():
         raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
     partial = bool(run.get("incomplete"))
     rows = read_samples(path, torn_tail="drop" if partial else "refuse")

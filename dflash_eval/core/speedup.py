@@ -196,7 +196,9 @@ def read_step_times(path: Path | str) -> StepTimes:
     from .errors import loads
 
     try:
-        text = Path(path).read_text()
+        from .errors import read_text
+
+        text = read_text(path)
     except OSError as exc:
         raise InputError(path, f"cannot read step times ({exc.strerror or exc})") from None
     try:

@@ -21,12 +21,14 @@ written is judged by the caller from two snapshots (`Found.files`) taken a poll 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+from ..core.errors import loads
+from ..core.errors import read_text
 
 from .files import CONFIG_NAME, read_safetensors_header, weight_files
 from ..core.errors import InputError
@@ -96,8 +98,8 @@ def _state_step(folder: Path) -> tuple[int | None, str]:
     """global_step from a trainer's JSON state file, when one is there and readable."""
     for name in ("training_state.json", "trainer_state.json"):
         try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = loads(read_text(folder / name))
+        except (OSError, ValueError):  # (UnicodeDecodeError and a key given twice are ValueErrors)
             continue
         step = data.get("global_step") if isinstance(data, dict) else None
         if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
@@ -119,8 +121,8 @@ def completeness_problem(folder: Path) -> str | None:
     if not config.is_file():
         return "no config.json yet"
     try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = loads(read_text(config))
+    except (OSError, ValueError):
         return "config.json is not valid JSON yet (still being written?)"
     if not isinstance(data, dict):
         return "config.json is not a JSON object"

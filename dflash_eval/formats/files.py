@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError, read_json_object
+from ..core.errors import open_regular, regular_files
 
 
 CONFIG_NAME = "config.json"
@@ -73,8 +74,8 @@ def read_safetensors_header(path: Path) -> dict[str, TensorMeta]:
     from ..core.errors import loads
 
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:  # a FIFO named model.safetensors is refused, never waited on
+            size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise InputError(path, "corrupted safetensors file: shorter than its 8-byte header length")
@@ -102,7 +103,7 @@ def nonfinite_tensors(path: Path, tensors: dict[str, TensorMeta] | None = None) 
 
     tensors = read_safetensors_header(path) if tensors is None else tensors
     bad: list[str] = []
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         (header_len,) = struct.unpack("<Q", handle.read(8))
     base = 8 + header_len
     if not any(t.dtype in _EXPONENT and t.offsets[1] > t.offsets[0] for t in tensors.values()):
@@ -130,6 +131,7 @@ def weight_files(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     single = directory / SINGLE_WEIGHTS
     index = directory / INDEX_WEIGHTS
+    regular_files([single, index], " (expected safetensors weights)")  # a FIFO or device is refused by name
     if single.is_file():
         return [single]
     if index.is_file():
@@ -141,12 +143,14 @@ def weight_files(directory: str | Path) -> list[Path]:
                 raise InputError(index, f"not a valid safetensors index: weight_map[{name!r}] = {shard!r} is not a "
                                         "file name inside the folder")
         files = sorted({directory / shard for shard in weight_map.values()})
+        regular_files(files, " (a shard listed in model.safetensors.index.json)")
         for file in files:
             if not file.is_file():
                 raise InputError(file, "shard listed in model.safetensors.index.json is missing")
         return files
     loose = sorted(directory.glob("*.safetensors"))
     if loose:
+        regular_files(loose)
         return loose
     if any(directory.glob("*.bin")) or any(directory.glob("*.pt")):
         raise InputError(directory, "only pickle weights (.bin/.pt) found; dflash-eval reads safetensors only")
@@ -168,6 +172,7 @@ def read_weight_metadata(directory: Path) -> tuple[dict[str, TensorMeta], dict[s
 def read_config(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
         raise InputError(directory, "not a directory (expected a drafter checkpoint folder with config.json)")
+    regular_files([directory / CONFIG_NAME])
     if not (directory / CONFIG_NAME).is_file():
         raise InputError(directory, "not a DFlash checkpoint: no config.json")
     return read_json_object(directory / CONFIG_NAME, missing="not a DFlash checkpoint: no config.json")
@@ -181,7 +186,7 @@ def checkpoint_fingerprint(directory: str | Path) -> str:
     digest = hashlib.sha256()
     for file in [directory / CONFIG_NAME, *weight_files(directory)]:
         digest.update(file.name.encode())
-        with file.open("rb") as handle:
+        with open_regular(file) as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
@@ -200,7 +205,8 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
         except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
             raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline "
                                            f"lookup); download it with: hf download {name_or_path}") from None
-    raise InputError(name_or_path, "no such file or directory")
+    hint = "; the published z-lab drafter is given as --reference z-lab" if name_or_path == "z-lab" else ""
+    raise InputError(name_or_path, f"no such file or directory{hint}")
 
 
 def file_digest(path: Path, cache_dir: str | Path | None = None) -> str:
@@ -226,7 +232,7 @@ def file_digest(path: Path, cache_dir: str | Path | None = None) -> str:
             return known[key]
     digest = hashlib.sha256()
     try:
-        with path.open("rb") as handle:
+        with open_regular(path) as handle:
             for chunk in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(chunk)
     except OSError as exc:
@@ -283,6 +289,7 @@ def target_content(target: Path, responses: Path | None, chat_template: str | No
     import hashlib
 
     target = Path(target)
+    regular_files([target / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])
     configs = [target / n for n in ("config.json", "generation_config.json") if (target / n).is_file()]
     tokenizer = [target / n for n in TOKENIZER_FILES if (target / n).is_file()]
     return {

@@ -58,7 +58,10 @@ def _target_names(target: str) -> list[str]:
     config = path / "config.json"
     if config.is_file():
         try:
-            recorded = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path")
+            from ..core.errors import loads
+            from ..core.errors import read_text
+
+            recorded = loads(read_text(config)).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             recorded = None
         if isinstance(recorded, str) and recorded.strip():

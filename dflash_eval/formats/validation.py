@@ -78,8 +78,10 @@ TARGET_SIZES = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention
 
 
 def check_target_config(config: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A target's config.json, checked before anything is loaded: `text_config` an object when present, the
-    sizes positive integers, max_position_embeddings and rope_theta in range. Returns the language-model part."""
+    """A target's config.json, checked before anything is loaded (by `run`, `inspect` and `plan` alike):
+    `text_config` an object when present, the sizes positive integers, max_position_embeddings and rope_theta
+    in range, key/value heads dividing the attention heads (transformers' repeat_kv), the flags booleans.
+    Returns the language-model part."""
     text = config.get("text_config", config)
     where = "text_config." if "text_config" in config else ""
     if text is None:
@@ -93,6 +95,18 @@ def check_target_config(config: dict[str, Any], path: Path) -> dict[str, Any]:
             raise InputError(path, f"missing config key {where + key!r}")
     if text.get("max_position_embeddings") is not None:
         number(text["max_position_embeddings"], where + "max_position_embeddings", path, integer=True, low=1)
+    for key in ("num_key_value_heads", "head_dim"):
+        if text.get(key) is not None:
+            number(text[key], where + key, path, integer=True, low=1)
+    kv = text.get("num_key_value_heads")
+    if isinstance(kv, int) and text["num_attention_heads"] % kv:  # grouped-query attention repeats whole groups
+        raise InputError(path, f"config key {where + 'num_key_value_heads'!r}={kv} does not divide "
+                               f"num_attention_heads={text['num_attention_heads']} (every key/value head serves a "
+                               "whole group of query heads)")
+    for part, prefix in ((text, where), (config, "")) if text is not config else ((text, where),):
+        for key in ("tie_word_embeddings", "attention_bias"):
+            if key in part and not isinstance(part[key], bool):
+                raise InputError(path, f"config key {prefix + key!r}={part[key]!r} is not true or false")
     if text.get("rope_theta") is not None:
         number(text["rope_theta"], where + "rope_theta", path, low=0, low_open=True)
     for key in ("rope_parameters", "rope_scaling"):
@@ -223,12 +237,25 @@ def first_failure(checks: list[Check]) -> Check | None:
     return next((c for c in checks if not c.ok), None)
 
 
+# the checks that read the weight headers; a drafter planned from its config.json alone has none to read
+WEIGHT_CHECKS = ("weights present", "no unexpected weights", "fc width = taps x hidden", "weight shapes",
+                 "weight dtypes (float; d2t integer)", "weights finite (no NaN or inf)")
+
+
+def config_checks(spec: DrafterSpec, target: TargetInfo | None) -> list[Check]:
+    """`validate` without the weight checks: every check a config.json alone can fail (plan without weights)."""
+    return [c for c in validate(spec, {}, target) if c.name not in WEIGHT_CHECKS]
+
+
 def check_target_files(target: Path) -> None:
     """A target's config numbers (`check_target_config`) and weight headers (truncation, unknown dtypes,
     offsets that do not match a shape), before anything is loaded or written."""
     from ..core.errors import read_json_object
-    from .files import read_weight_metadata
+    from ..core.errors import regular_files
+    from .files import TOKENIZER_FILES, read_weight_metadata
 
+    # every file transformers will open itself is a regular file (a FIFO would block the load forever)
+    regular_files([Path(target) / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])
     config_file = Path(target) / "config.json"
     check_target_config(read_json_object(config_file, missing="not a model folder: no config.json"), config_file)
     read_weight_metadata(Path(target))

@@ -62,11 +62,13 @@ class Target:
         checkpoints of one architecture apart. 64 windows of 64 KiB spread over each shard do (and small
         shards, like the test bed's, are hashed whole)."""
         if self._fingerprint is None:
-            digest = hashlib.sha256((self.path / "config.json").read_bytes())
+            from ..core.errors import open_regular, read_bytes
+
+            digest = hashlib.sha256(read_bytes(self.path / "config.json"))
             for file in sorted(self.path.glob("*.safetensors")):
                 size = file.stat().st_size
                 digest.update(f"{file.name}:{size}".encode())
-                with file.open("rb") as handle:
+                with open_regular(file) as handle:
                     if size <= 64 * 65536:
                         digest.update(handle.read())
                         continue
@@ -102,7 +104,11 @@ def load_tokenizer(path: Path):
     """The target's tokenizer with its chat template, or one line naming the target folder."""
     from transformers import AutoTokenizer
 
+    from ..core.errors import regular_files
+    from ..formats.files import TOKENIZER_FILES as ALL_TOKENIZER_FILES
+
     path = Path(path)
+    regular_files([path / name for name in ALL_TOKENIZER_FILES])  # transformers opens them: no FIFO
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise InputError(path, f"target has no tokenizer files (none of {', '.join(TOKENIZER_FILES)})")
     try:

@@ -17,6 +17,7 @@ from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, tar
 from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .long_prompts import run_prompts
+from .responses import empty_responses, read_responses  # noqa: F401 - read_responses: also from here
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core import breakdown
@@ -52,6 +53,7 @@ def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str])
     from ..core.semantics import SEMANTICS, apply_semantics
 
     by_name: dict[str, str] = {}
+    given: dict[str, str] = {}  # drafter -> the --semantics value that set its rules
     for value in overrides:
         name, sep, rules = value.rpartition("=")
         if rules not in SEMANTICS:
@@ -61,7 +63,10 @@ def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str])
             raise InputError(None, f"--semantics {value!r}: no drafter named {name!r} (drafters: {', '.join(names)})")
         for entry in entries:
             if not sep or entry.name == name:
-                by_name[entry.name] = rules
+                if entry.name in by_name and by_name[entry.name] != rules:  # the last would win: refused
+                    raise InputError(None, f"--semantics {given[entry.name]!r} and --semantics {value!r} give drafter "
+                                           f"{entry.name!r} two rule sets; give one")
+                by_name[entry.name], given[entry.name] = rules, value
     for entry in entries:
         if entry.name in by_name:
             entry.spec = apply_semantics(entry.spec, by_name[entry.name], f"override: --semantics {by_name[entry.name]}")
@@ -162,50 +167,6 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
 
 
 
-def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict[str, list[int]]:
-    """`--responses FILE.jsonl`: continuations produced elsewhere (e.g. by vLLM), by prompt id.
-
-    Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
-    file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
-    are not integers inside the target's vocabulary."""
-    from ..core.errors import loads
-
-    out: dict[str, list[int]] = {}
-    try:  # a BOM is allowed (as for prompts); lines end at "\n" only, so U+2028 inside a string is text
-        lines = [line.rstrip("\r") for line in Path(path).read_text(encoding="utf-8-sig").split("\n")]
-    except UnicodeDecodeError:
-        raise InputError(path, "is not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror}") from None
-    expected = 'expected {"id", "response"} or {"id", "response_ids"}'
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            raise InputError(path, f"line {number}: not JSON ({exc}); {expected}") from None
-        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
-            raise InputError(path, f"line {number}: {expected} (id a string)")
-        key = str(row["id"])
-        if key in out:
-            raise InputError(path, f"line {number}: id {key!r} appears twice")
-        if "response_ids" in row:
-            ids = row["response_ids"]
-            if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                raise InputError(path, f"line {number}: response_ids must be a list of integers")
-            bad = [t for t in ids if t < 0 or (vocab_size is not None and t >= vocab_size)]
-            if bad:
-                raise InputError(path, f"line {number}: token id {bad[0]} is outside the target's vocabulary "
-                                       f"(0..{(vocab_size or 0) - 1})")
-            out[key] = list(ids)
-        elif isinstance(row.get("response"), str):
-            out[key] = tokenizer(row["response"], add_special_tokens=False)["input_ids"]
-        else:
-            raise InputError(path, f"line {number}: {expected} (response a string)")
-    return out
-
-
 @dataclass(frozen=True)
 class Resolved:
     """The raw options that need parsing, parsed once (`check_options`): later stages read these values and
@@ -268,6 +229,7 @@ class Inputs:
         }
 
 
+MAX_SAMPLES = 1024  # sampled continuations per prompt: far past where a prompt-level interval stops narrowing
 MIN_TEMPERATURE = 1e-30  # float32 logits / temperature stay finite for |logit| < 3e8 (1e-45: inf, then NaN)
 
 
@@ -314,8 +276,8 @@ def check_options(options: RunOptions) -> Resolved:
     from ..core.options import parse_max_memory
 
     max_memory = parse_max_memory(options.max_memory)
-    if options.samples < 1:
-        raise InputError(None, f"--samples must be >= 1 (got {options.samples})")
+    if not 1 <= options.samples <= MAX_SAMPLES:
+        raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
         raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
     if options.draft_policy == "both" and options.temperature <= 0:
@@ -383,6 +345,7 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
         if missing:
             raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
                                                 f"{len(prompts)} prompts have none)")
+        warnings.extend(empty_responses(options.responses, inputs.responses, [p.id for p in prompts]))
     inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
     inputs.content = target_content(target_path, options.responses, tokenizer.chat_template, options.cache_dir)
     return inputs

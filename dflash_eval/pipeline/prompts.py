@@ -29,7 +29,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, read_text
 from ..core.errors import loads as json_loads
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def read_prompts_file(path: str | Path) -> list[Prompt]:
     unique)."""
     path = Path(path)
     try:
-        content = path.read_text(encoding="utf-8-sig")
+        content = read_text(path, "utf-8-sig")
     except FileNotFoundError:
         raise InputError(path, "cannot read prompts: no such file (" + _did_you_mean(str(path)) + "prompt sources: "
                          + ", ".join(PROMPT_SETS) + ", a FILE.jsonl or dir:PATH)") from None

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core import results as R
 from ..core.errors import InputError, read_json_object
+from ..core.paths import RESULT_FILES
 
 
 def settings_hash(settings: dict[str, Any]) -> str:
@@ -69,9 +70,7 @@ def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 WRITTEN = "written.json"  # the files dflash-eval wrote into a folder: what --overwrite may remove
 LOCK = "run.lock"
 # what older versions wrote, before written.json existed (removed by --overwrite there, and nothing else)
-KNOWN_FILES = (R.STATE, R.SAMPLES, R.PARTIAL_JSON, R.RUN_JSON, R.PER_POSITION, "report.html", "doctor.json",
-               WRITTEN, LOCK, "track_state.json", "track.jsonl", "track_log.jsonl", "track.csv", "track.html",
-               "track.lock")
+KNOWN_FILES = RESULT_FILES  # what older versions wrote: every name a result folder holds (core/paths.py)
 
 
 def record_written(folder: Path, *names: str) -> None:
@@ -148,22 +147,38 @@ class RunFolder:
     """`--out`: created fresh, or resumed when it holds an unfinished run with the same settings. Opened, it
     holds the folder's lock until `finish` or `close`."""
 
-    def __init__(self, path: Path, settings: dict[str, Any]):
+    def __init__(self, path: Path, settings: dict[str, Any], *, owner: Path | None = None):
+        """`owner`: the result folder this run belongs to (a track's runs/<label>), the one writer allowed
+        inside it; a user's --out is never inside another result folder (core/paths.output_path)."""
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
         self.lock = FolderLock(self.path)
+        self.owner = owner
+
+    def _guard(self) -> None:
+        from ..core.paths import output_path, writable_dir
+
+        if self.owner is None:
+            output_path(self.path, "--out", folder=True)
+        else:
+            writable_dir(self.path, "--out")
 
     def check(self, overwrite: bool = False) -> None:
-        """What `open` would refuse, found without writing anything or taking the lock (a foreign folder, a
-        run with other settings): called before the models load, so a refusal comes at once."""
-        from ..core.paths import writable_dir
-
-        writable_dir(self.path, "--out")
+        """What `open` would refuse, found without writing anything (a foreign folder, a run with other
+        settings, a folder another process is writing into): called before the models load, so a refusal
+        comes at once. An existing run folder's lock is taken here and held until `finish` or `close`, so
+        no other writer slips in between this check and the last file written."""
+        self._guard()
         state_path = self.path / R.STATE
         if state_path.exists():
-            if not overwrite:
-                self._check_settings(read_json_object(state_path, missing="run state missing"))
+            self.lock.acquire()  # held from here: a run still writing here is refused before anything loads
+            try:
+                if not overwrite:
+                    self._check_settings(read_json_object(state_path, missing="run state missing"))
+            except BaseException:
+                self.lock.release()
+                raise
         elif self.path.exists() and any(p.name not in (LOCK, WRITTEN) for p in self.path.iterdir()):
             raise InputError(self.path, "exists and is not a dflash-eval run folder (no run_state.json); choose "
                                         "another --out (--overwrite only replaces folders dflash-eval wrote)")
@@ -181,12 +196,10 @@ class RunFolder:
         """Create, resume or refuse (naming each setting that differs); the rows already written.
         `overwrite` replaces what dflash-eval wrote into the folder, never a foreign file. Call it once every
         input is validated: it is the first thing that touches the folder."""
-        from ..core.paths import writable_dir
-
-        writable_dir(self.path, "--out")
+        self._guard()
         state_path = self.path / R.STATE
         if state_path.exists():
-            self.lock.acquire()
+            self.lock.acquire()  # (already held since `check`: acquiring again is a no-op)
             try:
                 return self._reopen(overwrite)
             except BaseException:
@@ -218,6 +231,10 @@ class RunFolder:
         self._check_settings(state)
         rows = R.read_samples(self.path / R.SAMPLES, torn_tail="drop")
         self._check_rows_belong(rows)
+        from ..core.invariants import check_samples_row
+
+        for row in rows:  # a resumed run never builds on a row it could not have written
+            check_samples_row(row, self.path / R.SAMPLES)
         return rows
 
     def _check_rows_belong(self, rows: list[dict[str, Any]]) -> None:
@@ -265,13 +282,17 @@ class RunFolder:
     def write_partial(self, document: dict[str, Any], done: int, total: int) -> None:
         self._write(R.PARTIAL_JSON, json.dumps({**document, "incomplete": {"done": done, "total": total}}, indent=1) + "\n")
 
-    def finish(self, document: dict[str, Any]) -> None:
+    def finish(self, document: dict[str, Any], extra: dict[str, str] | None = None) -> None:
+        """The final files, then the lock released: `extra` (name -> text, e.g. report.html) is written
+        under the lock too, so no other writer replaces the run between its results and its report."""
         self._write(R.RUN_JSON, json.dumps(document, indent=1) + "\n")
         (self.path / R.PARTIAL_JSON).unlink(missing_ok=True)
         self._write(R.PER_POSITION, R.per_position_csv(document["drafters"]))
         splits = R.per_position_splits_csv(document["drafters"])  # k, depth, segment, token class
         if splits is not None:
             self._write(R.PER_POSITION_SPLITS, splits)
+        for name, text in (extra or {}).items():
+            self._write(name, text)
         self._write_state(complete=True)
         self.close()
 

@@ -59,9 +59,9 @@ class TrackFolder:
     def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
         """Create, resume (same settings) or refuse naming what differs; the rows already written. The folder
         stays locked until `close` (or the process ends)."""
-        from ..core.paths import writable_dir
+        from ..core.paths import output_path
 
-        writable_dir(self.path, "--out")
+        output_path(self.path, "--out", folder=True)
         state_path = self.path / STATE
         if state_path.exists():
             self.lock.acquire()
@@ -117,8 +117,14 @@ class TrackFolder:
 
 
 def read_rows(directory: Path) -> list[dict[str, Any]]:
-    """track.jsonl's rows; a torn last line (killed mid-write) is dropped (that checkpoint is redone)."""
-    return R.read_samples(Path(directory) / ROWS, torn_tail="drop")
+    """track.jsonl's rows, each checked (core/invariants.check_track_row); a torn last line (killed
+    mid-write) is dropped (that checkpoint is redone)."""
+    from ..core.invariants import check_track_row
+
+    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop")
+    for number, row in enumerate(rows, 1):
+        check_track_row(row, Path(directory) / ROWS, number)
+    return rows
 
 
 def read_log(directory: Path) -> list[dict[str, Any]]:
@@ -155,6 +161,8 @@ def track_csv(rows: list[dict[str, Any]]) -> str:
     import csv
     import io
 
+    from ..core.safe_text import printable
+
     body = R.per_position_csv([{"name": r["name"], "metrics": r["metrics"]} for r in rows])
     lines = body.splitlines()
     out = io.StringIO()
@@ -169,6 +177,6 @@ def track_csv(rows: list[dict[str, Any]]) -> str:
         writer.writerow([row["role"], "" if row["step"] is None else row["step"],
                          *("" if v is None else f"{v:.6f}" for v in ci),
                          "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",
-                         row["fingerprint"], row["path"], *cells,
+                         printable(row["fingerprint"]), printable(row["path"]), *cells,
                          *("" if at_k.get(k) is None else f"{at_k[k]:.6f}" for k in ks)])
     return out.getvalue()

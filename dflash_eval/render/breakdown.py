@@ -90,7 +90,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
     """tau macro per depth bucket that holds steps, one line per drafter with its bootstrap 95% interval as a
     band (buckets without steps left out of that drafter's line); None when fewer than two buckets hold
     steps (`depth_note` says so)."""
-    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
+    from .charts import PALETTE, _chart_legend, _clean_svg, _figure, _label, _rc
 
     buckets = depth_buckets_with_data(drafters)
     if len(buckets) < 2:
@@ -120,7 +120,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
         ax.set_xlim(-0.5, len(buckets) - 0.5)  # no dot against an axis
         ax.set_ylim(0, top * 1.1 or 1)  # nor an interval clipped at the top
         ax.set_title("tau by context depth (95% CI over prompts)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _figure_svg(fig, _clean_svg)
 
 

@@ -89,6 +89,13 @@ def _rc():
                                   "axes.titlesize": 10, "legend.fontsize": 8, "legend.frameon": False})
 
 
+def _chart_legend(ax, **placement) -> None:
+    """The axes' legend, when something on them is labelled: a chart with no drafter drawn (no steps, empty
+    responses) gets none, and matplotlib no warning on stderr."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**placement)
+
+
 def _label(text: str, limit: int = 40) -> str:
     """A name as a chart label: short, control characters shown as escapes, and never read as matplotlib's
     hidden-label convention."""
@@ -132,7 +139,7 @@ def _tau_chart(bars: list[dict], groups: list[str], references_by_group: dict[st
         ax.set_ylabel("tau macro (accepted length incl. bonus)")
         ax.set_ylim(bottom=0)
         ax.set_title("tau macro by prompt set (95% CI)")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _svg(fig, "tau")
 
 
@@ -158,7 +165,7 @@ def _slot_chart(drafters: list[dict]) -> str:
             ax.set_xlabel("slot i (i-th drafted token)")
             ax.set_ylim(-0.02, 1.02)
             ax.xaxis.get_major_locator().set_params(integer=True)
-        axes[0].legend(loc="upper right")
+        _chart_legend(axes[0], loc="upper right")
         return _svg(fig, "slots")
 
 
@@ -186,7 +193,7 @@ def _share_bars(ax, series: list[tuple[list[float], str, str]], size: int, xlabe
     ax.set_xlabel(xlabel)
     ax.set_ylabel("share of steps")
     ax.set_title(title)
-    ax.legend(loc="upper center")
+    _chart_legend(ax, loc="upper center")
 
 
 def _prompt_chart(drafters: list[dict], per_prompt: dict[str, dict[str, float]]) -> str:
@@ -206,7 +213,7 @@ def _prompt_chart(drafters: list[dict], per_prompt: dict[str, dict[str, float]])
         ax.set_title("per-prompt tau, sorted (dotted: tau macro); the table below names each prompt")
         ax.set_ylim(bottom=0)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="lower right")
+        _chart_legend(ax, loc="lower right")
         return _svg(fig, "prompts")
 
 
@@ -223,7 +230,7 @@ def _repetition_chart(drafters: list[dict]) -> str:
         ax.set_ylim(-0.02, 1.02)
         ax.set_title("flagged (repetitive) blocks whose pattern covers slot i")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="upper right")
+        _chart_legend(ax, loc="upper right")
         return _svg(fig, "repetition")
 
 
@@ -261,7 +268,7 @@ def _diff_slot_chart(slots: dict) -> str:
         ax.set_ylabel("B - A")
         ax.set_title("per-slot deltas (B - A)")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="best")
+        _chart_legend(ax, loc="best")
         return _svg(fig, "dslots")
 
 

@@ -129,7 +129,7 @@ def draft_length_diff_view(result: dict) -> dict[str, Any] | None:
 
 def _diff_tau_chart(pairs: list[dict[str, Any]], name_a: str, name_b: str) -> str:
     from .breakdown import _figure_svg
-    from .charts import PALETTE, _clean_svg, _figure, _label, _rc
+    from .charts import PALETTE, _clean_svg, _figure, _label, _chart_legend, _rc
 
     ks = [p["k"] for p in pairs]
     with _rc():
@@ -142,5 +142,5 @@ def _diff_tau_chart(pairs: list[dict[str, Any]], name_a: str, name_b: str) -> st
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per draft length, A and B")
-        ax.legend(loc="lower right")
+        _chart_legend(ax, loc="lower right")
         return _figure_svg(fig, _clean_svg, "tau per draft length chart", "dk-")

@@ -44,8 +44,8 @@ from typing import Any
 from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
-from .charts import PALETTE, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
-from .html_blocks import _block, _natural, _pair_block, _view_block
+from .charts import PALETTE, _chart_legend, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
+from .html_blocks import _block, _natural, _pair_block, _view_block, _visible
 from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
 from .breakdown import breakdown_view
 
@@ -73,7 +73,7 @@ def _env():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(loader=PackageLoader("dflash_eval", "render/templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=_visible)
     env.filters["num"] = _num
     env.filters["signed"] = _signed
     env.filters["pct"] = _pct
@@ -348,7 +348,7 @@ def _estimate_chart(drafters: list[dict]) -> str:
             ax.set_xlabel("slot i")
             ax.set_ylim(0, 1)
             ax.set_title(title)
-        axes[1].legend(loc="upper right")
+        _chart_legend(axes[1], loc="upper right")
         return _svg(fig, "alpha")
 
 

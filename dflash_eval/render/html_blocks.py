@@ -62,3 +62,15 @@ def _pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
 def _view_block(data: dict) -> BlockView:
     return BlockView(**{**data, "draft": tuple(data["draft"]), "target": tuple(data["target"]),
                         "flags": tuple(data.get("flags", ()))})
+
+
+def _visible(value):
+    """Every value a template prints, through the one escaping rule of every output (core/safe_text.printable):
+    control and invisible format characters from data (ESC in a prompt id or a drafter name, bidi overrides)
+    become visible escapes before autoescaping, so `cat report.html` never drives a terminal and the page
+    never reorders text. Markup (the charts' SVG) keeps its tags; newlines and tabs stay."""
+    from ..core.safe_text import printable
+
+    if hasattr(value, "__html__"):  # Jinja's Markup (markupsafe, not imported here: jinja2's own dependency)
+        return type(value)(printable(str(value), keep="\n\t"))
+    return printable(value, keep="\n\t") if isinstance(value, str) else value

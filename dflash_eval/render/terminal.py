@@ -82,8 +82,9 @@ def render_run_summary(console: Console, run: dict) -> None:
     sc = prov["self_consistency"]
     if prov.get("responses_agreement"):  # --responses: how greedy the given continuations are, not a check
         ra = prov["responses_agreement"]
-        console.print(f"responses vs the target's greedy choice: {safe(ra['agree'])}/{safe(ra['total'])} tokens of "
-                      f"the given responses equal the target's argmax ({100 * ra['agree'] / max(ra['total'], 1):.2f}%)")
+        console.print("responses vs the target's greedy choice: " + (  # a share of nothing is not 0.00%
+            f"{safe(ra['agree'])}/{safe(ra['total'])} tokens of the given responses equal the target's argmax "
+            f"({100 * ra['agree'] / ra['total']:.2f}%)" if ra["total"] else "no response tokens to compare"))
     elif sc["total"]:
         console.print(f"self-consistency: {safe(sc['agree'])}/{safe(sc['total'])} continuation tokens equal the full-forward "
                       f"argmax ({100 * sc['agree'] / sc['total']:.2f}%)")

@@ -91,7 +91,9 @@ def render_doctor(console: Console, result: dict) -> None:
         render_trained_taps(console, result["trained_taps"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
-    if gap:
+    if gap and gap["gap"] is None:  # no prompt with steps on every side: the paragraph says so
+        console.print(safe(gap["paragraph"]))
+    elif gap:
         g = gap["gap"]
         table = Table(title=f"the gap to {safe(gap['reference'])} (tau {_fmt(gap['reference_tau_macro'], 2)}): "
                             f"{paired_figure(g)}",
@@ -104,7 +106,8 @@ def render_doctor(console: Console, result: dict) -> None:
             share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
                 f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
             style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
-            cells = [safe(labels[row["variant"]]), f"{c['estimate']:+.2f} [{c['low']:.2f}, {c['high']:.2f}]", share]
+            cells = [safe(labels[row["variant"]]), f"{c['estimate']:+.2f}" + ("" if Delta(0, 0, 0, 1, c["n"]).too_few else
+                                                                              f" [{c['low']:.2f}, {c['high']:.2f}]"), share]
             table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
         console.print(table)
         for note in notes:

@@ -124,7 +124,7 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .charts import _figure, _label, _rc, _svg
+    from .charts import _figure, _label, _chart_legend, _rc, _svg
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
@@ -153,12 +153,12 @@ def _curve_chart(c: Curve) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per checkpoint")
-        ax.legend(loc="lower right")
+        _chart_legend(ax, loc="lower right")
         return _svg(fig, "curve")
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import _figure, _rc, _svg
+    from .charts import _figure, _label, _rc, _svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -172,7 +172,7 @@ def _heatmap(c: Curve) -> str | None:
         image = ax.imshow(table, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.grid(False)
         ax.set_xticks(range(width), [str(i + 1) for i in range(width)])
-        ax.set_yticks(range(len(points)), [label(p.row) for p in points])
+        ax.set_yticks(range(len(points)), [_label(label(p.row)) for p in points])  # a name: escaped
         ax.set_xlabel("slot i (expected reach, teacher forced: ESTIMATE at temperature > 0)" if estimate
                       else "slot i (reach r_i: share of steps accepting at least i drafts)")
         ax.set_title("expected reach per slot and step (estimate)" if estimate else "reach per slot and step")
@@ -187,7 +187,7 @@ def _heatmap(c: Curve) -> str | None:
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .charts import _figure, _rc, _svg
+    from .charts import _figure, _chart_legend, _rc, _svg
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:
@@ -203,7 +203,7 @@ def _repetition_chart(c: Curve) -> str | None:
         ax.set_ylabel("flagged blocks (%)")
         ax.set_ylim(bottom=0)
         ax.set_title("repetitive drafts per checkpoint (walk blocks flagged by the detectors)")
-        ax.legend(loc="upper right")
+        _chart_legend(ax, loc="upper right")
         return _svg(fig, "trep")
 
 

@@ -112,7 +112,7 @@ def render_track_breakdown(console: Console, c: Curve) -> None:
 def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
     """tau macro over training steps, one line per draft length k; the reference's tau at each k dashed."""
     from .breakdown import _figure_svg
-    from .charts import PALETTE, _clean_svg, _figure, _rc
+    from .charts import PALETTE, _clean_svg, _figure, _chart_legend, _rc
 
     points = [r for r in view["rows"] if r["role"] != "reference" and r["step"] is not None]
     if not points:
@@ -134,7 +134,7 @@ def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per draft length k" + (" (dashed: the reference at k)" if reference else ""))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         return _figure_svg(fig, _clean_svg, "tau per draft length chart", "tk-")
 
 

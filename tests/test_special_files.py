@@ -1,0 +1,100 @@
+"""Nothing blocks on a special file (issue 36, class 4).
+
+A weights file that was a FIFO blocked `inspect` and `run` forever. Every file dflash-eval reads is opened
+by core/errors.open_regular (non-blocking, checked on the descriptor) or, for the files a library opens
+itself (transformers' tokenizer and config, safetensors), checked first by core/errors.regular_files. Here
+each kind of file each command reads is replaced by a FIFO, and the command must refuse it by name, exit 2,
+instead of waiting: a SIGALRM turns a hang into a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import invoke_within
+
+ENV = {"COLUMNS": "200"}
+
+
+def invoke(args: list[str], seconds: int = 60):
+    return invoke_within(args, seconds, ENV)
+
+
+@pytest.fixture(scope="module")
+def world(test_bed, drafter_dirs, escaped_run, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("fifo")
+    (root / "prompts.jsonl").write_text('{"id": "x", "prompt": "def f():"}\n')
+    (root / "responses.jsonl").write_text('{"id": "x", "response": "return 1"}\n')
+    (root / "dump.txt").write_text("vllm:spec_decode_num_drafts_total 1\n")
+    return {"root": root, "drafter": drafter_dirs["zlab"], "target": test_bed["qwen3"], "run": escaped_run["folder"],
+            "a": escaped_run["a"], "b": escaped_run["b"]}
+
+
+def with_fifo(source: Path, name: str, dest: Path) -> Path:
+    """A copy of folder `source` whose file `name` is a FIFO (no writer: an open for reading would block)."""
+    shutil.copytree(source, dest, symlinks=True)
+    (dest / name).unlink(missing_ok=True)
+    os.mkfifo(dest / name)
+    return dest
+
+
+def commands(w, drafter: Path, target: Path, run: Path, extra_files: dict[str, Path]) -> dict[str, list[str]]:
+    base = ["--limit", "1", "--max-new-tokens", "4", "--device", "cpu"]
+    return {
+        "inspect": ["inspect", str(drafter), "--target", str(target)],
+        "run": ["run", "-d", str(drafter), "--target", str(target), *base, "--out", str(w["root"] / "out"),
+                *extra_files.get("run", [])],
+        "plan": ["plan", "-d", str(drafter), "--target", str(target), *extra_files.get("plan", [])],
+        "report": ["report", str(run)],
+        "show": ["show", str(run)],
+        "diff": ["diff", f"{run}:{w['a']}", f"{run}:{w['b']}"],
+    }
+
+
+CASES = {  # (what is a FIFO, which file, the commands that read it)
+    "drafter weights": ("drafter", "model.safetensors", ["inspect", "run", "plan"]),
+    "drafter config": ("drafter", "config.json", ["inspect", "run", "plan"]),
+    "target config": ("target", "config.json", ["inspect", "run", "plan"]),
+    "target generation config": ("target", "generation_config.json", ["run"]),
+    "target tokenizer": ("target", "tokenizer.json", ["run", "plan"]),
+    "target tokenizer config": ("target", "tokenizer_config.json", ["run", "plan"]),
+    "target chat template": ("target", "chat_template.jinja", ["run", "plan"]),
+    "target weights": ("target", "model.safetensors", ["run"]),
+    "run.json": ("run", "run.json", ["report", "show", "diff"]),
+    "samples.jsonl": ("run", "samples.jsonl", ["report", "show", "diff"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_fifo_in_a_folder_is_refused_by_name(case, world, tmp_path):
+    kind, name, readers = CASES[case]
+    folders = {"drafter": world["drafter"], "target": world["target"], "run": world["run"]}
+    folders[kind] = with_fifo(folders[kind], name, tmp_path / kind)
+    for reader in readers:
+        args = commands(world, folders["drafter"], folders["target"], folders["run"], {})[reader]
+        result = invoke(args)
+        assert result.exit_code == 2, (case, reader, result.output)
+        assert f"{name}: is a FIFO, not a regular file" in result.stderr, (case, reader, result.stderr)
+    assert not (world["root"] / "out").exists()
+
+
+@pytest.mark.parametrize("option", ["--prompts", "--responses", "--step-times"])
+def test_a_fifo_given_as_a_file_is_refused_by_name(option, world, tmp_path):
+    fifo = tmp_path / "file.jsonl"
+    os.mkfifo(fifo)
+    args = ["run", "-d", str(world["drafter"]), "--target", str(world["target"]), "--limit", "1", "--max-new-tokens",
+            "4", "--device", "cpu", "--out", str(tmp_path / "out"), option, str(fifo)]
+    if option == "--step-times":
+        args += ["--draft-lengths", "1"]
+    result = invoke(args)
+    assert result.exit_code == 2 and "file.jsonl: is a FIFO, not a regular file" in result.stderr, result.output
+    if option == "--prompts":
+        for more in (["plan", "-d", str(world["drafter"]), "--target", str(world["target"]), "--prompts", str(fifo)],
+                     ["prompts", "show", str(fifo)]):
+            result = invoke(more)
+            assert result.exit_code == 2 and "is a FIFO, not a regular file" in result.stderr, (more, result.output)
+    served = invoke(["served", str(fifo)])
+    assert served.exit_code == 2 and "is a FIFO, not a regular file" in served.stderr, served.output
