@@ -98,3 +98,19 @@ def test_a_fifo_given_as_a_file_is_refused_by_name(option, world, tmp_path):
             assert result.exit_code == 2 and "is a FIFO, not a regular file" in result.stderr, (more, result.output)
     served = invoke(["served", str(fifo)])
     assert served.exit_code == 2 and "is a FIFO, not a regular file" in served.stderr, served.output
+
+
+@pytest.mark.parametrize("shard", ["data/test.jsonl", "data/test-00000-of-00001.parquet"])
+def test_a_fifo_in_a_hub_dataset_snapshot_is_refused_by_name(shard, tmp_path, monkeypatch):
+    """`--prompts hf:ORG/NAME` reads the snapshot's shards itself (JSON lines) or through pyarrow: a shard
+    whose blob is a FIFO is refused by name instead of blocking the open."""
+    from dflash_eval.testing.hub_cache import jsonl_bytes, write_dataset
+
+    rows = [{"question": "What is 1 + 1?"}]
+    snapshot = write_dataset(tmp_path / "hub", "someone/blocked", {shard: jsonl_bytes(rows)})
+    blob = (snapshot / shard).resolve()
+    blob.unlink()
+    os.mkfifo(blob)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    result = invoke(["prompts", "show", "hf:someone/blocked", "--prompt-field", "question"])
+    assert result.exit_code == 2 and "is a FIFO, not a regular file" in result.stderr, result.output

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, open_regular, read_text, regular_files
 
 DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
 FILES_TO_IGNORE = {"README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dataset_dict.json"}
@@ -83,7 +83,8 @@ class Snapshot:
             parts = relative.split("/")
             if any(p.startswith((".", "__")) for p in parts) or parts[-1] in FILES_TO_IGNORE:
                 continue
-            if path.suffix.lower() in DATA_SUFFIXES and path.is_file():
+            if path.suffix.lower() in DATA_SUFFIXES and path.exists() and not path.is_dir():
+                regular_files([path], " in the dataset snapshot")  # a FIFO would block its reader forever
                 found.append(relative)
         return sorted(found)
 
@@ -102,7 +103,7 @@ def find_snapshot(repo: str, revision: str | None = None, files: tuple[str, ...]
     wanted = revision or "main"
     ref = root / "refs" / wanted
     if ref.is_file():
-        commit = ref.read_text(encoding="utf-8").strip()
+        commit = read_text(ref).strip()
     elif revision and (snapshots / revision).is_dir():
         commit = revision
     elif revision is None and len(present := [p.name for p in snapshots.iterdir() if p.is_dir()]) == 1:
@@ -263,6 +264,7 @@ def _pyarrow(path: Path):
 def _arrow_table(path: Path, columns: list[str] | None = None):
     """A parquet or arrow file as a pyarrow table; with `columns`, only those of them the file has."""
     pa = _pyarrow(path)
+    regular_files([path])  # a FIFO in a snapshot would block pyarrow's open forever
     if path.suffix == ".parquet":
         names = pa.parquet.read_schema(path).names
         return pa.parquet.read_table(path, columns=None if columns is None else [c for c in columns if c in names])
@@ -278,7 +280,9 @@ def _arrow_table(path: Path, columns: list[str] | None = None):
 def _json_items(path: Path):
     """(line number, raw line) of every non-blank line of a JSON-lines file; a .json holding one JSON array
     yields (None, object) per element instead."""
-    with path.open(encoding="utf-8-sig") as handle:
+    import io
+
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8-sig") as handle:
         head = handle.read(1)
         while head and head.isspace():
             head = handle.read(1)
