@@ -22,7 +22,7 @@ NOT_DECLARED = {
     "click": "typer's own dependency; its exceptions are what typer raises",
     "tensorboard": "track --tensorboard only, imported there and refused by name when missing (test extra)",
     "fla": "the fla extra on GPU machines; found with importlib.util.find_spec, never required",
-    "pyarrow": "the hf and trainer-data extras (large): formats/hf_cache.py and training_data.py import it where "
+    "pyarrow": "the hf extra (large): formats/hf_cache.py and training_data.py import it where "
                "parquet / arrow files are read, and refuse them by name without it",
     "datasets": "dflash_eval/testing writes trainer data as speculators does (the test and conformance extras)",
 }

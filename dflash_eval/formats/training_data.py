@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InputError, read_json_object
+from .hf_cache import PYARROW_HINT
 
 FORMATS = ("speculators", "specforge", "deepspec", "speculators-legacy")
 SPLITS = ("validation", "train", "all")
@@ -91,7 +92,7 @@ def _arrow_rows(path: Path) -> tuple[list, list]:
     try:
         import pyarrow as pa
     except ImportError:
-        raise InputError(path, "reading speculators' arrow dataset needs pyarrow (pip install pyarrow)") from None
+        raise InputError(path, f"reading speculators' arrow dataset needs pyarrow: {PYARROW_HINT}") from None
     state = read_json_object(path / "state.json", missing="no state.json")
     files = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
     if not files or not all(isinstance(f, str) and Path(f).name == f for f in files):
