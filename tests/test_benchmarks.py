@@ -26,7 +26,7 @@ def test_real_vocab_table_runs_on_tiny_shapes(tmp_path):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "real_vocab.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_vocab.py"), "--smoke", "--threads", "1",
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "real_vocab.py"), "--smoke", "--threads", "1", "--rounds", "2",
                            "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())["shapes"]["smoke"]
