@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dflash_eval import metrics as M  # noqa: E402
-from dflash_eval import results as R  # noqa: E402
-from dflash_eval.pipeline.document import repetition_summary as _repetition_summary  # noqa: E402
-from dflash_eval.pipeline.rows import add_repetition as _add_repetition  # noqa: E402
-from dflash_eval.render.html import render_run_html, write_html  # noqa: E402
+from dflash_eval import metrics as M
+from dflash_eval import results as R
+from dflash_eval.pipeline.document import repetition_summary as _repetition_summary
+from dflash_eval.pipeline.rows import add_repetition as _add_repetition
+from dflash_eval.render.html import render_run_html, write_html
 
 STORED = Path(__file__).resolve().parent.parent / "tests" / "data" / "report_run"
 BLOCK = 16

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
 SHAPES = {  # hidden, heads, kv heads, head dim, MLP, vocab
     "0.6b": (1024, 16, 8, 128, 3072, 151936),

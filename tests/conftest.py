@@ -7,12 +7,12 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"  # tests never reach a hub
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-from dflash_eval.testing.testbed import random_state_dict, write_random_drafter  # noqa: E402
-from dflash_eval.testing.tiny import build_test_bed  # noqa: E402
+from dflash_eval.testing.testbed import random_state_dict, write_random_drafter
+from dflash_eval.testing.tiny import build_test_bed
 
 
 @pytest.fixture(scope="session", autouse=True)

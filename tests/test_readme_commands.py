@@ -176,7 +176,7 @@ class Sandbox:
             self.targets[repo_id] = cache_repo(self.hub, repo_id, files)
             try:
                 drafter = zlab_reference_for(repo_id)
-            except Exception:  # noqa: BLE001 - no published drafter for that target: none in the cache
+            except Exception:  # no published drafter for that target: none in the cache
                 drafter = None
             if drafter is not None:
                 made = write_random_drafter(source, self.root / "zlab" / drafter, "zlab", seed=1, block_size=4,

@@ -56,7 +56,7 @@ def reports_input_errors(command):
         except OSError as exc:  # a path the system refused: still the user's input, still one line
             where = f"{exc.filename}: " if exc.filename else ""
             raise fail(f"{where}{exc.strerror or exc}") from None
-        except Exception as exc:  # noqa: BLE001 - an internal error: one line here, the traceback in a file
+        except Exception as exc:  # an internal error: one line here, the traceback in a file
             raise fail(f"internal error ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                        f"full traceback saved to {save_traceback()}", 1) from None
 

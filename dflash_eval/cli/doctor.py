@@ -29,7 +29,7 @@ def doctor(
     dtype: opt.Dtype = "auto",
     cache_dir: opt.CacheDir = None,
     seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    semantics: opt.Semantics = [],  # Typer copies list defaults
     temperature: opt.Temperature = 0.0,
     top_p: opt.TopP = 1.0,
     top_k: opt.TopK = 0,

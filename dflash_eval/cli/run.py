@@ -42,7 +42,7 @@ def run(
     html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end."),
     kernels: opt.Kernels = "auto",
     seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    semantics: opt.Semantics = [],  # Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched)."),
     temperature: opt.TemperatureRun = 0.0,
     top_p: opt.TopP = 1.0,

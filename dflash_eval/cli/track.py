@@ -41,7 +41,7 @@ def track(
     html: bool = typer.Option(True, "--html/--no-html", help="Rewrite DIR/track.html after every batch."),
     kernels: opt.Kernels = "auto",
     seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
+    semantics: opt.Semantics = [],  # Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
     temperature: opt.Temperature = 0.0,
     top_p: opt.TopP = 1.0,

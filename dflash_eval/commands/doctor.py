@@ -41,7 +41,7 @@ from typing import Any
 
 from ..core import compare as C
 from ..core.errors import InputError
-from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,  # noqa: F401
+from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,
                        compare_tables, evaluate_variants, lens_agreement, rope_variants, table_variant)
 from .doctor_windows import join_verdict, window_section
 

@@ -307,7 +307,7 @@ def incomplete_message(directory: Path) -> str:
     total = len((state.get("settings") or {}).get("prompts") or []) or "?"
     try:
         done = len({str(row.get("prompt_id")) for row in read_samples(directory / SAMPLES, torn_tail="drop")})
-    except Exception:  # noqa: BLE001 - a damaged file still gets the message; its reader names the damage
+    except Exception:  # a damaged file still gets the message; its reader names the damage
         done = "?"
     return (f"incomplete run: {done} of {total} prompts done; rerun the same `dflash-eval run` command to "
             "finish it")

@@ -379,7 +379,7 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
             spec = muse_glimmer.finish_spec(spec, muse_notes)
     except InputError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any other failure here is a config value of the wrong type or range
+    except Exception as exc:  # any other failure here is a config value of the wrong type or range
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise InputError(directory / CONFIG_NAME, f"a config value has the wrong type or range "
                                                   f"({type(exc).__name__}: {first[:160]})") from None

@@ -202,7 +202,7 @@ def resolve_local_or_cached(name_or_path: str) -> Path:
             from huggingface_hub import snapshot_download
 
             return Path(snapshot_download(name_or_path, local_files_only=True))
-        except Exception:  # noqa: BLE001 - any cache miss becomes one clear message
+        except Exception:  # any cache miss becomes one clear message
             raise InputError(name_or_path, "not a local folder and not found in the Hugging Face cache (offline "
                                            f"lookup); download it with: hf download {name_or_path}") from None
     hint = "; the published z-lab drafter is given as --reference z-lab" if name_or_path == "z-lab" else ""

@@ -183,7 +183,7 @@ def _card_configs(snapshot: Snapshot) -> list[dict]:
 
     try:
         meta = metadata_load(card) or {}
-    except Exception as exc:  # noqa: BLE001 - a broken card is one line naming it
+    except Exception as exc:  # a broken card is one line naming it
         raise InputError(card, f"its YAML header cannot be read ({type(exc).__name__})") from None
     configs = meta.get("configs") or []
     return [c for c in configs if isinstance(c, dict)] if isinstance(configs, list) else []
@@ -254,8 +254,8 @@ def data_files(snapshot: Snapshot, config: str | None, split: str | None) -> tup
 def _pyarrow(path: Path):
     try:
         import pyarrow
-        import pyarrow.ipc  # noqa: F401
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.ipc
+        import pyarrow.parquet
     except ImportError:
         raise InputError(path, f"reading {path.suffix} files needs pyarrow, which is not installed: {PYARROW_HINT}") from None
     return pyarrow

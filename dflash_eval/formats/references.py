@@ -116,11 +116,11 @@ def resolve_zlab_reference(target: str, cache_dir: str | Path | None = None) -> 
 
         try:
             return Path(snapshot_download(repo_id, cache_dir=cache_dir))
-        except Exception as error:  # noqa: BLE001 - any failure falls back to the cache
+        except Exception as error:  # any failure falls back to the cache
             failure = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
     try:
         return _cached_snapshot(repo_id, cache_dir)
-    except Exception as error:  # noqa: BLE001 - any cache miss becomes one clear message
+    except Exception as error:  # any cache miss becomes one clear message
         if type(error).__name__ == "IncompleteSnapshotError":
             problem = f"the cached snapshot of the z-lab reference drafter for {target} is incomplete; {hint}"
         elif failure is None:
@@ -149,7 +149,7 @@ def resolve_recorded_verifier(drafter_dir: str | Path, name_or_path: str,
     if looks_like_repo:
         try:
             return _cached_snapshot(name_or_path, cache_dir)
-        except Exception:  # noqa: BLE001 - a miss is reported below
+        except Exception:  # a miss is reported below
             pass
     problem = (f"the verifier it records ({name_or_path}, speculators_config.verifier.name_or_path) is not a "
                "local folder, not a folder relative to the drafter, and not in the Hugging Face cache")

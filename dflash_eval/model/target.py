@@ -113,7 +113,7 @@ def load_tokenizer(path: Path):
         raise InputError(path, f"target has no tokenizer files (none of {', '.join(TOKENIZER_FILES)})")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - tokenizers raise many types; all mean "this folder is broken"
+    except Exception as exc:  # tokenizers raise many types; all mean "this folder is broken"
         raise InputError(path, f"cannot load the target tokenizer: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if not tokenizer.chat_template:
         raise InputError(path, "the target tokenizer has no chat template (chat_template.jinja or "
@@ -337,7 +337,7 @@ def lens_tokens(target: Target, states: torch.Tensor, chunk: int = 1024, *, plai
     if plain_norm:
         eps = getattr(norm, "eps", getattr(norm, "variance_epsilon", 1e-6))
 
-        def norm(h):  # noqa: F811  (the RMS normalisation of both conventions, then the plain gain)
+        def norm(h):  # the RMS normalisation of both conventions, then the plain gain
             x = h.float()
             return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * target.model.model.norm.weight.float()).to(h.dtype)
     return torch.cat([greedy_ids(norm(states[i:i + chunk].to(target.device)), target.lm_head).cpu()

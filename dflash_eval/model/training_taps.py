@@ -110,7 +110,7 @@ def _torch_load(file: Path):
         return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except (EOFError, OSError) as exc:
         raise InputError(file, f"is a truncated or damaged {kind} stream ({type(exc).__name__})") from None
-    except Exception as exc:  # noqa: BLE001 - weights_only refuses anything but plain tensors and containers
+    except Exception as exc:  # weights_only refuses anything but plain tensors and containers
         raise InputError(file, f"cannot be read as plain tensors with weights_only=True ({type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''})"[:300]) from None
 

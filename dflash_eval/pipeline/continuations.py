@@ -22,7 +22,7 @@ import torch
 from ..core.errors import InputError
 from ..core.options import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
 from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
-from ..model.target import Target, stop_token_ids  # noqa: F401
+from ..model.target import Target, stop_token_ids
 
 
 def sha256_text(text: str) -> str:
@@ -291,7 +291,7 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
         reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
                       "planned over the run's prompts, so that no continuation depends on --shard or a resume")
     if todo and getattr(options, "limit", None) and target.dtype != torch.float32:
-        reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")  # noqa: E501
+        reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")
     reporter.phase(phase, len(todo))
     for members, member_ids, keys, missing in work:
         for m, cont in zip(members, generate(members, member_ids)):

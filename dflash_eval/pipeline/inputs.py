@@ -17,7 +17,7 @@ from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, tar
 from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .long_prompts import run_prompts
-from .responses import empty_responses, read_responses  # noqa: F401 - read_responses: also from here
+from .responses import empty_responses, read_responses  # read_responses: also from here
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core import breakdown
