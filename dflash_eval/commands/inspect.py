@@ -2,7 +2,7 @@
 
 Library side of the `inspect` command: resolve the drafter (and a target, given or recorded by the
 checkpoint), read the spec, run every validation check, and gather the facts the table shows. Nothing
-here prints; `render.terminal.render_inspection` does.
+here prints; `render.terminal_inspect.render_inspection` does.
 """
 
 from __future__ import annotations

@@ -260,11 +260,6 @@ def served_differences(spec: "DrafterSpec") -> list[str]:
     return out
 
 
-def other_semantics(semantics: str) -> str:
-    """The rule set of the other checkpoint format (the doctor's "evaluated with the other format's rules")."""
-    return "speculators" if semantics in ("zlab", "vllm") else "zlab"
-
-
 def describe(spec: "DrafterSpec") -> list[dict[str, Any]]:
     """One row per layer for `inspect`: the rule applied and the reference it follows."""
     rows = []

@@ -21,7 +21,6 @@ from pathlib import Path
 from ..core.errors import InputError, read_json_object
 from .hf_cache import PYARROW_HINT
 
-FORMATS = ("speculators", "specforge", "deepspec", "speculators-legacy")
 SPLITS = ("validation", "train", "all")
 TRAIN_RATIO = 0.9  # speculators' --train-data-ratio default; speculators 0.5.0 split_files(ratio=0.9)
 # the teacher (last hidden state) each format stores, and on which side of the target's final norm
