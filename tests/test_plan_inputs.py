@@ -138,7 +138,7 @@ def test_plan_takes_the_reference_as_run_does(tmp_path, monkeypatch):
     a miss is run's line, with the command that downloads it."""
     from huggingface_hub import constants
     from test_plan import DRAFTERS, QWEN3_8B, write
-    from test_references import cache_repo
+    from test_reference_drafters import cache_repo
 
     cache = tmp_path / "hub"
     cache.mkdir()

@@ -47,7 +47,7 @@ DEFAULT_TARGET = "Qwen/Qwen3-8B"  # what a drafter of the README records when th
 # "command NAME" (a dflash-eval subcommand) or "line REGEX" (anything else mentioning dflash)
 NOT_RUN = {
     "command demo": "the quick start: .ci/run runs it as written in a fresh base install (scripts/user_path.sh "
-                    "checks its taus); tests/test_demo_models.py and test_newcomer.py read its output",
+                    "checks its taus); tests/test_demo_models.py and test_cli_wording.py read its output",
 }
 SHRINK = {"--max-new-tokens": 8, "--limit": 2, "--samples": 2, "--context-tokens": 64, "--draft-window": 16,
           "--steps": 20, "--save-every": 10}
@@ -166,7 +166,7 @@ class Sandbox:
         """`repo_id` in the HF cache: the tiny target of its family, and z-lab's drafter for it when the
         registry has one."""
         if repo_id not in self.targets:
-            from test_references import cache_repo
+            from test_reference_drafters import cache_repo
 
             from dflash_eval.formats.references import zlab_reference_for
             from dflash_eval.testing.testbed import write_random_drafter

@@ -107,7 +107,7 @@ def test_reference_zlab_resolves_from_the_hf_cache(drafter_dirs, test_bed, tmp_p
     """`--reference z-lab` for a target named like a published one: the z-lab drafter comes from a real
     HF cache layout (offline), the in-house speculators drafter finds the target it records."""
     from huggingface_hub import constants
-    from test_references import cache_repo
+    from test_reference_drafters import cache_repo
 
     cache = tmp_path / "hub"
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))

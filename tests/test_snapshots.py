@@ -40,7 +40,7 @@ def test_conflicts_name_the_repository_revisions_and_shapes():
 
 
 def _publish(cache, source, commit):
-    from test_references import cache_repo
+    from test_reference_drafters import cache_repo
 
     return cache_repo(cache, "acme/drafter", {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()},
                       commit=commit)
