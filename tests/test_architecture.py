@@ -118,10 +118,12 @@ def test_core_is_pure():
     assert not heavy, heavy
 
 
-def test_no_module_is_over_400_lines():
+def test_no_module_runs_away():
+    """Modules are split by idea, not by a line count; this only catches a file that grew without anyone
+    deciding to (the largest module is about 400 lines)."""
     long = {str(f.relative_to(PACKAGE)): n for f in PACKAGE.rglob("*.py")
-            if (n := len(f.read_text().splitlines())) > 400}
-    assert not long, f"split these (a file past ~400 lines probably holds two ideas): {long}"
+            if (n := len(f.read_text().splitlines())) > 1000}
+    assert not long, f"past 1,000 lines: does each of these still hold one idea? {long}"
 
 
 def test_every_module_says_why_it_exists():
