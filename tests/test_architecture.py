@@ -126,6 +126,18 @@ def test_no_module_runs_away():
     assert not long, f"past 1,000 lines: does each of these still hold one idea? {long}"
 
 
+def test_every_module_path_architecture_md_names_exists():
+    """ARCHITECTURE.md's paths (the commands' modules in order, where a new thing goes) are read by newcomers
+    to find the code: a renamed or removed module fails here until the page follows."""
+    import re
+
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    named = set(re.findall(r"`((?:core|formats|model|pipeline|commands|render|cli|testing|demo)/\w+\.py)`", text))
+    assert len(named) > 40, "ARCHITECTURE.md names the modules each command passes through"
+    missing = sorted(p for p in named if not (PACKAGE / p).exists())
+    assert not missing, f"ARCHITECTURE.md names modules that do not exist: {missing}"
+
+
 def test_every_module_says_why_it_exists():
     silent = [str(f.relative_to(PACKAGE)) for f in PACKAGE.rglob("*.py") if not ast.get_docstring(ast.parse(f.read_text()))]
     assert not silent, f"modules without a docstring: {silent}"
