@@ -531,6 +531,7 @@ def test_speculators_backbone_equals_draft_logits(refs, variant, speculators_var
     _assert_logits_match(variant, drafter_dir, model, target, sequences)
 
 
+@pytest.mark.slow
 def test_speculators_flex_attention_equals_draft_logits(refs, speculators_variants, target, sequences):
     """Once with speculators' default backend (simple_flex_attention, its compiled block mask), on a
     drafter with both a sliding and a full layer: the backend choice (sdpa elsewhere) changes nothing."""
@@ -613,6 +614,7 @@ def test_rejection_rule_equals_zlab_draw_for_draw(refs):
         assert ours == (int(expected[0]), int(expected[1])), trial
 
 
+@pytest.mark.slow
 def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, prompts, trained):
     """z-lab's `dflash_generate` and our live loop at T = 1, 16 seeded samples per prompt: tau_macro (samples
     pooled per prompt, z-lab's mean acceptance length) agrees within the Monte-Carlo interval (99%)."""

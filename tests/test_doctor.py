@@ -125,6 +125,7 @@ def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_p
     assert warm["verdict"].startswith("ESTIMATE: ") and all(v["tau_macro"] >= 1.0 for v in warm["variants"])
 
 
+@pytest.mark.slow
 def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
     """The bundled demo: doctor --reference on the in-house drafter; the anchor-in-context variant closes most
     of the gap to the reference (one target pass per prompt for the drafter, its variants and the reference)."""
@@ -179,6 +180,7 @@ def _edited_copy(source, out, config_edit=None, tensor_edit=None):
     return out
 
 
+@pytest.mark.slow
 def test_rope_scaling_the_training_never_saw_is_named(trained, tmp_path):
     """The config records linear RoPE scaling x4 the drafter was not trained with (the ~3%-acceptance engine
     report): the no-scaling / target's-RoPE variant recovers the tau, and the verdict says so."""
@@ -211,6 +213,7 @@ def test_lm_head_copy_that_is_not_the_target_s_is_caught(trained, tmp_path):
     assert "other embedding / lm_head tables" in report["verdict"]
 
 
+@pytest.mark.slow
 def test_a_drafter_trained_with_thinking_on_is_named_when_evaluated_with_it_off(trained, bugged, tmp_path):
     report, stdout = doctor(bugged["thinking"], trained["qwen3"]["target"], tmp_path)
     assert report["thinking"] is False and report["finding"] == "thinking on"

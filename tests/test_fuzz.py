@@ -86,6 +86,7 @@ def mutate(document, choices, data):
 # -- drafter config.json -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_drafter_config(data, drafter_dirs, test_bed, tmp_path_factory):
@@ -114,6 +115,7 @@ prompt_rows = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(rows=st.lists(prompt_rows, max_size=4), garbage=st.one_of(st.none(), st.binary(max_size=30)))
 def test_fuzz_prompts_jsonl(rows, garbage, test_bed, tmp_path_factory):
@@ -147,6 +149,7 @@ response_rows = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(rows=st.lists(response_rows, max_size=4))
 def test_fuzz_responses_jsonl(rows, finished_run):
@@ -162,6 +165,7 @@ def test_fuzz_responses_jsonl(rows, finished_run):
 # -- run.json / samples.jsonl for report, show, diff ------------------------------------------------------
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_run_folder(data, tmp_path_factory):

@@ -95,6 +95,7 @@ def test_torchrun_ranks_run_on_their_own_gpu_with_nccl_bound_and_the_timeout(mon
         distributed.evaluate_launched(RunOptions(drafters=[], out=tmp_path / "o", device="cuda:0"))
 
 
+@pytest.mark.slow
 def test_a_failing_torchrun_rank_ends_the_job_at_once_with_its_error(test_bed, drafter_dirs, tmp_path):
     """Two gloo ranks; rank 1's shard folder is a foreign folder, so rank 1 refuses it. Rank 0 finishes its
     shard and waits at the barrier: the job must end right away with rank 1's one-line error, not after
@@ -159,6 +160,7 @@ def test_offloaded_layers_are_handed_out_on_the_accelerator_and_stored_in_host_m
     assert sorted(layers) == [3, 7] and len(layers) == 2
 
 
+@pytest.mark.slow
 def test_no_deprecation_warning_from_our_calls_to_transformers(test_bed, drafter_dirs, tmp_path):
     """Warnings as errors, transformers' logger at warning level, in a fresh process (transformers warns
     once per process): the live loop, a chunked tap pass, greedy and sampled generation, dense and hybrid."""
@@ -233,6 +235,7 @@ def _stub_env(**extra) -> dict:
             "PYTHONPATH": f"{STUB}:{os.environ.get('PYTHONPATH', '')}", **extra}
 
 
+@pytest.mark.slow
 def test_the_stub_fla_is_bound_where_the_real_one_is_and_computes_the_fallbacks_numbers(test_bed):
     """transformers binds the stub's functions at import exactly as it binds fla's (hub_kernels' import of
     fla.ops.gated_delta_rule); they give the torch fallback's taps on both hybrid families, prefill and
@@ -246,6 +249,7 @@ def test_the_stub_fla_is_bound_where_the_real_one_is_and_computes_the_fallbacks_
     assert refused.returncode == 3 and "Triton kernel launched on CPU tensors" in refused.stdout, refused.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_gpu_check_rehearsal_runs_every_part_end_to_end(tmp_path):
     """`bash benchmarks/gpu_check.sh --rehearse`: every part in its own process on the CPU with the stub fla,
     each figure in OUT/PART.json, the summary table at the end, exit 0."""
@@ -274,6 +278,7 @@ def test_gpu_check_rehearsal_runs_every_part_end_to_end(tmp_path):
     assert any(k.startswith("tap pass tiny") for k in parts["throughput"]["figures"])
 
 
+@pytest.mark.slow
 def test_the_summary_is_printed_when_parts_time_out(tmp_path):
     """A part killed by its budget keeps what it wrote; the table still comes, naming what happened."""
     out = tmp_path / "out"

@@ -83,6 +83,7 @@ def test_packing_hand_computed():
     assert cut.startswith(REPO_HEADER + "### e.py\n````python\nx = '```'\n") and len(cut) <= 100
 
 
+@pytest.mark.slow
 def test_stdlib_set_and_refusals(test_bed):
     import platform
 
@@ -111,6 +112,7 @@ def test_stdlib_set_and_refusals(test_bed):
         long_prompts("repo:/nonexistent/folder", tokenizer, 512)
 
 
+@pytest.mark.slow
 def test_repo_run_at_thousands_of_tokens_with_a_draft_window(test_bed, drafter_dirs, tmp_path):
     """A repo: run on the test bed, prompts of ~2K tokens, --draft-window 256, end to end: provenance and
     settings record it, steps land in the 1K-2K depth bucket, and the window changes the drafts; a

@@ -106,6 +106,7 @@ def test_as_temperature_goes_to_zero_the_loop_is_the_greedy_loop(pair, policy):
     assert cold.tokens == greedy.tokens and cold.walk_accept_lengths == greedy.walk_accept_lengths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["sample", "argmax"])
 def test_the_first_step_commits_tokens_distributed_as_the_target(pair, policy):
     """The token after the first one, given the first, over many seeded loops: its frequencies match the
@@ -133,6 +134,7 @@ def test_the_first_step_commits_tokens_distributed_as_the_target(pair, policy):
 
 # ---------------------------------------------------------------------------------------------- the CLI
 
+@pytest.mark.slow
 def test_run_at_temperature_one_with_samples_and_both_policies(trained, tmp_path):
     import json
 

@@ -280,6 +280,7 @@ def test_tensorboard_scalars_equal_the_rows(training_run, test_bed, tmp_path):
     assert "dflash/repetition_share" in events.Tags()["scalars"]
 
 
+@pytest.mark.slow
 def test_killed_track_resumes_to_the_same_track_jsonl(training_run, test_bed, tmp_path):
     target, cache = test_bed["qwen3"], tmp_path / "cache"
     whole = runner.invoke(app, ["track", str(training_run), *_track_args(target, tmp_path / "whole", cache,
@@ -322,6 +323,7 @@ def _wait(condition, what: str, timeout: float = 240.0, process: subprocess.Pope
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_watch_follows_a_training_run_as_it_writes(test_bed, trained, tmp_path):
     """The trainer saves checkpoints in a background process while `track --watch` polls its folder: each
     checkpoint is evaluated once, a truncated one is skipped and picked up once complete, the curve rises,
