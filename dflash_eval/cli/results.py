@@ -26,37 +26,34 @@ def report(
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from ..core.paths import output_path
     from ..render.terminal import render_report
-    from ..core.results import interpreting, read_run
+    from ..core.results import read_run_document
     from ..core.run_rows import run_rows
 
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
         output_path(html, "--html", reads=[run_dir])
-    run = read_run(run_dir, partial=partial)
-    with interpreting(run_dir):
-        rows = run_rows(run_dir, run)
+    run = read_run_document(run_dir, partial=partial)
+    rows = run_rows(run_dir, run)
     if as_json or markdown:
         import json
 
         from ..commands.report import run_summary
         from ..render.markdown import summary_markdown
 
-        with interpreting(run_dir):
-            summary = run_summary(run_dir, run, partial=partial)
-            text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
+        summary = run_summary(run_dir, run, partial=partial)
+        text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
         sys.stdout.write(text)
         return
     console = stdout_console()
     _incomplete_banner(console, run)
-    with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
-        with console.capture() as captured:
-            render_report(console, run, rows, samples_per_drafter=samples)
-        page = None
-        if html is not None:
-            from ..render.html import render_run_html
+    with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
+        render_report(console, run, rows, samples_per_drafter=samples)
+    page = None
+    if html is not None:
+        from ..render.html import render_run_html
 
-            page = render_run_html(run, rows)
+        page = render_run_html(run, rows)
     console.file.write(captured.get())
     if page is not None:
         from ..render.html import write_html
@@ -84,24 +81,22 @@ def diff(
     from ..commands.diff import diff as run_diff, side_folder
     from ..core.paths import output_path
     from ..render.terminal_diff import render_diff
-    from ..core.results import interpreting
 
     if html is not None:
         output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
-    with interpreting(f"{a} / {b}"):
-        result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
-        with console.capture() as captured:
-            if not as_json:
-                for side in ("a", "b"):
-                    if result[side].get("incomplete"):
-                        _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
-                render_diff(console, result)
-        page = None
-        if html is not None:
-            from ..render.html import render_diff_html
+    result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
+    with console.capture() as captured:
+        if not as_json:
+            for side in ("a", "b"):
+                if result[side].get("incomplete"):
+                    _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
+            render_diff(console, result)
+    page = None
+    if html is not None:
+        from ..render.html import render_diff_html
 
-            page = render_diff_html(result)
+        page = render_diff_html(result)
     if as_json:
         typer.echo(json_module.dumps(result, indent=1))
     else:
@@ -128,27 +123,26 @@ def show(
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from ..render.terminal import SAMPLE_LEGEND, render_blocks
-    from ..core.results import interpreting, read_run
+    from ..core.results import read_run_document
     from ..core.run_rows import run_rows
     from ..core.samples import select_blocks
 
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
     if len(chosen) > 1:
         raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
-    run = read_run(run_dir, partial=partial)
+    run = read_run_document(run_dir, partial=partial)
     console = stdout_console()
     _incomplete_banner(console, run)
-    with interpreting(run_dir):
-        names = [d["name"] for d in run["drafters"]]
-        if drafter is not None and drafter not in names:
-            raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
-        rows = run_rows(run_dir, run)
-        if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
-            raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
-        if first is None and worst is None and sample is None and prompt is None:
-            first = 10
-        blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
-        with console.capture() as captured:
-            render_blocks(console, blocks)
-            console.print(SAMPLE_LEGEND)
+    names = [d["name"] for d in run["drafters"]]
+    if drafter is not None and drafter not in names:
+        raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
+    rows = run_rows(run_dir, run)
+    if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
+        raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
+    if first is None and worst is None and sample is None and prompt is None:
+        first = 10
+    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
+    with console.capture() as captured:
+        render_blocks(console, blocks)
+        console.print(SAMPLE_LEGEND)
     console.file.write(captured.get())

@@ -17,7 +17,7 @@ from typing import Any
 from ..core import compare as C
 from ..core import metrics as M
 from ..core.errors import InputError
-from ..core.results import drafter_named, read_run
+from ..core.results import drafter_named, read_run_document
 from ..core.run_rows import run_rows
 from ..core.samples import BlockView, walk_blocks
 
@@ -56,7 +56,7 @@ def side_folder(value: str) -> Path:
 def load_side(value: str, partial: bool = False) -> Side:
     """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
     run_dir, name = split_side(value)
-    run = read_run(run_dir, partial=partial)
+    run = read_run_document(run_dir, partial=partial)
     name = drafter_named(run, run_dir, name, f"say which, as {run_dir}:NAME")["name"]
     rows: dict[str, dict[str, Any]] = {}
     pooled: dict[str, M.AcceptanceCounts] = {}

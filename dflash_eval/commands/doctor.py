@@ -152,9 +152,9 @@ def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit)
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
     from ..formats.files import resolve_local_or_cached
-    from ..core.results import read_run
+    from ..core.results import read_run_document
 
-    prov = read_run(out)["provenance"]
+    prov = read_run_document(out)["provenance"]
     recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
                 "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
     given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}

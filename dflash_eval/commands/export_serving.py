@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.results import drafter_named, interpreting, read_run
+from ..core.results import drafter_named, read_run_document
 
 ENGINES = ("vllm", "sglang", "dynamo", "modelopt")
 SYNTHETIC = ("rates", "length")
@@ -225,16 +225,15 @@ def export_serving(run_dir: Path, engine: str, *, k: int | None = None, drafter:
                                f"--engine {engine} takes none")
     if k is not None and k < 1:
         raise InputError(None, f"--k {k}: a draft length is at least 1")
-    run = read_run(run_dir)
-    with interpreting(run_dir):
-        d = _drafter(run, run_dir, drafter)
-        k, metrics = measured_at(d, run_dir, k)
-        rates = [float(r) for r in metrics["reach"]]
-        tau = float(metrics["tau_micro"])
-        line = _measured_line(run, d, k, metrics)
-        base = {"engine": engine, "k": k, "rates": rates, "tau_micro": tau}
-        if engine == "modelopt":
-            return {**base, **_modelopt(run, d, k)}
+    run = read_run_document(run_dir)
+    d = _drafter(run, run_dir, drafter)
+    k, metrics = measured_at(d, run_dir, k)
+    rates = [float(r) for r in metrics["reach"]]
+    tau = float(metrics["tau_micro"])
+    line = _measured_line(run, d, k, metrics)
+    base = {"engine": engine, "k": k, "rates": rates, "tau_micro": tau}
+    if engine == "modelopt":
+        return {**base, **_modelopt(run, d, k)}
     head = _head(engine, k, d, line)
     if engine == "vllm":
         return {**base, **_vllm(d, k, rates, tau, synthetic, head)}

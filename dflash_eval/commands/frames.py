@@ -34,10 +34,9 @@ class RunFrames:
 
 def read_run(directory: str | Path, *, partial: bool = False) -> RunFrames:
     directory = Path(directory)
-    run = R.read_run(directory, partial=partial)
+    run = R.read_run_document(directory, partial=partial)
     rows = run_rows(directory, run)  # duplicated, missing or torn rows refused by name
-    with R.interpreting(directory):
-        return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
+    return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
 
 
 def _drafters(run: dict[str, Any]) -> pd.DataFrame:
@@ -126,15 +125,14 @@ def read_track(directory: str | Path) -> pd.DataFrame:
     if not (directory / ROWS).is_file():
         raise InputError(directory, "not a dflash-eval track folder (no track.jsonl)")
     records = []
-    with R.interpreting(directory):
-        for row in read_rows(directory):
-            m, ci = row["metrics"], row["metrics"].get("tau_macro_ci") or [None, None]
-            record = {"role": row["role"], "step": row.get("step"), "name": row["name"], "path": row["path"],
-                      "fingerprint": row["fingerprint"], "run": row["run"], "tau_macro": m["tau_macro"],
-                      "tau_macro_low": ci[0], "tau_macro_high": ci[1], "tau_micro": m["tau_micro"],
-                      "steps": m["steps"], "repetition_share": row.get("repetition_share"),
-                      "evaluated_at": row.get("evaluated_at")}
-            for i, value in enumerate(m.get("reach") or [], 1):
-                record[f"reach_{i}"] = value
-            records.append(record)
+    for row in read_rows(directory):
+        m, ci = row["metrics"], row["metrics"].get("tau_macro_ci") or [None, None]
+        record = {"role": row["role"], "step": row.get("step"), "name": row["name"], "path": row["path"],
+                  "fingerprint": row["fingerprint"], "run": row["run"], "tau_macro": m["tau_macro"],
+                  "tau_macro_low": ci[0], "tau_macro_high": ci[1], "tau_micro": m["tau_micro"],
+                  "steps": m.get("steps"), "repetition_share": row.get("repetition_share"),
+                  "evaluated_at": row.get("evaluated_at")}
+        for i, value in enumerate(m.get("reach") or [], 1):
+            record[f"reach_{i}"] = value
+        records.append(record)
     return pd.DataFrame.from_records(records)

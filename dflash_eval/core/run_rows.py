@@ -25,7 +25,7 @@ def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, p
 
     drafters = run.get("drafters")
     if not isinstance(drafters, list):
-        return  # run.json's own shape is the schema reader's to refuse (`interpreting`)
+        return  # run.json's own shape is the schema reader's to refuse (read_run_document checks it against core/documents.RunDocument)
     names = [d.get("name") for d in drafters if isinstance(d, dict) and isinstance(d.get("name"), str)]
     by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
     blocks = {d["name"]: (d.get("spec") or {}).get("block_size") for d in drafters
@@ -87,6 +87,8 @@ def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]
     if not path.exists():
         raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
     partial = bool(run.get("incomplete"))
-    rows = read_samples(path, torn_tail="drop" if partial else "refuse")
+    from .row_documents import SampleRow
+
+    rows = read_samples(path, torn_tail="drop" if partial else "refuse", row_type=SampleRow)
     check_rows(run, rows, path, partial=partial)
     return rows

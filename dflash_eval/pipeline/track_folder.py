@@ -120,8 +120,9 @@ def read_rows(directory: Path) -> list[dict[str, Any]]:
     """track.jsonl's rows, each checked (core/invariants.check_track_row); a torn last line (killed
     mid-write) is dropped (that checkpoint is redone)."""
     from ..core.invariants import check_track_row
+    from ..core.row_documents import TrackRow
 
-    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop")
+    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop", row_type=TrackRow)
     for number, row in enumerate(rows, 1):
         check_track_row(row, Path(directory) / ROWS, number)
     return rows
