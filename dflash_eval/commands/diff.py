@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core import compare as C
 from ..core import metrics as M
+from ..core.documents import DrafterDocument, RunDocument
 from ..core.errors import InputError
 from ..core.results import drafter_named, read_run_document
 from ..core.run_rows import run_rows
@@ -27,8 +28,8 @@ class Side:
     label: str  # as given on the command line
     name: str  # drafter name inside its run
     run_dir: Path
-    run: dict[str, Any]
-    drafter: dict[str, Any]
+    run: RunDocument
+    drafter: DrafterDocument
     rows: dict[str, dict[str, Any]]  # prompt id -> samples row of this drafter (sample 0 at temperature > 0)
     pooled: dict[str, M.AcceptanceCounts] = field(default_factory=dict)  # prompt id -> its samples pooled
 

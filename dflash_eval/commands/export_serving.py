@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..core.documents import DrafterDocument, RunDocument
 from ..core.errors import InputError
 from ..core.results import drafter_named, read_run_document
 
@@ -56,11 +57,11 @@ def vllm_rate_problems(rates: list[float], num_speculative_tokens: int) -> list[
     return problems
 
 
-def _drafter(run: dict, run_dir: Path, name: str | None) -> dict[str, Any]:
+def _drafter(run: RunDocument, run_dir: Path, name: str | None) -> DrafterDocument:
     return drafter_named(run, run_dir, name, "say which with --drafter NAME")
 
 
-def measured_at(drafter: dict[str, Any], run_dir: Path, k: int | None) -> tuple[int, dict[str, Any]]:
+def measured_at(drafter: DrafterDocument, run_dir: Path, k: int | None) -> tuple[int, dict[str, Any]]:
     """(k, metrics of the walks at k): the drafter's own block (k = B - 1) or a --draft-lengths replay.
     Without k: the best k at batch 1 of the run's expected speedup, else B - 1."""
     if drafter["metrics"].get("estimate"):

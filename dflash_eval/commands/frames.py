@@ -20,12 +20,14 @@ import pandas as pd
 
 from ..core import metrics as M
 from ..core import results as R
+from ..core.documents import RunDocument
+from ..core.row_documents import SampleRow
 from ..core.run_rows import run_rows
 
 
 @dataclass
 class RunFrames:
-    run: dict[str, Any]  # run.json as written (provenance, specs, metrics)
+    run: RunDocument  # run.json as written (provenance, specs, metrics)
     drafters: pd.DataFrame  # one row per drafter: tau macro/micro, interval, steps, format, semantics
     prompts: pd.DataFrame  # one row per (prompt, drafter): steps, committed, tau, accepted/drafted tokens
     slots: pd.DataFrame  # one row per (drafter, slot): reach / conditional / marginal with their counts
@@ -39,7 +41,7 @@ def read_run(directory: str | Path, *, partial: bool = False) -> RunFrames:
     return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
 
 
-def _drafters(run: dict[str, Any]) -> pd.DataFrame:
+def _drafters(run: RunDocument) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
         m, ci = d["metrics"], d["metrics"].get("tau_macro_ci") or [None, None]
@@ -53,7 +55,7 @@ def _drafters(run: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _prompts(rows: list[SampleRow]) -> pd.DataFrame:
     records = []
     for r in rows:
         if r.get("counts") is None:  # an offline estimate's row: expected steps and committed tokens
@@ -75,7 +77,7 @@ def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _slots(run: dict[str, Any]) -> pd.DataFrame:
+def _slots(run: RunDocument) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
         if d.get("counts") is None:  # an offline estimate: alpha and expected reach per slot
@@ -97,7 +99,7 @@ def _slots(run: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _blocks(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _blocks(rows: list[SampleRow]) -> pd.DataFrame:
     records = []
     for r in rows:
         if "walk_anchors" not in r:  # an offline estimate has no walk

@@ -61,7 +61,7 @@ class DoctorDocument(TypedDict):
     drafter: str
     verdict: str
     variants: list[VariantRow]
-    mask_row: NotRequired[MaskRow]
+    mask_row: NotRequired[MaskRow | None]
     path: NotRequired[str]
     target: NotRequired[str]
     prompts: NotRequired[int]
@@ -69,8 +69,8 @@ class DoctorDocument(TypedDict):
     passes: NotRequired[dict[str, int]]
     warnings: NotRequired[list[str]]
     finding: NotRequired[str | None]
-    gap: NotRequired[GapDocument]
-    windows: NotRequired[dict[str, Any]]
-    logit_lens: NotRequired[dict[str, Any]]
-    norm_convention: NotRequired[dict[str, Any]]
-    trained_taps: NotRequired[dict[str, Any]]
+    gap: NotRequired[GapDocument | None]
+    windows: NotRequired[dict[str, Any] | None]
+    logit_lens: NotRequired[dict[str, Any] | None]
+    norm_convention: NotRequired[dict[str, Any] | None]
+    trained_taps: NotRequired[dict[str, Any] | None]
