@@ -226,11 +226,11 @@ def test_the_breakdown_section_in_headless_chromium(tmp_path):
 
     from test_html import STORED, DevTools, required_chromium
 
-    from dflash_eval.core.results import read_run, read_samples
+    from dflash_eval.core.results import read_run_document, read_samples
     from dflash_eval.render.html import render_run_html, write_html
 
     binary = required_chromium()
-    run, rows = copy.deepcopy(read_run(STORED)), read_samples(STORED / "samples.jsonl")
+    run, rows = copy.deepcopy(read_run_document(STORED)), read_samples(STORED / "samples.jsonl")
     for d in run["drafters"]:
         mine = [r for r in rows if r["drafter"] == d["name"]]
         d.update(BD.breakdown_documents(mine, d["spec"]["block_size"], M.AcceptanceCounts.from_dict(d["counts"]),

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.cli.demo import program
-from dflash_eval.core.results import read_run, read_samples
+from dflash_eval.core.results import read_run_document, read_samples
 
 STORED = Path(__file__).parent / "data" / "report_run"
 COMMAND = re.compile(r"^  (\S.*)$")
@@ -115,7 +115,7 @@ def report_at(run_dir: Path, width: int) -> str:
     from dflash_eval.render.terminal import render_report
 
     log = io.StringIO()
-    render_report(Console(file=log, width=width), read_run(run_dir), read_samples(run_dir / "samples.jsonl"))
+    render_report(Console(file=log, width=width), read_run_document(run_dir), read_samples(run_dir / "samples.jsonl"))
     return log.getvalue()
 
 
@@ -125,7 +125,7 @@ def tables_at(run_dir: Path, width: int) -> str:
     from dflash_eval.render import terminal as T
 
     log = io.StringIO()
-    console, run, rows = Console(file=log, width=width), read_run(run_dir), read_samples(run_dir / "samples.jsonl")
+    console, run, rows = Console(file=log, width=width), read_run_document(run_dir), read_samples(run_dir / "samples.jsonl")
     T.render_run_summary(console, run)
     T.render_by_prompt_set(console, run)
     T.render_per_position(console, run)
@@ -140,7 +140,7 @@ def test_tables_name_every_drafter_at_any_width(demo, width):
     _, out, _ = demo
     for run_dir in (out, STORED):
         text = tables_at(run_dir, width)
-        names = [d["name"] for d in read_run(run_dir)["drafters"]]
+        names = [d["name"] for d in read_run_document(run_dir)["drafters"]]
         assert "…" not in text, text
         assert all(len(line) <= width for line in text.splitlines())
         per_position = text[text.index("Per position"):text.index("Repetition")]
@@ -196,7 +196,7 @@ def test_temperature_above_zero_speaks_of_its_own_loop(test_bed, drafter_dirs, t
     assert "greedy walk" not in result.stdout and "live loop with rejection sampling at temperature 1" in result.stdout
     per_position = result.stdout[result.stdout.index("Per position"):result.stdout.index("Legend")]
     assert "n/a" in per_position  # the marginal needs the replay: not applicable, not blank
-    page = render_run_html(read_run(out), read_samples(out / "samples.jsonl"))
+    page = render_run_html(read_run_document(out), read_samples(out / "samples.jsonl"))
     assert "greedy walk" not in page and "live loop with rejection sampling" in page and ">n/a<" in page
 
 

@@ -222,3 +222,36 @@ def test_a_drafter_trained_with_thinking_on_is_named_when_evaluated_with_it_off(
     assert "12 more target passes" in stdout
     good, _ = doctor(trained["qwen3"]["good"], trained["qwen3"]["target"], tmp_path / "good")
     assert all(c["delta"]["estimate"] < 0.1 for c in good["context_variants"])
+
+
+def test_the_library_call_leaves_the_folder_the_command_leaves(trained, tmp_path):
+    """`dflash_eval.run_doctor(...)` writes what `dflash-eval doctor --out RUN` writes: doctor.json, the
+    'doctor' section in run.json and report.html again with it, each recorded in written.json."""
+    import dflash_eval
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.render.html import render_run_html
+
+    target, drafter = trained["qwen3"]["target"], trained["qwen3"]["anchor_bug"]
+    made = tmp_path / "made"
+    ran = runner.invoke(app, ["run", "-d", str(drafter), "--target", str(target), "--limit", "2", "--max-new-tokens",
+                              "12", "--device", "cpu", "--cache-dir", str(tmp_path / "cache"), "--out", str(made)])
+    assert ran.exit_code == 0, ran.output
+    by_cli, by_library = tmp_path / "cli", tmp_path / "library"
+    shutil.copytree(made, by_cli)
+    shutil.copytree(made, by_library)
+    done = runner.invoke(app, ["doctor", "-d", str(drafter), "--device", "cpu", "--cache-dir", str(tmp_path / "cache"),
+                               "--out", str(by_cli)], env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    options = RunOptions(drafters=[str(drafter)], out=by_library, target=str(target), prompts="demo", limit=2,
+                         max_new_tokens=12, thinking=False, device="cpu", cache_dir=tmp_path / "cache")
+    result = dflash_eval.run_doctor(options, report=render_run_html)
+
+    def files(folder):
+        return {p.relative_to(folder).as_posix(): p.read_bytes().replace(str(folder).encode(), b"<OUT>")
+                for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "run.lock"}
+
+    assert files(by_library) == files(by_cli)
+    assert set(files(by_cli)) - set(files(made)) == {"doctor.json"}
+    assert json.loads((by_library / "run.json").read_text())["doctor"] == result
+    assert "doctor.json" in json.loads((by_library / "written.json").read_text())
+    assert "Doctor: " in (by_library / "report.html").read_text()

@@ -1,8 +1,11 @@
 """Property-based fuzzing of every file surface a user hands to dflash-eval (hypothesis): drafter
 config.json (inspect), prompt JSONL (prompts show), responses JSONL (run) and a run folder's run.json /
-samples.jsonl (report, show, diff). For every generated input: exit 0 or 2, no traceback, exactly one
-`error:` line when it fails, no raw control character on the terminal, and every earlier file in the
-output folder byte-identical. 300 examples per surface (FUZZ_EXAMPLES to change it)."""
+samples.jsonl (report, show, diff). For every generated input: exit 0 or 2 (exit 1, an internal error, is
+always a failure), no traceback, exactly one `error:` line when it fails, no raw control character on the
+terminal, and every earlier file in the output folder byte-identical. Where a reader decides (run.json and
+the rows: results.read_run_document and run_rows; responses: responses.responses_for) it is the oracle: an
+input it accepts must succeed (exit 0), one it refuses must fail with the line naming that file. Valid
+inputs are generated too. 300 examples per surface (FUZZ_EXAMPLES to change it)."""
 
 from __future__ import annotations
 
@@ -38,7 +41,11 @@ json_values = st.recursive(json_scalars, lambda inner: st.one_of(st.lists(inner,
                            max_leaves=12)
 
 
-def check(result, folder: Path | None = None, before: dict | None = None) -> None:
+def check(result, folder: Path | None = None, before: dict | None = None, *, refused_by: str | None | bool = True,
+          ) -> None:
+    """Exit 0 or 2, never 1 (an internal error is a bug, never a pass). `refused_by`: the readers' verdict,
+    the oracle: None (the reader accepts the input: the command must succeed) or the file it names (the
+    command must refuse with one line naming that file); True where no oracle is given."""
     assert result.exit_code in (0, 2), (result.exit_code, result.output, repr(result.exception))
     for stream in (result.stdout, result.stderr):
         assert "Traceback" not in stream
@@ -46,8 +53,24 @@ def check(result, folder: Path | None = None, before: dict | None = None) -> Non
     if result.exit_code == 2:
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    if refused_by is None:
+        assert result.exit_code == 0, ("the reader accepts this input", result.output)
+    elif isinstance(refused_by, str):
+        assert result.exit_code == 2, ("the reader refuses this input", result.output)
+        assert refused_by in result.stderr, (refused_by, result.stderr)
     if folder is not None:
         assert snapshot(folder) == before, "an earlier file changed"
+
+
+def verdict(read) -> str | None:
+    """None when `read()` accepts its input; else the file its InputError names."""
+    from dflash_eval.core.errors import InputError
+
+    try:
+        read()
+    except InputError as exc:
+        return str(exc.path) if exc.path is not None else exc.one_line()
+    return None
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -141,6 +164,9 @@ def finished_run(drafter_dirs, test_bed, tmp_path_factory):
     return root, args
 
 
+valid_response_rows = st.lists(st.fixed_dictionaries({"id": st.just("demo/0"), "response": st.text(min_size=1,
+                                                                                                   max_size=40)}),
+                               min_size=1, max_size=1).map(lambda rows: [*rows, {"id": "demo/1", "response": "ok"}])
 response_rows = st.one_of(
     st.fixed_dictionaries({"id": st.sampled_from(["demo/0", "demo/1", "x"]), "response": json_values}),
     st.fixed_dictionaries({"id": st.sampled_from(["demo/0", "demo/1"]),
@@ -151,8 +177,13 @@ response_rows = st.one_of(
 
 @pytest.mark.slow
 @FUZZ
-@given(rows=st.lists(response_rows, max_size=4))
-def test_fuzz_responses_jsonl(rows, finished_run):
+@given(rows=st.one_of(st.lists(response_rows, max_size=4), valid_response_rows))
+def test_fuzz_responses_jsonl(rows, finished_run, test_bed):
+    """The finished run is never touched (responses are another setting: refused by name); a fresh folder
+    gets what the responses reader says: run's exit 0 where it accepts the file, one line naming it where not."""
+    from dflash_eval.model.target import load_tokenizer, target_info
+    from dflash_eval.pipeline.responses import responses_for
+
     root, args = finished_run
     path = root / "responses.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -160,6 +191,13 @@ def test_fuzz_responses_jsonl(rows, finished_run):
     result = runner.invoke(app, [*args, "--responses", str(path)])
     check(result, root / "run", before)
     assert result.exit_code == 2  # valid responses are a different setting from the finished run's
+    fresh = root / "fresh"
+    shutil.rmtree(fresh, ignore_errors=True)
+    tokenizer, info = load_tokenizer(test_bed["qwen3"]), target_info(test_bed["qwen3"])
+    refused = verdict(lambda: responses_for(path, tokenizer, info.vocab_size, ["demo/0", "demo/1"]))
+    out = args.index("--out") + 1
+    result = runner.invoke(app, [*args[:out], str(fresh), *args[out + 1:], "--responses", str(path)])
+    check(result, refused_by=refused)
 
 
 # -- run.json / samples.jsonl for report, show, diff ------------------------------------------------------
@@ -191,4 +229,24 @@ def test_fuzz_run_folder(data, tmp_path_factory):
     else:
         args = ["diff", f"{folder}:trained", f"{folder}:repeat-anchor", "--force"]
     result = runner.invoke(app, args, env={"COLUMNS": "160"})
-    check(result, folder, before)
+    refused = run_folder_verdict(folder)
+    # diff also refuses by name what the readers accept (a drafter renamed away, block sizes that differ)
+    check(result, folder, before, refused_by=True if command == "diff" and refused is None else refused)
+
+
+def run_folder_verdict(folder: Path) -> str | None:
+    """The readers' verdict on a run folder (run.json, then its rows): what report and show must follow."""
+    from dflash_eval.core.results import read_run_document
+    from dflash_eval.core.run_rows import run_rows
+
+    return verdict(lambda: run_rows(folder, read_run_document(folder)))
+
+
+def test_the_untouched_run_folder_renders(tmp_path):
+    """The valid input: the readers accept the stored run, and report, show and diff print it (exit 0)."""
+    folder = tmp_path / "run"
+    shutil.copytree(REPORT_RUN, folder)
+    assert run_folder_verdict(folder) is None
+    for args in (["report", str(folder)], ["show", str(folder), "--worst", "2"],
+                 ["diff", f"{folder}:trained", f"{folder}:repeat-anchor", "--force"]):
+        check(runner.invoke(app, args, env={"COLUMNS": "160"}), refused_by=None)

@@ -27,7 +27,7 @@ import pytest
 from dflash_eval.commands.diff import diff
 from dflash_eval.formats.references import published_tau
 from dflash_eval.render.html import render_diff_html, render_run_html, write_html
-from dflash_eval.core.results import read_run, read_samples
+from dflash_eval.core.results import read_run_document, read_samples
 
 STORED = Path(__file__).parent / "data" / "report_run"
 EVIL = "<script>alert(1)</script>"
@@ -97,7 +97,7 @@ def external_references(html: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def stored():
-    return read_run(STORED), read_samples(STORED / "samples.jsonl")
+    return read_run_document(STORED), read_samples(STORED / "samples.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def html(stored):
 
 def evil_run(tmp_path: Path) -> Path:
     """A copy of the stored run whose drafter name, target name and one decoded token are script tags."""
-    run, rows = read_run(STORED), read_samples(STORED / "samples.jsonl")
+    run, rows = read_run_document(STORED), read_samples(STORED / "samples.jsonl")
     run = copy.deepcopy(run)
     run["provenance"]["target"]["name"] = f"target{EVIL}"
     run["drafters"][1]["name"] = f"loop{EVIL}"
@@ -160,7 +160,7 @@ def test_the_report_holds_every_section_and_its_charts_as_inline_svg(html, store
 
 def test_tokens_and_names_with_script_tags_render_as_text(tmp_path):
     out = evil_run(tmp_path)
-    html = render_run_html(read_run(out), read_samples(out / "samples.jsonl"))
+    html = render_run_html(read_run_document(out), read_samples(out / "samples.jsonl"))
     page = Page(html)
     assert len(page.scripts) == 1 and all(t not in ("img", "iframe") for t, _ in page.tags)
     assert EVIL not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -337,7 +337,7 @@ def test_the_report_in_headless_chromium(tmp_path):
     binary = required_chromium()
     started = time.monotonic()
     out = evil_run(tmp_path)
-    report = write_html(tmp_path / "report.html", render_run_html(read_run(out), read_samples(out / "samples.jsonl")))
+    report = write_html(tmp_path / "report.html", render_run_html(read_run_document(out), read_samples(out / "samples.jsonl")))
     url = report.resolve().as_uri()
     browser = DevTools(binary, tmp_path / "profile", tmp_path / "chromium.log")
     try:
@@ -396,7 +396,7 @@ LAYOUT = """(() => {
 
 def hybrid_run(tmp_path: Path) -> Path:
     """The stored run as a hybrid target's run would read: a long kernels binding and long paths."""
-    run, rows = read_run(STORED), read_samples(STORED / "samples.jsonl")
+    run, rows = read_run_document(STORED), read_samples(STORED / "samples.jsonl")
     run = copy.deepcopy(run)
     module = "transformers.models.qwen3_5.modeling_qwen3_5"
     run["provenance"]["kernels"] = {op: f"{module}.torch_{op}" for op in
@@ -414,7 +414,7 @@ def hybrid_run(tmp_path: Path) -> Path:
 def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
     binary = required_chromium()
     out = hybrid_run(tmp_path)
-    report = write_html(tmp_path / "report.html", render_run_html(read_run(out), read_samples(out / "samples.jsonl")))
+    report = write_html(tmp_path / "report.html", render_run_html(read_run_document(out), read_samples(out / "samples.jsonl")))
     browser = DevTools(binary, tmp_path / "profile", tmp_path / "chromium.log")
     seen = {}
     try:
@@ -443,7 +443,7 @@ def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
 
 
 def test_run_and_estimate_share_one_layout():
-    run_page = render_run_html(read_run(STORED), read_samples(STORED / "samples.jsonl"))
+    run_page = render_run_html(read_run_document(STORED), read_samples(STORED / "samples.jsonl"))
     sections = re.findall(r'<section id="([^"]+)"', run_page)
     assert sections[0] == "summary" and sections[-2:] == ["provenance", "legend"]
     template = Path(__file__).parent.parent / "dflash_eval" / "render" / "templates"

@@ -126,14 +126,14 @@ def test_requests_without_ids_are_matched_by_their_prompt(demo_run, tmp_path):
 
     run, rows = demo_run
     prompts = {p.id: p for p in load_prompts("demo")}
-    from dflash_eval.core.results import read_run
+    from dflash_eval.core.results import read_run_document
 
-    tokenizer = load_tokenizer(read_run(run)["provenance"]["target"]["path"])
+    tokenizer = load_tokenizer(read_run_document(run)["provenance"]["target"]["path"])
     first, second = rows[0], rows[1]
     by_chat = vllm_line(first, key=False, request={"messages": prompts[first["prompt_id"]].chat(), "temperature": 0})
     body = P.sglang_generate_response("".join(second["continuation_pieces"]), second["continuation_ids"], walk(second),
                                       K, second["prompt_len"])
-    by_ids = P.starlette_json({"request": {"input_ids": prompt_ids(tokenizer, prompts[second["prompt_id"]], read_run(run)["provenance"]["enable_thinking"])},
+    by_ids = P.starlette_json({"request": {"input_ids": prompt_ids(tokenizer, prompts[second["prompt_id"]], read_run_document(run)["provenance"]["enable_thinking"])},
                                "response": body})
     data = as_json(reconcile(write(tmp_path, [by_chat, by_ids]), run, "--json"))
     assert [(e["prompt"], e["matched_by"]) for e in data["prompts"]] == [(first["prompt_id"], "chat messages"),

@@ -33,24 +33,22 @@ def diff(
     from ..commands.diff import diff as run_diff, side_folder
     from ..core.paths import output_path
     from ..render.terminal_diff import render_diff
-    from ..core.results import interpreting
 
     if html is not None:
         output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
-    with interpreting(f"{a} / {b}"):
-        result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
-        with console.capture() as captured:
-            if not as_json:
-                for side in ("a", "b"):
-                    if result[side].get("incomplete"):
-                        _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
-                render_diff(console, result)
-        page = None
-        if html is not None:
-            from ..render.html import render_diff_html
+    result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
+    with console.capture() as captured:
+        if not as_json:
+            for side in ("a", "b"):
+                if result[side].get("incomplete"):
+                    _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
+            render_diff(console, result)
+    page = None
+    if html is not None:
+        from ..render.html import render_diff_html
 
-            page = render_diff_html(result)
+        page = render_diff_html(result)
     if as_json:
         typer.echo(json_module.dumps(result, indent=1))
     else:

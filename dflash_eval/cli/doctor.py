@@ -64,12 +64,10 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
             cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
             depth_buckets, draft_window, trained_taps, engines) -> None:
     """doctor's work once its --out (a run folder) is locked."""
-    import json as json_module
-
     from ..commands.evaluate import RunOptions
     from ..commands.doctor import run_doctor
     from ..render.terminal_doctor import render_doctor
-    from ..core.results import RUN_JSON, atomic_write
+    from ..core.results import RUN_JSON
 
     run_count = None
     if out is not None and (out / RUN_JSON).is_file():
@@ -97,22 +95,14 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
             raise fail("--engines and --trained-taps are two doctors: run them one at a time")
         _engines(options, reporter, console, out)
         return
+    from ..render.html import render_run_html
+
     try:
-        result = run_doctor(options, reporter)
+        result = run_doctor(options, reporter, write=out is not None, report=render_run_html)
     finally:
         reporter.close()
     render_doctor(console, result)
     if out is not None:
-        _write(out, "doctor.json", result)  # --overwrite of a run folder removes it with the run
-        if (out / RUN_JSON).exists():
-            run_data = json_module.loads((out / RUN_JSON).read_text())
-            run_data["doctor"] = result
-            atomic_write(out / RUN_JSON, json_module.dumps(run_data, indent=1) + "\n")
-            if (out / "report.html").exists():
-                from ..render.html import render_run_html, write_html
-                from ..core.results import read_samples
-
-                write_html(out / "report.html", render_run_html(run_data, read_samples(out / "samples.jsonl")))
         console.print(_safe(f"written: {out / 'doctor.json'}"))
 
 
@@ -122,22 +112,9 @@ def _engines(options, reporter, console, out: Optional[Path]) -> None:
     from ..render.doctor_engines import render_engines
 
     try:
-        result = run_engines(options, reporter)
+        result = run_engines(options, reporter, write=out is not None)
     finally:
         reporter.close()
     render_engines(console, result)
     if out is not None:
-        _write(out, "engines.json", result)
         console.print(_safe(f"written: {out / 'engines.json'}"))
-
-
-def _write(out: Path, name: str, result: dict) -> None:
-    """OUT/NAME as JSON, recorded among the folder's written files (an --overwrite removes it with the run)."""
-    import json as json_module
-
-    from ..core.results import atomic_write
-    from ..pipeline.run_folder import record_written
-
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / name, json_module.dumps(result, indent=1) + "\n")
-    record_written(out, name)

@@ -27,37 +27,34 @@ def report(
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from ..core.paths import output_path
     from ..render.terminal import render_report
-    from ..core.results import interpreting, read_run
+    from ..core.results import read_run_document
     from ..core.run_rows import run_rows
 
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
         output_path(html, "--html", reads=[run_dir])
-    run = read_run(run_dir, partial=partial)
-    with interpreting(run_dir):
-        rows = run_rows(run_dir, run)
+    run = read_run_document(run_dir, partial=partial)
+    rows = run_rows(run_dir, run)
     if as_json or markdown:
         import json
 
         from ..commands.report import run_summary
         from ..render.markdown import summary_markdown
 
-        with interpreting(run_dir):
-            summary = run_summary(run_dir, run, partial=partial)
-            text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
+        summary = run_summary(run_dir, run, partial=partial)
+        text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
         sys.stdout.write(text)
         return
     console = stdout_console()
     _incomplete_banner(console, run)
-    with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
-        with console.capture() as captured:
-            render_report(console, run, rows, samples_per_drafter=samples)
-        page = None
-        if html is not None:
-            from ..render.html import render_run_html
+    with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
+        render_report(console, run, rows, samples_per_drafter=samples)
+    page = None
+    if html is not None:
+        from ..render.html import render_run_html
 
-            page = render_run_html(run, rows)
+        page = render_run_html(run, rows)
     console.file.write(captured.get())
     if page is not None:
         from ..render.html import write_html

@@ -25,27 +25,26 @@ def show(
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from ..render.terminal import SAMPLE_LEGEND, render_blocks
-    from ..core.results import interpreting, read_run
+    from ..core.results import read_run_document
     from ..core.run_rows import run_rows
     from ..core.samples import select_blocks
 
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
     if len(chosen) > 1:
         raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
-    run = read_run(run_dir, partial=partial)
+    run = read_run_document(run_dir, partial=partial)
     console = stdout_console()
     _incomplete_banner(console, run)
-    with interpreting(run_dir):
-        names = [d["name"] for d in run["drafters"]]
-        if drafter is not None and drafter not in names:
-            raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
-        rows = run_rows(run_dir, run)
-        if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
-            raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
-        if first is None and worst is None and sample is None and prompt is None:
-            first = 10
-        blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
-        with console.capture() as captured:
-            render_blocks(console, blocks)
-            console.print(SAMPLE_LEGEND)
+    names = [d["name"] for d in run["drafters"]]
+    if drafter is not None and drafter not in names:
+        raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")
+    rows = run_rows(run_dir, run)
+    if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
+        raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
+    if first is None and worst is None and sample is None and prompt is None:
+        first = 10
+    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
+    with console.capture() as captured:
+        render_blocks(console, blocks)
+        console.print(SAMPLE_LEGEND)
     console.file.write(captured.get())

@@ -80,11 +80,11 @@ def track(
 
     def after_batch(tracker) -> None:
         if html:
-            from ..render.html import write_html
+            from ..pipeline.run_folder import write_run_html
             from ..render.track import render_track_html
 
-            write_html(out / "track.html", render_track_html(tracker.rows, tracker.present(), tracker.folder.settings,
-                                                             seed=run_options.seed))
+            page = render_track_html(tracker.rows, tracker.present(), tracker.folder.settings, seed=run_options.seed)
+            write_run_html(out, page, "track.html")
         if watch:
             reporter.close()
             render_track(console, tracker.rows, tracker.present(), seed=run_options.seed)

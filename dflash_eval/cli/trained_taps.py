@@ -80,12 +80,10 @@ def trained_taps(
         render_trained_taps(console, result)
     if folder is not None:
         from ..commands.trained_taps_output import TRAINED_TAPS_HTML, write_outputs
-        from ..pipeline.run_folder import record_written
-        from ..render.html import write_html
+        from ..pipeline.run_folder import write_run_html
         from ..render.html_trained_taps import render_trained_taps_html
 
         written = write_outputs(folder, result, done.rows, options, done.target, done.entry, done.drafter)
-        record_written(out, TRAINED_TAPS_HTML)
-        write_html(out / TRAINED_TAPS_HTML, render_trained_taps_html(result))
+        write_run_html(out, render_trained_taps_html(result), TRAINED_TAPS_HTML)
         if not as_json:
             console.print(_safe(f"written: {', '.join(str(p) for p in written + [out / TRAINED_TAPS_HTML])}"))

@@ -16,8 +16,9 @@ from typing import Any
 
 from ..core import compare as C
 from ..core import metrics as M
+from ..core.documents import DrafterDocument, RunDocument
 from ..core.errors import InputError
-from ..core.results import drafter_named, read_run
+from ..core.results import drafter_named, read_run_document
 from ..core.run_rows import run_rows
 from ..core.samples import BlockView, walk_blocks
 
@@ -27,8 +28,8 @@ class Side:
     label: str  # as given on the command line
     name: str  # drafter name inside its run
     run_dir: Path
-    run: dict[str, Any]
-    drafter: dict[str, Any]
+    run: RunDocument
+    drafter: DrafterDocument
     rows: dict[str, dict[str, Any]]  # prompt id -> samples row of this drafter (sample 0 at temperature > 0)
     pooled: dict[str, M.AcceptanceCounts] = field(default_factory=dict)  # prompt id -> its samples pooled
 
@@ -56,7 +57,7 @@ def side_folder(value: str) -> Path:
 def load_side(value: str, partial: bool = False) -> Side:
     """RUN_DIR or RUN_DIR:DRAFTER_NAME."""
     run_dir, name = split_side(value)
-    run = read_run(run_dir, partial=partial)
+    run = read_run_document(run_dir, partial=partial)
     name = drafter_named(run, run_dir, name, f"say which, as {run_dir}:NAME")["name"]
     rows: dict[str, dict[str, Any]] = {}
     pooled: dict[str, M.AcceptanceCounts] = {}

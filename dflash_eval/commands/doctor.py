@@ -152,9 +152,9 @@ def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit)
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
     from ..formats.files import resolve_local_or_cached
-    from ..core.results import read_run
+    from ..core.results import read_run_document
 
-    prov = read_run(out)["provenance"]
+    prov = read_run_document(out)["provenance"]
     recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
                 "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
     given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
@@ -174,10 +174,44 @@ def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit)
     return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
 
 
-def run_doctor(options, reporter=None) -> dict[str, Any]:
+DOCTOR_JSON = "doctor.json"
+
+
+def write_doctor(out: Path, result: dict[str, Any], report=None) -> list[Path]:
+    """doctor's files in OUT: doctor.json (recorded among the folder's written files, so `--overwrite` of a
+    run folder removes it with the run); when OUT is a run folder, its run.json gains the 'doctor' section
+    and, with `report(run, rows)` (render.html.render_run_html), its report.html is written again with it."""
+    import json
+
+    from ..core import results as R
+    from ..pipeline.run_folder import REPORT_HTML, write_recorded, write_run_html
+
+    out = Path(out)
+    written = [write_recorded(out, DOCTOR_JSON, json.dumps(result, indent=1) + "\n")]
+    if (out / R.RUN_JSON).exists():
+        run = R.read_run_document(out)
+        run["doctor"] = result
+        R.atomic_write(out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
+        written.append(out / R.RUN_JSON)
+        if report is not None and (out / REPORT_HTML).exists():
+            written.append(write_run_html(out, report(run, R.read_samples(out / R.SAMPLES))))
+    return written
+
+
+def run_doctor(options, reporter=None, *, write: bool = True, report=None) -> dict[str, Any]:
     """The `doctor` command as a composition of the run's stages: inputs (one drafter) -> continuations ->
     one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
-    scored on the same trajectories -> summary. `options` is an options.RunOptions."""
+    scored on the same trajectories -> summary. `options` is an options.RunOptions. With `write` the
+    result is written into `options.out` as `dflash-eval doctor --out` writes it (write_doctor; `report`:
+    render.html.render_run_html, to write a run folder's report.html again with the doctor section)."""
+    result = _diagnose(options, reporter)
+    if write:
+        write_doctor(options.out, result, report)
+    return result
+
+
+def _diagnose(options, reporter=None) -> dict[str, Any]:
+    """run_doctor's work: the summary, written nowhere."""
     from ..pipeline.scoring import kernels_context, load_drafters
     from ..pipeline.continuations import continuations_for, whole_prompt_set
     from ..pipeline.inputs import prepare_inputs

@@ -163,7 +163,23 @@ def responsible(row: dict[str, Any]) -> str:
             f"({NAMES[row['engine']]}: {top['engine_reads']}; the checkpoint's rules: {top['checkpoint_reads']})")
 
 
-def run_engines(options, reporter=None) -> dict[str, Any]:
+ENGINES_JSON = "engines.json"
+
+
+def run_engines(options, reporter=None, *, write: bool = True) -> dict[str, Any]:
+    """`doctor --engines`: `_engines`' result, with `write` also written to `options.out`/engines.json (recorded
+    among the folder's written files), as `dflash-eval doctor --engines --out` leaves it."""
+    import json
+
+    from ..pipeline.run_folder import write_recorded
+
+    result = _engines(options, reporter)
+    if write:
+        write_recorded(options.out, ENGINES_JSON, json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def _engines(options, reporter=None) -> dict[str, Any]:
     """The composition: inputs (one drafter) -> continuations -> one trajectory per prompt -> every engine's
     reading scored on them. `options` is a core.options.RunOptions."""
     from ..core.options import Reporter

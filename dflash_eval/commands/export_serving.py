@@ -31,8 +31,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..core.documents import DrafterDocument, RunDocument
 from ..core.errors import InputError
-from ..core.results import drafter_named, interpreting, read_run
+from ..core.results import drafter_named, read_run_document
 
 ENGINES = ("vllm", "sglang", "dynamo", "modelopt")
 SYNTHETIC = ("rates", "length")
@@ -56,11 +57,11 @@ def vllm_rate_problems(rates: list[float], num_speculative_tokens: int) -> list[
     return problems
 
 
-def _drafter(run: dict, run_dir: Path, name: str | None) -> dict[str, Any]:
+def _drafter(run: RunDocument, run_dir: Path, name: str | None) -> DrafterDocument:
     return drafter_named(run, run_dir, name, "say which with --drafter NAME")
 
 
-def measured_at(drafter: dict[str, Any], run_dir: Path, k: int | None) -> tuple[int, dict[str, Any]]:
+def measured_at(drafter: DrafterDocument, run_dir: Path, k: int | None) -> tuple[int, dict[str, Any]]:
     """(k, metrics of the walks at k): the drafter's own block (k = B - 1) or a --draft-lengths replay.
     Without k: the best k at batch 1 of the run's expected speedup, else B - 1."""
     if drafter["metrics"].get("estimate"):
@@ -225,16 +226,15 @@ def export_serving(run_dir: Path, engine: str, *, k: int | None = None, drafter:
                                f"--engine {engine} takes none")
     if k is not None and k < 1:
         raise InputError(None, f"--k {k}: a draft length is at least 1")
-    run = read_run(run_dir)
-    with interpreting(run_dir):
-        d = _drafter(run, run_dir, drafter)
-        k, metrics = measured_at(d, run_dir, k)
-        rates = [float(r) for r in metrics["reach"]]
-        tau = float(metrics["tau_micro"])
-        line = _measured_line(run, d, k, metrics)
-        base = {"engine": engine, "k": k, "rates": rates, "tau_micro": tau}
-        if engine == "modelopt":
-            return {**base, **_modelopt(run, d, k)}
+    run = read_run_document(run_dir)
+    d = _drafter(run, run_dir, drafter)
+    k, metrics = measured_at(d, run_dir, k)
+    rates = [float(r) for r in metrics["reach"]]
+    tau = float(metrics["tau_micro"])
+    line = _measured_line(run, d, k, metrics)
+    base = {"engine": engine, "k": k, "rates": rates, "tau_micro": tau}
+    if engine == "modelopt":
+        return {**base, **_modelopt(run, d, k)}
     head = _head(engine, k, d, line)
     if engine == "vllm":
         return {**base, **_vllm(d, k, rates, tau, synthetic, head)}

@@ -20,12 +20,14 @@ import pandas as pd
 
 from ..core import metrics as M
 from ..core import results as R
+from ..core.documents import RunDocument
+from ..core.row_documents import SampleRow
 from ..core.run_rows import run_rows
 
 
 @dataclass
 class RunFrames:
-    run: dict[str, Any]  # run.json as written (provenance, specs, metrics)
+    run: RunDocument  # run.json as written (provenance, specs, metrics)
     drafters: pd.DataFrame  # one row per drafter: tau macro/micro, interval, steps, format, semantics
     prompts: pd.DataFrame  # one row per (prompt, drafter): steps, committed, tau, accepted/drafted tokens
     slots: pd.DataFrame  # one row per (drafter, slot): reach / conditional / marginal with their counts
@@ -34,13 +36,12 @@ class RunFrames:
 
 def read_run(directory: str | Path, *, partial: bool = False) -> RunFrames:
     directory = Path(directory)
-    run = R.read_run(directory, partial=partial)
+    run = R.read_run_document(directory, partial=partial)
     rows = run_rows(directory, run)  # duplicated, missing or torn rows refused by name
-    with R.interpreting(directory):
-        return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
+    return RunFrames(run, _drafters(run), _prompts(rows), _slots(run), _blocks(rows))
 
 
-def _drafters(run: dict[str, Any]) -> pd.DataFrame:
+def _drafters(run: RunDocument) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
         m, ci = d["metrics"], d["metrics"].get("tau_macro_ci") or [None, None]
@@ -54,7 +55,7 @@ def _drafters(run: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _prompts(rows: list[SampleRow]) -> pd.DataFrame:
     records = []
     for r in rows:
         if r.get("counts") is None:  # an offline estimate's row: expected steps and committed tokens
@@ -76,7 +77,7 @@ def _prompts(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _slots(run: dict[str, Any]) -> pd.DataFrame:
+def _slots(run: RunDocument) -> pd.DataFrame:
     records = []
     for d in run["drafters"]:
         if d.get("counts") is None:  # an offline estimate: alpha and expected reach per slot
@@ -98,7 +99,7 @@ def _slots(run: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
-def _blocks(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _blocks(rows: list[SampleRow]) -> pd.DataFrame:
     records = []
     for r in rows:
         if "walk_anchors" not in r:  # an offline estimate has no walk
@@ -126,15 +127,14 @@ def read_track(directory: str | Path) -> pd.DataFrame:
     if not (directory / ROWS).is_file():
         raise InputError(directory, "not a dflash-eval track folder (no track.jsonl)")
     records = []
-    with R.interpreting(directory):
-        for row in read_rows(directory):
-            m, ci = row["metrics"], row["metrics"].get("tau_macro_ci") or [None, None]
-            record = {"role": row["role"], "step": row.get("step"), "name": row["name"], "path": row["path"],
-                      "fingerprint": row["fingerprint"], "run": row["run"], "tau_macro": m["tau_macro"],
-                      "tau_macro_low": ci[0], "tau_macro_high": ci[1], "tau_micro": m["tau_micro"],
-                      "steps": m["steps"], "repetition_share": row.get("repetition_share"),
-                      "evaluated_at": row.get("evaluated_at")}
-            for i, value in enumerate(m.get("reach") or [], 1):
-                record[f"reach_{i}"] = value
-            records.append(record)
+    for row in read_rows(directory):
+        m, ci = row["metrics"], row["metrics"].get("tau_macro_ci") or [None, None]
+        record = {"role": row["role"], "step": row.get("step"), "name": row["name"], "path": row["path"],
+                  "fingerprint": row["fingerprint"], "run": row["run"], "tau_macro": m["tau_macro"],
+                  "tau_macro_low": ci[0], "tau_macro_high": ci[1], "tau_micro": m["tau_micro"],
+                  "steps": m.get("steps"), "repetition_share": row.get("repetition_share"),
+                  "evaluated_at": row.get("evaluated_at")}
+        for i, value in enumerate(m.get("reach") or [], 1):
+            record[f"reach_{i}"] = value
+        records.append(record)
     return pd.DataFrame.from_records(records)

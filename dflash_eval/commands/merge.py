@@ -25,7 +25,7 @@ from typing import Any
 from ..core import results as R
 from ..core.batching import merged_anchor_batches
 from ..core.run_rows import run_rows
-from ..pipeline.document import drafter_documents, self_consistency_of
+from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
 from ..core.errors import InputError, read_json_object
 from ..pipeline.run_folder import RunFolder, settings_differences
@@ -38,18 +38,9 @@ def _read_shard(path: Path) -> dict[str, Any]:
         raise InputError(path, "is not a shard (made without --shard I/N)")
     if not state.get("complete") or not (path / R.RUN_JSON).is_file():
         raise InputError(path, "is an unfinished shard: rerun its `dflash-eval run --shard` command to finish it")
-    run = R.read_run(path)
-    with R.interpreting(path):
-        rows = run_rows(path, run)  # a torn, cut or duplicated shard is refused by name, never merged short
+    run = R.read_run_document(path)
+    rows = run_rows(path, run)  # a torn, cut or duplicated shard is refused by name, never merged short
     return {"path": path, "settings": settings, "run": run, "rows": rows}
-
-
-def _entry(drafter: dict[str, Any]) -> SimpleNamespace:
-    """What `drafter_documents` reads of a drafter, from a shard's run.json."""
-    spec = drafter["spec"]
-    return SimpleNamespace(name=drafter["name"], path=drafter["path"], draft_policy=drafter.get("draft_policy"),
-                           spec=SimpleNamespace(format=drafter["format"], block_size=spec["block_size"],
-                                                to_dict=lambda spec=spec: spec))
 
 
 def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: list[str] | None = None,
@@ -102,7 +93,7 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
                               temperature=prov.get("temperature") or 0,
                               draft_policy=(prov.get("sampling") or {}).get("draft_policy", "sample"),
                               depth_buckets=",".join(map(str, edges)) if edges else None)
-    entries = [_entry(d) for d in run0["drafters"]]
+    entries = [DrafterRecord.from_document(d) for d in run0["drafters"]]
     fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}
     block_sizes = {d["name"]: d["spec"]["block_size"] for d in run0["drafters"]}
     drafters = drafter_documents(options, entries, rows, fingerprints, block_sizes,

@@ -13,11 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..core.documents import DrafterDocument, RunDocument
+
 SLOT_KEYS = ("reach", "conditional", "marginal")
 ESTIMATE_SLOT_KEYS = ("expected_reach", "alpha")
 
 
-def live_throughput(drafter: dict[str, Any]) -> dict[str, Any] | None:
+def live_throughput(drafter: DrafterDocument) -> dict[str, Any] | None:
     """Live mode: committed tokens per second of the loop's steps (prefill left out), the mean step latency,
     and the speedup measured against plain one-token decoding steps (batch 1, at the checkpoint's block)
     when the run timed them (`--draft-lengths` in live mode); None outside live mode."""
@@ -39,7 +41,7 @@ def live_throughput(drafter: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def _drafter_summary(d: dict[str, Any]) -> dict[str, Any]:
+def _drafter_summary(d: DrafterDocument) -> dict[str, Any]:
     m = d["metrics"]
     keys = ESTIMATE_SLOT_KEYS if m.get("estimate") else SLOT_KEYS
     counts = m.get("slot_counts") or {}
@@ -60,7 +62,7 @@ def _drafter_summary(d: dict[str, Any]) -> dict[str, Any]:
             "live": live_throughput(d), "slots": slots}
 
 
-def run_summary(run_dir: Path, run: dict[str, Any], *, partial: bool = False, seed: int = 0) -> dict[str, Any]:
+def run_summary(run_dir: Path, run: RunDocument, *, partial: bool = False, seed: int = 0) -> dict[str, Any]:
     """The summary document of a run folder (already read as `run`)."""
     from .diff import diff
 

@@ -168,7 +168,7 @@ def check_run_document(run: dict[str, Any], path: Path | str) -> None:
     file, the drafter and the number."""
     drafters = run.get("drafters")
     if not isinstance(drafters, list):
-        return  # the shape is the schema reader's to refuse (results.interpreting)
+        return  # the shape is the schema reader's to refuse (results.read_run_document, core/documents.py)
     try:
         for d in drafters:
             if not isinstance(d, dict):

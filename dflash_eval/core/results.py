@@ -171,15 +171,17 @@ DIR/track_state.json  the track's settings (all but the checkpoints) and their d
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import metrics as M
 from .errors import InputError
 from .per_position import COUNTED_SLOTS, per_position_csv, per_position_splits_csv  # noqa: F401 - here too
+
+if TYPE_CHECKING:
+    from .documents import DrafterDocument, RunDocument
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -236,9 +238,11 @@ def metrics_summary(counts: M.AcceptanceCounts, *, seed: int = 0) -> dict[str, A
     }
 
 
-def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any]]:
+def read_samples(path: Path, *, torn_tail: str = "refuse", row_type: Any = None) -> list[dict[str, Any]]:
     """The rows of a samples (or track) file, each a JSON object on its own line; a line that is not is one
     InputError naming the file and the line, and so is a row given twice (same prompt, drafter, sample).
+    `row_type` (row_documents.SampleRow, TrackRow): each row is checked against it, a field of another type
+    refused as "line N.FIELD: expected ..." (json_types.check_json).
 
     `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
     "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
@@ -270,6 +274,10 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
             raise InputError(path, f"line {number} {what}; the file was damaged or edited") from None
         if not isinstance(row, dict):
             raise InputError(path, f"line {number} is not a JSON object")
+        if row_type is not None:
+            from .json_types import check_json
+
+            check_json(row, row_type, path, f"line {number}")
         if "prompt_id" in row:
             key = json.dumps([row.get("prompt_id"), row.get("drafter"), row.get("sample") or 0])
             if key in first:
@@ -280,22 +288,6 @@ def read_samples(path: Path, *, torn_tail: str = "refuse") -> list[dict[str, Any
             first[key] = number
         rows.append(row)
     return rows
-
-
-@contextlib.contextmanager
-def interpreting(directory: Path | str):
-    """Around code that reads a run folder's files: a field of the wrong type or missing (a file edited by
-    hand, or written by another version) becomes one line naming the folder, never a traceback."""
-    from .errors import InputError
-
-    try:
-        yield
-    except InputError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError) as exc:
-        detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
-        raise InputError(directory, f"run.json / samples.jsonl do not match the documented schema ({detail}); "
-                                    "edited by hand or written by another version?") from None
 
 
 def incomplete_message(directory: Path) -> str:
@@ -313,9 +305,10 @@ def incomplete_message(directory: Path) -> str:
             "finish it")
 
 
-def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
-    """run.json; with `partial`, an unfinished run's run.partial.json (its `incomplete` field says how far
-    it got, and renderers show a banner) when there is no run.json yet."""
+def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
+    """run.json as a RunDocument (core/documents.py: every declared field of its declared type, or one
+    InputError naming the file and the field); with `partial`, an unfinished run's run.partial.json (its
+    `incomplete` field says how far it got, and renderers show a banner) when there is no run.json yet."""
     from .errors import InputError
 
     path = directory / RUN_JSON
@@ -339,14 +332,16 @@ def read_run(directory: Path, *, partial: bool = False) -> dict[str, Any]:
         raise InputError(path, f"is not a run document (a JSON {type(data).__name__}, expected an object)")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+    from .documents import RunDocument
     from .invariants import check_run_document
+    from .json_types import check_json
 
-    with interpreting(directory):
-        check_run_document(data, path)  # the numbers a run document must satisfy
+    check_json(data, RunDocument, path)  # the types, field by field
+    check_run_document(data, path)  # the numbers a run document must satisfy
     return data
 
 
-def drafter_named(run: dict[str, Any], run_dir: Path, name: str | None, ask: str) -> dict[str, Any]:
+def drafter_named(run: RunDocument, run_dir: Path, name: str | None, ask: str) -> DrafterDocument:
     """The run document's entry for drafter `name`; without a name the run must hold exactly one drafter.
     Refused by name otherwise (`ask` says how to name one: "say which with --drafter NAME")."""
     names = [d["name"] for d in run["drafters"]]

@@ -10,14 +10,15 @@ so each is refused by name: the file, the line or the prompt and drafter, and wh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from .documents import DrafterDocument, RunDocument
 from .errors import InputError
 from .invariants import check_samples_row
 from .results import SAMPLES, read_samples
+from .row_documents import SampleRow
 
 
-def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, partial: bool = False) -> None:
+def check_rows(run: RunDocument, rows: list[SampleRow], path: Path, *, partial: bool = False) -> None:
     """Refuse, by name, a samples file that does not hold exactly the rows run.json was computed from: a
     drafter without rows, a row of a drafter or prompt run.json does not have, a prompt one drafter lacks,
     fewer prompts than run.json counts, a sample missing at temperature > 0. `partial` (an unfinished run,
@@ -25,7 +26,7 @@ def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, p
 
     drafters = run.get("drafters")
     if not isinstance(drafters, list):
-        return  # run.json's own shape is the schema reader's to refuse (`interpreting`)
+        return  # run.json's own shape is the schema reader's to refuse (read_run_document checks it against core/documents.RunDocument)
     names = [d.get("name") for d in drafters if isinstance(d, dict) and isinstance(d.get("name"), str)]
     by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
     blocks = {d["name"]: (d.get("spec") or {}).get("block_size") for d in drafters
@@ -57,7 +58,7 @@ def check_rows(run: dict[str, Any], rows: list[dict[str, Any]], path: Path, *, p
     check_totals(drafters, rows, path)
 
 
-def check_totals(drafters: list, rows: list[dict[str, Any]], path: Path) -> None:
+def check_totals(drafters: list[DrafterDocument], rows: list[SampleRow], path: Path) -> None:
     """Each counted drafter's run.json counts are its rows' counts added up (a prompt's samples pooled)."""
     from . import metrics as M
 
@@ -79,7 +80,7 @@ def check_totals(drafters: list, rows: list[dict[str, Any]], path: Path) -> None
                                    f"({wrong}); one of the two files was edited or damaged")
 
 
-def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]:
+def run_rows(directory: Path | str, run: RunDocument) -> list[SampleRow]:
     """The samples rows of a run folder, checked against its run.json (`check_rows`): what `report`, `show`,
     `diff`, `merge` and `read_run()` compute from. An unfinished run (`incomplete`) may end in a torn line."""
 
@@ -87,6 +88,6 @@ def run_rows(directory: Path | str, run: dict[str, Any]) -> list[dict[str, Any]]
     if not path.exists():
         raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
     partial = bool(run.get("incomplete"))
-    rows = read_samples(path, torn_tail="drop" if partial else "refuse")
+    rows = read_samples(path, torn_tail="drop" if partial else "refuse", row_type=SampleRow)
     check_rows(run, rows, path, partial=partial)
     return rows

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import Delta, delta_tau_per_prompt, verdict
+from .row_documents import TrackRow
 from .snapshots import conflicts
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -22,7 +23,7 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 @dataclass
 class CurvePoint:
-    row: dict[str, Any]
+    row: TrackRow
     tau: float | None
     best_so_far: float | None
     is_best: bool  # the best checkpoint of the whole curve
@@ -45,17 +46,17 @@ class Curve:
     notes: list[str] = field(default_factory=list)
 
 
-def tau_of(row: dict[str, Any]) -> float | None:
+def tau_of(row: TrackRow) -> float | None:
     return (row.get("metrics") or {}).get("tau_macro")
 
 
-def per_prompt_of(row: dict[str, Any]) -> dict[str, tuple[float, float]]:
+def per_prompt_of(row: TrackRow) -> dict[str, tuple[float, float]]:
     """prompt id -> (steps, committed): counted, or expected for an offline estimate (temperature > 0)."""
     source = row["counts"] if row.get("counts") is not None else row["estimate"]
     return {pid: (s, t) for pid, (s, t) in source["per_prompt"].items()}
 
 
-def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ordered(rows: list[TrackRow]) -> list[TrackRow]:
     """Checkpoint rows by step (unknown steps last, in the order they were evaluated)."""
     checkpoints = [r for r in rows if r.get("role") == "checkpoint"]
     return sorted(checkpoints, key=lambda r: (r.get("step") is None, r.get("step") or 0))
@@ -79,7 +80,7 @@ def sparkline(values: list[float | None], low: float | None = None, high: float 
     return "".join(out)
 
 
-def curve(rows: list[dict[str, Any]], *, present: dict[str, bool] | None = None, seed: int = 0) -> Curve:
+def curve(rows: list[TrackRow], *, present: dict[str, bool] | None = None, seed: int = 0) -> Curve:
     """The curve of a track: best so far, gap, and the paired latest-vs-best and latest-vs-reference checks.
     `present` maps fingerprint -> whether the checkpoint's folder still holds it (None: not checked)."""
     references = [r for r in rows if r.get("role") == "reference"]
@@ -121,7 +122,7 @@ def curve(rows: list[dict[str, Any]], *, present: dict[str, bool] | None = None,
     return result
 
 
-def label(row: dict[str, Any]) -> str:
+def label(row: TrackRow) -> str:
     if row.get("role") == "reference":
         return f"reference {row['name']}"
     return f"step {row['step']}" if row.get("step") is not None else str(row["name"])

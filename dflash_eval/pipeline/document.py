@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,36 @@ from ..core.semantics import shorter_final_block
 from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
+
+
+@dataclass(frozen=True)
+class RecordedSpec:
+    """A drafter's spec as a run.json recorded it (merge reads shards back): what the run document takes of
+    a DrafterSpec, its format and block size and the normalized dict itself."""
+
+    format: str
+    block_size: int
+    fields: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.fields
+
+
+@dataclass(frozen=True)
+class DrafterRecord:
+    """What `drafter_documents` reads of a drafter: a loaded entry (pipeline.inputs) has these fields, and so
+    does a drafter read back from a run.json (`from_document`, for merge)."""
+
+    name: str
+    path: str
+    draft_policy: str | None
+    spec: RecordedSpec
+
+    @classmethod
+    def from_document(cls, drafter: dict[str, Any]) -> DrafterRecord:
+        spec = drafter["spec"]
+        return cls(name=drafter["name"], path=drafter["path"], draft_policy=drafter.get("draft_policy"),
+                   spec=RecordedSpec(format=drafter["format"], block_size=spec["block_size"], fields=spec))
 
 
 def _git_sha() -> str | None:

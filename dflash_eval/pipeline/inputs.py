@@ -17,7 +17,7 @@ from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, tar
 from ..formats.validation import check_target_files
 from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
 from .long_prompts import run_prompts
-from .responses import empty_responses, read_responses  # read_responses: also from here
+from .responses import responses_for
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core import breakdown
@@ -340,12 +340,8 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
         inputs.all_prompts = prompts
         inputs.prompts = shard_prompts(prompts, cost, index, count)
     if options.responses:
-        inputs.responses = read_responses(options.responses, tokenizer, info.vocab_size)
-        missing = [p.id for p in prompts if p.id not in inputs.responses]
-        if missing:
-            raise InputError(options.responses, f"no response for prompt {missing[0]!r} ({len(missing)} of "
-                                                f"{len(prompts)} prompts have none)")
-        warnings.extend(empty_responses(options.responses, inputs.responses, [p.id for p in prompts]))
+        inputs.responses, said = responses_for(options.responses, tokenizer, info.vocab_size, [p.id for p in prompts])
+        warnings.extend(said)
     inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
     inputs.content = target_content(target_path, options.responses, tokenizer.chat_template, options.cache_dir)
     return inputs

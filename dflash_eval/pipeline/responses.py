@@ -65,3 +65,14 @@ def empty_responses(path: Path, responses: dict[str, list[int]], prompt_ids: lis
         raise InputError(path, "every response is empty (no token): nothing to evaluate")
     return [f"{len(empty)} of {len(prompt_ids)} responses are empty (no token; first {empty[0]!r}): those prompts "
             "have no steps"] if empty else []
+
+
+def responses_for(path: Path, tokenizer, vocab_size: int | None, prompt_ids: list[str]) -> tuple[dict[str, list[int]], list[str]]:
+    """`--responses FILE` as the run reads it: every prompt's response (token ids) and the warnings (empty
+    responses); a file that is refused here is the one line `run` prints (tests/test_fuzz.py's oracle)."""
+    responses = read_responses(path, tokenizer, vocab_size)
+    missing = [pid for pid in prompt_ids if pid not in responses]
+    if missing:
+        raise InputError(path, f"no response for prompt {missing[0]!r} ({len(missing)} of {len(prompt_ids)} prompts "
+                               "have none)")
+    return responses, empty_responses(path, responses, prompt_ids)

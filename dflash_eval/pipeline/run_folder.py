@@ -82,6 +82,25 @@ def record_written(folder: Path, *names: str) -> None:
     R.atomic_write(folder / WRITTEN, json.dumps(sorted(listed | set(names) | {WRITTEN}), indent=0) + "\n")
 
 
+REPORT_HTML = "report.html"
+
+
+def write_recorded(folder: Path, name: str, text: str) -> Path:
+    """FOLDER/NAME written beside then renamed, and recorded among the folder's written files (so
+    `--overwrite` removes it with the rest): how the library leaves every file it adds to a folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    record_written(folder, name)
+    R.atomic_write(folder / name, text)
+    return folder / name
+
+
+def write_run_html(folder: Path, text: str, name: str = REPORT_HTML) -> Path:
+    """A run's (or track's, or trained-taps') HTML page in its folder, recorded: the one function every
+    command that leaves a page in a folder writes it with (run, merge, doctor, track, trained-taps)."""
+    return write_recorded(folder, name, text)
+
+
 def written_files(folder: Path) -> list[str] | None:
     """written.json's list, or None for a folder of an older version that has none."""
     path = Path(folder) / WRITTEN
@@ -292,7 +311,7 @@ class RunFolder:
         if splits is not None:
             self._write(R.PER_POSITION_SPLITS, splits)
         for name, text in (extra or {}).items():
-            self._write(name, text)
+            write_run_html(self.path, text, name)
         self._write_state(complete=True)
         self.close()
 

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core import results as R
+from ..core.documents import DrafterDocument
 from ..core.errors import InputError, read_json_object
+from ..core.row_documents import TrackRow
 from ..core.snapshots import drafter_architecture
 from .run_folder import FolderLock, record_written, remove_written, settings_differences, settings_hash
 
@@ -56,7 +58,7 @@ class TrackFolder:
         self.digest = settings_hash(settings)
         self.lock = FolderLock(self.path, LOCK)
 
-    def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
+    def open(self, overwrite: bool = False) -> list[TrackRow]:
         """Create, resume (same settings) or refuse naming what differs; the rows already written. The folder
         stays locked until `close` (or the process ends)."""
         from ..core.paths import output_path
@@ -97,10 +99,10 @@ class TrackFolder:
     def close(self) -> None:
         self.lock.release()
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[TrackRow]:
         return read_rows(self.path)
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: TrackRow) -> None:
         record_written(self.path, ROWS)
         with (self.path / ROWS).open("a", encoding="utf-8") as sink:
             sink.write(json.dumps(row) + "\n")
@@ -116,12 +118,12 @@ class TrackFolder:
         return self.path / RUNS / label
 
 
-def read_rows(directory: Path) -> list[dict[str, Any]]:
+def read_rows(directory: Path) -> list[TrackRow]:
     """track.jsonl's rows, each checked (core/invariants.check_track_row); a torn last line (killed
     mid-write) is dropped (that checkpoint is redone)."""
     from ..core.invariants import check_track_row
 
-    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop")
+    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop", row_type=TrackRow)
     for number, row in enumerate(rows, 1):
         check_track_row(row, Path(directory) / ROWS, number)
     return rows
@@ -131,8 +133,8 @@ def read_log(directory: Path) -> list[dict[str, Any]]:
     return R.read_samples(Path(directory) / LOG, torn_tail="drop")
 
 
-def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str, Any], *, step: int | None,
-              step_source: str, identity) -> dict[str, Any]:
+def track_row(role: str, entry, fingerprint: str, label: str, drafter: DrafterDocument, *, step: int | None,
+              step_source: str, identity) -> TrackRow:
     """One checkpoint's row, from the drafter object of its run folder's run.json (the same numbers)."""
     repetition = drafter.get("repetition") or {}
     estimate = {"estimate": drafter["estimate"]} if drafter.get("estimate") else {}
@@ -148,7 +150,7 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: dict[str,
     }
 
 
-def breakdown_fields(drafter: dict[str, Any]) -> dict[str, Any]:
+def breakdown_fields(drafter: DrafterDocument) -> dict[str, Any]:
     """What the curve shows beyond the totals, copied from the run folder's drafter object (the same
     numbers): `by_draft_length` (--draft-lengths: tau at every k, each its own replay) and `depth_edges` /
     `by_depth` (the latest checkpoint by context depth); absent where the run has none."""
@@ -156,7 +158,7 @@ def breakdown_fields(drafter: dict[str, Any]) -> dict[str, Any]:
     return {key: drafter[key] for key in keys if drafter.get(key)}
 
 
-def track_csv(rows: list[dict[str, Any]]) -> str:
+def track_csv(rows: list[TrackRow]) -> str:
     """per_position.csv's columns, one row per checkpoint, with the step and identity in front."""
     import csv
     import io

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.documents import DrafterDocument, RunDocument
 from ..core.safe_text import safe
 
 SPLITS = (("by_depth", "bucket", "depth"), ("by_segment", "segment", "segment"),
@@ -21,7 +22,7 @@ def _fmt(value, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def split_rows(drafter: dict[str, Any]) -> list[dict[str, Any]]:
+def split_rows(drafter: DrafterDocument) -> list[dict[str, Any]]:
     """The non-empty parts of every split of one drafter, as display rows (numbers, not text)."""
     out = []
     for key, label, split in SPLITS:
@@ -38,11 +39,11 @@ def split_rows(drafter: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def has_breakdown(run: dict[str, Any]) -> bool:
+def has_breakdown(run: RunDocument) -> bool:
     return any(d.get("by_depth") for d in run.get("drafters") or [])
 
 
-def render_breakdown(console: Console, run: dict[str, Any]) -> None:
+def render_breakdown(console: Console, run: RunDocument) -> None:
     """One table per drafter: each non-empty depth bucket, segment and token class with its steps, tau
     (macro with 95% CI, micro), the reach r_1 and the marginal m_1 (the HTML report has every slot)."""
     if not has_breakdown(run):
@@ -134,7 +135,7 @@ def _figure_svg(fig, clean, name: str = "tau by depth chart", prefix: str = "k-"
     return clean(buf.getvalue(), name, prefix)
 
 
-def breakdown_view(run: dict[str, Any]) -> dict[str, Any] | None:
+def breakdown_view(run: RunDocument) -> dict[str, Any] | None:
     """What the HTML report's "Where acceptance is lost" section shows (templates/_breakdown.html.j2)."""
     if not has_breakdown(run):
         return None

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.documents import RunDocument
 from ..core.safe_text import safe
 from ..core.speedup import rising_with_batch
 
@@ -21,7 +22,7 @@ def _f(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def serving_view(run: dict) -> list[dict[str, Any]]:
+def serving_view(run: RunDocument) -> list[dict[str, Any]]:
     """Per drafter with a per-k table or a speedup table: the rows both renderers show."""
     out = []
     for d in run.get("drafters", []):
@@ -46,7 +47,7 @@ def serving_view(run: dict) -> list[dict[str, Any]]:
     return out
 
 
-def render_draft_lengths(console: Console, run: dict) -> None:
+def render_draft_lengths(console: Console, run: RunDocument) -> None:
     """Terminal: per drafter, tau per draft length, then the speedup table (best k per batch in bold)."""
     for view in serving_view(run):
         if view["lengths"]:

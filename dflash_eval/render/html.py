@@ -41,6 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..core.documents import DrafterDocument, RunDocument
+from ..core.row_documents import SampleRow
 from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
@@ -121,7 +123,7 @@ def _page(template: str, legend=None, **context) -> str:
                                                 **context)
 
 
-def _legend(run: dict | None = None) -> list[tuple[str, str]]:
+def _legend(run: RunDocument | None = None) -> list[tuple[str, str]]:
     """The run's legend in its own words (the loop its steps come from; n/a cells in live mode)."""
     return [*legend_for(run), *EXTRA_LEGEND]
 
@@ -152,7 +154,7 @@ def write_html(path: Path, html: str) -> Path:
 # ------------------------------------------------------------------------------------------- view models
 
 
-def _per_prompt_tau(drafter: dict, rows: list[dict]) -> dict[str, float]:
+def _per_prompt_tau(drafter: DrafterDocument, rows: list[SampleRow]) -> dict[str, float]:
     per_prompt = (drafter.get("counts") or {}).get("per_prompt")
     if per_prompt is None:  # older or partial run.json: from the rows' own counts
         per_prompt = {}
@@ -180,7 +182,7 @@ def _agreement(value: dict | None) -> str:
     return f"{value['agree']}/{value['total']} ({100 * value['agree'] / value['total']:.2f}%)"
 
 
-def _provenance(run: dict) -> list[tuple[str, list[tuple[str, str]]]]:
+def _provenance(run: RunDocument) -> list[tuple[str, list[tuple[str, str]]]]:
     prov = run["provenance"]
     target = prov.get("target") or {}
     prompts = prov.get("prompts") or {}
@@ -231,7 +233,7 @@ def _paper_taus(prov: dict, sets: list[str]) -> dict[str, float]:
     return found
 
 
-def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, Any]:
+def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> dict[str, Any]:
     prov = run["provenance"]
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     names = [d["name"] for d in drafters]
@@ -328,7 +330,7 @@ def _run_context(run: dict, rows: list[dict], title: str | None) -> dict[str, An
     }
 
 
-def render_run_html(run: dict, rows: list[dict], *, title: str | None = None) -> str:
+def render_run_html(run: RunDocument, rows: list[SampleRow], *, title: str | None = None) -> str:
     """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page."""
     if run.get("provenance", {}).get("estimate"):
         return render_estimate_html(run, title=title)
@@ -352,7 +354,7 @@ def _estimate_chart(drafters: list[dict]) -> str:
         return _svg(fig, "alpha")
 
 
-def render_estimate_html(run: dict, *, title: str | None = None) -> str:
+def render_estimate_html(run: RunDocument, *, title: str | None = None) -> str:
     """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
     from ..formats.references import published_comparison
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ..core.documents import RunDocument
 from ..commands.report import live_throughput
 from ..core.safe_text import safe
 
 
-def render_live(console: Console, run: dict) -> None:
+def render_live(console: Console, run: RunDocument) -> None:
     if run["provenance"].get("mode") != "live":
         return
     device = run["provenance"].get("device") or "this device"

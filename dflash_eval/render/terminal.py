@@ -10,6 +10,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from rich.text import Text
 
+from ..core.documents import RunDocument
 from ..core.safe_text import printable, safe
 
 
@@ -67,7 +68,7 @@ def block_text(block, widths: list[int] | None = None) -> tuple["Text", "Text"]:
     return draft, target
 
 
-def render_run_summary(console: Console, run: dict) -> None:
+def render_run_summary(console: Console, run: RunDocument) -> None:
     """The end-of-run table: tau macro/micro with interval, steps, histogram, per-slot reach."""
     prov = run["provenance"]
     title = (f"{safe(prov['target']['name'])} | {safe(prov['prompts']['count'])} prompts | max_new_tokens "
@@ -119,7 +120,7 @@ SUMMARY_SHORT = ("tau macro\n[95% CI]", "tau\nmicro", "steps", "hist n", "reach 
 SUMMARY_NARROW = SUMMARY_SHORT[:4]  # reach per slot is in the per-position table below
 
 
-def _summary_table(run: dict, title: str, headers: tuple[str, ...]) -> Table:
+def _summary_table(run: RunDocument, title: str, headers: tuple[str, ...]) -> Table:
     table = Table(title=title, header_style="bold")
     drafter_column(table, [d["name"] for d in run["drafters"]])
     for header, justify in zip(headers, ("right", "right", "right", "left", "left")):
@@ -189,7 +190,7 @@ ESTIMATE_PER_ANCHOR = ("1 + the sum over slots of the expected reach, averaged o
                        "step commits when it starts at a random position")
 
 
-def render_per_position(console: Console, run: dict) -> None:
+def render_per_position(console: Console, run: RunDocument) -> None:
     """Slots as rows, drafters side by side; best value per slot and metric in bold green. When the drafters'
     names do not fit as column headers they become letters with a key above the table; when the counts
     beside each value do not fit on its line they go under it in every cell (never some cells one way and
@@ -209,12 +210,12 @@ def render_per_position(console: Console, run: dict) -> None:
         console.print("[dim](counts behind each share: widen the terminal, or see per_position.csv)[/]")
 
 
-def _na(run: dict, key: str) -> str:
+def _na(run: RunDocument, key: str) -> str:
     """What an empty cell means: the marginal needs the teacher-forced replay, which the live loop has not."""
     return "n/a" if key == "marginal" and run["provenance"].get("mode") == "live" else "-"
 
 
-def _per_position_table(run: dict, labels: list[str], sep: str | None) -> Table:
+def _per_position_table(run: RunDocument, labels: list[str], sep: str | None) -> Table:
     drafters = run["drafters"]
     width = max((len(d["metrics"]["reach"]) for d in drafters), default=0)
     table = Table(title="Per position (slot i = i-th drafted token)", header_style="bold")
@@ -254,7 +255,7 @@ def walk_words(provenance: dict | None) -> str:
     return f"the walk over sampled continuations (temperature {temperature:g})" if temperature > 0 else "the greedy walk"
 
 
-def legend_for(run: dict | None) -> list[tuple[str, str]]:
+def legend_for(run: RunDocument | None) -> list[tuple[str, str]]:
     """LEGEND in this run's words: steps of its own loop, the marginal n/a in live mode."""
     prov = (run or {}).get("provenance") or {}
     out = []
@@ -267,7 +268,7 @@ def legend_for(run: dict | None) -> list[tuple[str, str]]:
     return out
 
 
-def render_legend(console: Console, run: dict | None = None) -> None:
+def render_legend(console: Console, run: RunDocument | None = None) -> None:
     table = Table(title="Legend", show_header=False, box=None, padding=(0, 1))
     table.add_column(style="bold")
     table.add_column()
@@ -276,7 +277,7 @@ def render_legend(console: Console, run: dict | None = None) -> None:
     console.print(table)
 
 
-def render_by_prompt_set(console: Console, run: dict) -> None:
+def render_by_prompt_set(console: Console, run: RunDocument) -> None:
     """tau per drafter and prompt set (run.json's by_prompt_set), as the HTML report shows it."""
     entries = [(d["name"], s, m) for d in run["drafters"] for s, m in (d.get("by_prompt_set") or {}).items()]
     if not entries:
@@ -293,7 +294,7 @@ def render_by_prompt_set(console: Console, run: dict) -> None:
     console.print(table)
 
 
-def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_drafter: int = 2) -> None:
+def render_report(console: Console, run: RunDocument, rows: list[dict], *, samples_per_drafter: int = 2) -> None:
     """The whole terminal report: summary, per-position table, repetition, a few blocks, legend."""
     from ..core.samples import select_blocks
 
@@ -319,7 +320,7 @@ def render_report(console: Console, run: dict, rows: list[dict], *, samples_per_
     render_legend(console, run)
 
 
-def render_estimate_report(console: Console, run: dict) -> None:
+def render_estimate_report(console: Console, run: RunDocument) -> None:
     """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
     prov = run["provenance"]
     sampling = prov.get("sampling") or {}
@@ -347,7 +348,7 @@ def render_estimate_report(console: Console, run: dict) -> None:
     render_paper_comparison(console, run)
 
 
-def render_paper_comparison(console: Console, run: dict) -> None:
+def render_paper_comparison(console: Console, run: RunDocument) -> None:
     """The DFlash paper's tau for each prompt set of the run it has, and the settings that differ."""
     from ..formats.references import published_comparison
 
@@ -362,7 +363,7 @@ REPETITION_SHORT = ("flagged\nblocks", "by\ndetector", "by\nslot", "mean n\nin /
                     "tau w/o\nflagged")
 
 
-def render_repetition(console: Console, run: dict) -> None:
+def render_repetition(console: Console, run: RunDocument) -> None:
     """Degenerate drafts: how often, where in the block, and what they cost. A table when it fits (explained
     headers, else short ones), else one line per drafter: no name or number is ever cut."""
     title = "Repetition (each block judged against the target's own tokens at those slots)"

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.row_documents import TrackRow
 from ..core.safe_text import safe
 from ..core.track_summary import Curve, curve, label, sparkline
 
@@ -27,7 +28,7 @@ def _ci(metrics: dict[str, Any]) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "n/a"
 
 
-def render_track(console: Console, rows: list[dict[str, Any]], present: dict[str, bool] | None = None,
+def render_track(console: Console, rows: list[TrackRow], present: dict[str, bool] | None = None,
                  pending: list[tuple[str, str, str]] | None = None, seed: int = 0) -> Curve:
     """The curve as a table; returns the computed curve (the CLI reuses its verdicts)."""
     c = curve(rows, present=present, seed=seed)
@@ -207,7 +208,7 @@ def _repetition_chart(c: Curve) -> str | None:
         return _svg(fig, "trep")
 
 
-def render_track_html(rows: list[dict[str, Any]], present: dict[str, bool] | None, settings: dict[str, Any],
+def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, settings: dict[str, Any],
                       seed: int = 0) -> str:
     from .html import _page
     from .track_breakdown import track_breakdown_view

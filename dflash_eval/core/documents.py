@@ -1,0 +1,263 @@
+"""run.json as types: the TypedDicts `read_run_document` checks a run document against (core/json_types.py).
+
+Why: every reader of a run folder (`report`, `show`, `diff`, `merge`, `export-serving`, `frames`, the
+library's `read_run`) gets a RunDocument whose every declared field has its declared type, checked once
+when the file is read; a file that does not match is one InputError naming the file and the field.
+results.py's docstring says what each field means; docs/result-documents.md lists them. Keys are
+declared NotRequired where some writer leaves them out (an option not given, an estimate, a live run);
+keys a class does not declare are passed through unchecked (nothing reads them as a type).
+
+(No `from __future__ import annotations` here: TypedDict reads NotRequired from the real annotations.)
+"""
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+from .doctor_document import DoctorDocument
+
+Number = float  # an int is a number too (json_types)
+Ratio = float | None  # divided when written; null where the denominator is 0
+
+
+class AcceptanceCountsDocument(TypedDict):
+    """metrics.AcceptanceCounts.to_dict: integers only; every ratio beside it is recomputed from these."""
+
+    block_size: int
+    per_prompt: dict[str, list[int]]
+    steps: int
+    accepted_draft_tokens: int
+    drafted_tokens: int
+    accept_length_histogram: list[int]
+    reach_counts: list[int]
+    reach_denominators: list[int]
+    marginal_correct: list[int]
+    marginal_total: list[int]
+
+
+class Metrics(TypedDict):
+    """results.metrics_summary (or estimates.summary, `estimate` true): the numbers shown for a drafter."""
+
+    tau_macro: Ratio
+    tau_micro: Ratio
+    tau_macro_ci: NotRequired[list[Number] | None]
+    tau_macro_ci_note: NotRequired[str | None]
+    steps: NotRequired[int]
+    reach: NotRequired[list[Ratio]]
+    conditional: NotRequired[list[Ratio]]
+    marginal: NotRequired[list[Ratio]]
+    histogram: NotRequired[list[int]]
+    token_acceptance_rate: NotRequired[Ratio]
+    prompts_without_steps: NotRequired[int]
+    slot_counts: NotRequired[dict[str, list[list[int]]]]
+    # an offline estimate (temperature > 0, trajectory mode)
+    estimate: NotRequired[bool]
+    definition: NotRequired[str]
+    expected_steps: NotRequired[Number]
+    anchors: NotRequired[int]
+    alpha: NotRequired[list[Ratio]]
+    expected_reach: NotRequired[list[Ratio]]
+    tau_per_anchor: NotRequired[Ratio]
+
+
+class RepetitionCountsDocument(TypedDict):
+    blocks: int
+    flagged_blocks: int
+    flagged_by_detector: dict[str, int]
+    flagged_by_slot: list[int]
+    accepted_flagged: int
+    accepted_clean: int
+    per_prompt: dict[str, list[int]]
+
+
+class RepetitionSummary(TypedDict):
+    """repetition.py's summary of the walk's blocks (a drafter's `repetition`)."""
+
+    blocks: int
+    flagged_blocks: int
+    flagged_share: Ratio
+    flagged_by_detector: dict[str, int]
+    flagged_share_by_slot: list[Ratio]
+    accepted_inside_flagged: Ratio
+    accepted_outside_flagged: Ratio
+    flagged_prompts: list[str]
+    tau_macro_without_flagged_prompts: Ratio
+    counts: RepetitionCountsDocument
+
+
+class LayerRule(TypedDict):
+    kind: str
+    window: int | None
+    causal_in_block: bool
+
+
+class SpecDocument(TypedDict):
+    """The normalized DrafterSpec (formats/checkpoints.py): what the renderers read of it is typed."""
+
+    format: str
+    block_size: int
+    taps: list[int]
+    num_layers: NotRequired[int]
+    mask_token_id: NotRequired[int | None]
+    layers: NotRequired[list[LayerRule]]
+    speculators_taps: NotRequired[list[int]]
+    verifier: NotRequired[str | None]
+
+
+class Part(TypedDict):
+    """One bucket, segment or token class of a breakdown (breakdown.py); one of the three names is set."""
+
+    metrics: Metrics
+    counts: NotRequired[AcceptanceCountsDocument | None]
+    bucket: NotRequired[str]
+    segment: NotRequired[str]
+    token_class: NotRequired[str]
+    to: NotRequired[int | None]  # and `from` (a keyword here: passed through unchecked)
+
+
+class DraftLengthEntry(TypedDict):
+    """by_draft_length: one object per draft length k, from its own replay."""
+
+    k: int
+    block_size: int
+    metrics: Metrics
+    counts: NotRequired[AcceptanceCountsDocument | None]
+    checkpoint_block: NotRequired[bool]
+
+
+class SpeedupRow(TypedDict):
+    k: int
+    block: int
+    tokens_per_step: Ratio
+    speedup: list[Number | None]  # per batch of SpeedupDocument.batches
+
+
+class SpeedupDocument(TypedDict):
+    """speedup.py's model of the expected speedup (with --accelerator, --step-times, live --draft-lengths)."""
+
+    model: str
+    source: str
+    label: str
+    batches: list[int]
+    rows: list[SpeedupRow]
+    best: list[dict[str, Any]]
+    inputs: NotRequired[dict[str, Any]]
+
+
+class LiveTimes(TypedDict):
+    steps: int
+    seconds: Number
+    prefill_seconds: NotRequired[Number]
+
+
+class DrafterDocument(TypedDict):
+    """One drafter of run.json's `drafters`, in command-line order."""
+
+    name: str
+    path: str
+    format: str
+    fingerprint: str
+    spec: SpecDocument
+    metrics: Metrics
+    snapshot: NotRequired[dict[str, Any] | None]
+    by_prompt_set: NotRequired[dict[str, Metrics]]
+    counts: NotRequired[AcceptanceCountsDocument | None]
+    repetition: NotRequired[RepetitionSummary | None]
+    live: NotRequired[LiveTimes]
+    by_draft_length: NotRequired[list[DraftLengthEntry]]
+    speedup: NotRequired[SpeedupDocument]
+    depth_edges: NotRequired[list[int]]
+    by_depth: NotRequired[list[Part]]
+    by_segment: NotRequired[list[Part]]
+    by_token_class: NotRequired[list[Part]]
+    breakdown_note: NotRequired[str]
+    draft_policy: NotRequired[str]
+    estimate: NotRequired[dict[str, Any] | None]
+
+
+class TargetDocument(TypedDict):
+    name: str
+    path: str
+    fingerprint: NotRequired[str | None]
+    snapshot: NotRequired[dict[str, Any] | None]
+    model_type: NotRequired[str | None]
+    num_layers: NotRequired[int]
+    hidden_size: NotRequired[int]
+    vocab_size: NotRequired[int]
+
+
+class AgreeTotal(TypedDict):
+    agree: int
+    total: int
+
+
+class PromptsDocument(TypedDict):
+    source: str
+    count: int
+    sets: dict[str, int]
+    context_tokens: NotRequired[int | None]
+    max_context: NotRequired[str | None]
+
+
+class SamplingDocument(TypedDict):
+    temperature: Number
+    top_p: NotRequired[Number]
+    top_k: NotRequired[int]
+    draft_policy: NotRequired[Literal["sample", "argmax", "both"]]
+    samples: NotRequired[int]
+    seed: NotRequired[int]
+    generator: NotRequired[str]
+
+
+class Provenance(TypedDict):
+    """How the numbers were produced (results.py says what each field means)."""
+
+    max_new_tokens: int
+    temperature: Number
+    mode: Literal["trajectory", "live"]
+    prompts: PromptsDocument
+    dflash_eval: NotRequired[str]
+    torch: NotRequired[str]
+    transformers: NotRequired[str]
+    python: NotRequired[str]
+    git_sha: NotRequired[str | None]
+    argv: NotRequired[list[str]]
+    created: NotRequired[str]
+    target: NotRequired[TargetDocument]
+    inputs: NotRequired[dict[str, str | None] | None]
+    draft_lengths: NotRequired[Any]
+    tokenizer_hash: NotRequired[str | None]
+    chat_template_hash: NotRequired[str | None]
+    enable_thinking: NotRequired[bool | None]
+    thinking_source: NotRequired[str]
+    sampling: NotRequired[SamplingDocument | None]
+    estimate: NotRequired[bool]
+    dtype: NotRequired[str]
+    device: NotRequired[str]
+    kernels: NotRequired[dict[str, Any]]
+    numerics: NotRequired[dict[str, Any]]
+    draft_window: NotRequired[int | None]
+    final_block: NotRequired[str]
+    final_block_by_drafter: NotRequired[dict[str, str]]
+    continuations: NotRequired[str]
+    self_consistency: NotRequired[AgreeTotal | None]
+    responses_agreement: NotRequired[AgreeTotal | None]
+    trained_taps: NotRequired[dict[str, Any]]
+    warnings: NotRequired[list[str]]
+    work: NotRequired[dict[str, int]]
+    merged_from: NotRequired[list[str]]
+
+
+class Incomplete(TypedDict):
+    """run.partial.json only: how far an unfinished run got."""
+
+    done: int
+    total: int
+
+
+class RunDocument(TypedDict):
+    """DIR/run.json (and DIR/run.partial.json, which adds `incomplete`)."""
+
+    schema_version: int
+    provenance: Provenance
+    drafters: list[DrafterDocument]
+    doctor: NotRequired[DoctorDocument]
+    incomplete: NotRequired[Incomplete]
