@@ -17,8 +17,8 @@ from .root import app
 @reports_input_errors
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
-    samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
+    worst: int = typer.Option(2, "--worst", min=0, metavar="N", help="Worst blocks shown per drafter."),
+    html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the self-contained HTML report to this file."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: show the prompts done so far, under a banner."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document: settings, summary and per-slot tables (with counts), the diff verdict of each drafter against the first."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the same summary as markdown tables, to paste into an issue or a PR."),
@@ -32,7 +32,7 @@ def report(
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
-        output_path(html, "--html", reads=[run_dir])
+        output_path(html, "--html-file", reads=[run_dir])
     run = read_run(run_dir, partial=partial)
     with interpreting(run_dir):
         rows = run_rows(run_dir, run)
@@ -51,7 +51,7 @@ def report(
     _incomplete_banner(console, run)
     with interpreting(run_dir):  # rendered whole before printing: a malformed field never leaves half a report
         with console.capture() as captured:
-            render_report(console, run, rows, samples_per_drafter=samples)
+            render_report(console, run, rows, samples_per_drafter=worst)
         page = None
         if html is not None:
             from ..render.html import render_run_html
@@ -74,7 +74,7 @@ def diff(
                                        help="Largest share of differing target continuation tokens accepted as fair."),
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML file."),
+    html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the comparison as a self-contained HTML file."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap interval and the permutation test."),
     partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
@@ -87,7 +87,7 @@ def diff(
     from ..core.results import interpreting
 
     if html is not None:
-        output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
+        output_path(html, "--html-file", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
     with interpreting(f"{a} / {b}"):
         result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
@@ -119,7 +119,7 @@ def diff(
 def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Only this drafter."),
+    drafter: Optional[str] = typer.Option(None, "--drafter-name", help="Only this drafter (its name in the run)."),
     worst: Optional[int] = typer.Option(None, "--worst", min=1, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
     first: Optional[int] = typer.Option(None, "--first", min=1, metavar="N", help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),
