@@ -303,7 +303,7 @@ def run_doctor(options, reporter=None) -> dict[str, Any]:
         summary["windows"] = windows
         join_verdict(summary, windows)
     trained_passes = {}
-    if getattr(options, "trained_taps", None) is not None:  # the training run's own taps (doctor_trained_taps.py)
+    if options.trained_taps is not None:  # the training run's own taps (doctor_trained_taps.py)
         from .doctor_trained_taps import trained_taps_section
 
         before = target.tap_passes

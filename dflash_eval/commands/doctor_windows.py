@@ -128,13 +128,13 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
     --draft-window, no reference). `results`: the doctor's variants on `trajectories`, results[0] the
     configuration; only the variants not among them are replayed here."""
     spec = drafter.spec
-    window = getattr(options, "draft_window", None)
+    window = options.draft_window
     extra = [v for v in (every_layer_variant(spec),) if v is not None]
     if trained_window(spec) is None and window is None and ref_result is None:
         return None
     if options.temperature > 0:
         return {"note": "window variants by depth are a greedy diagnosis (temperature 0); not evaluated"}
-    edges = parse_depth_buckets(getattr(options, "depth_buckets", None))
+    edges = options.breakdown.edges
     by_name = {r.variant.name: r for r in results}
     chosen = [(results[0], "configured", "the layers as the checkpoint records them")]
     if FULL_ON_SLIDING in by_name:

@@ -127,10 +127,9 @@ class Serving:
 
 def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
     from ..core.errors import InputError
-    from ..core.speedup import parse_draft_lengths, read_step_times
+    from ..core.speedup import read_step_times
 
-    lengths = {e.name: parse_draft_lengths(options.draft_lengths, e.spec.block_size, name=e.name)
-               for e in inputs.entries}
+    lengths = {e.name: options.serving.for_block(e.spec.block_size, e.name) for e in inputs.entries}
     if options.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
         raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
                                "not replayed per draft length)")
@@ -142,8 +141,7 @@ def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
     if options.step_times is not None:
         file_times = read_step_times(options.step_times)
         times = {e.name: file_times for e in inputs.entries}
-    settings = {"draft_lengths": options.draft_lengths} if options.draft_lengths is not None else {}
-    return Serving(lengths, times, settings)
+    return Serving(lengths, times, options.serving.provenance())
 
 
 def roofline_step_times(options: RunOptions, inputs: Inputs, entry):

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core import metrics as M
 from ..core import results as R
-from ..core.breakdown import breakdown_documents, parse_depth_buckets
+from ..core.breakdown import breakdown_documents
 from ..core.semantics import shorter_final_block
 from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
@@ -34,7 +34,7 @@ def _dataset(options) -> dict[str, Any]:
     draw: hf_prompts.provenance), else nothing."""
     from .hf_prompts import provenance
 
-    found = provenance(str(options.prompts), getattr(options, "prompt_field", None))
+    found = provenance(str(options.prompts), options.prompt_field)
     return {"dataset": found} if found else {}
 
 
@@ -186,7 +186,7 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
         if breakdown:  # by depth, segment, token class (not in run.partial.json: breakdown.py)
             obj.update(breakdown_documents(mine, block_sizes[entry.name], merged,
                                            lambda c: R.metrics_summary(c, seed=options.seed),
-                                           parse_depth_buckets(getattr(options, "depth_buckets", None))))
+                                           options.breakdown.edges))
         by_k = draft_length_documents(mine, block_sizes[entry.name], merged, options.seed, obj["metrics"])
         if by_k:
             obj["by_draft_length"] = by_k
@@ -263,7 +263,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
                          else "full") for e in entries},
             "draft_lengths": options.draft_lengths,
             # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
-            "draft_window": getattr(options, "draft_window", None),
+            "draft_window": options.draft_window,
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
             # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such
@@ -273,8 +273,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
             "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
                         **_dataset(options),  # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
-                        **({"context_tokens": getattr(options, "context_tokens", None) or 8192,
-                            "max_context": getattr(options, "max_context", "refuse")}
+                        **(options.long_context.provenance()
                            if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},
             "warnings": warnings,
             # work done by this invocation (a resumed run counts only what it did itself)

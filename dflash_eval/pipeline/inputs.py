@@ -20,7 +20,6 @@ from .long_prompts import run_prompts
 from .responses import empty_responses, read_responses  # noqa: F401 - read_responses: also from here
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
-from ..core import breakdown
 from ..core.options import RunOptions
 from ..core.spec import DrafterSpec
 
@@ -284,7 +283,7 @@ def check_options(options: RunOptions) -> Resolved:
         raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
-    breakdown.check_options(options)  # --depth-buckets, --draft-window
+    options.breakdown.check()  # --depth-buckets, --draft-window (core/options_work.py)
     engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
     if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
         raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "

@@ -47,7 +47,7 @@ def windowed(drafter, options: RunOptions):
     each anchor, on every layer); itself without the option. A shallow view, as `at_draft_length`."""
     import copy
 
-    window = getattr(options, "draft_window", None)
+    window = options.draft_window
     if window is None:
         return drafter
     view = copy.copy(drafter)
@@ -64,10 +64,7 @@ def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) ->
 
 def draft_lengths_of(drafter, options: RunOptions) -> tuple[int, ...]:
     """The shorter draft lengths k < B - 1 this drafter is also replayed at (B - 1 is its own run)."""
-    from ..core.speedup import parse_draft_lengths
-
-    B = drafter.spec.block_size
-    return tuple(k for k in parse_draft_lengths(options.draft_lengths, B) if k < B - 1)
+    return options.serving.shorter(drafter.spec.block_size)
 
 
 def score_at_draft_lengths(drafter, trajectory: Trajectory, options: RunOptions) -> dict[int, DrafterOnPrompt]:
