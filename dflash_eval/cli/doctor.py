@@ -30,15 +30,15 @@ def doctor(
     cache_dir: opt.CacheDir = None,
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
-    temperature: opt.Temperature = 0.0,
-    top_p: opt.TopP = 1.0,
-    top_k: opt.TopK = 0,
-    draft_policy: opt.DraftPolicy = "sample",
-    samples: opt.Samples = 1,
+    temperature: opt.temperature_offline.type = opt.temperature_offline.default,
+    top_p: opt.top_p.type = opt.top_p.default,
+    top_k: opt.top_k.type = opt.top_k.default,
+    draft_policy: opt.draft_policy_offline.type = opt.draft_policy_offline.default,
+    samples: opt.samples.type = opt.samples.default,
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
-    depth_buckets: opt.DepthBuckets = None,
+    depth_buckets: opt.depth_buckets.type = opt.depth_buckets.default,
     engines: bool = typer.Option(False, "--engines", help="Instead of the variants: the drafter under every engine's reading of its checkpoint (z-lab, speculators, vLLM, SGLang, llama.cpp) on the same trajectories, tau per engine and the rule responsible for each difference; writes engines.json with --out."),
-    draft_window: Optional[int] = typer.Option(None, "--draft-window", min=1, help="Also evaluate the drafter served with only the last W context rows on every layer (SGLang's --speculative-draft-window-size), by depth beside its configuration; the configuration itself is not windowed."),
+    draft_window: opt.draft_window_doctor.type = opt.draft_window_doctor.default,
     trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""

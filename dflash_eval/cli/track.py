@@ -32,9 +32,9 @@ def track(
     limit: opt.Limit = None,
     thinking: opt.Thinking = None,
     final_block: opt.FinalBlock = "shorter",
-    anchor_batch: opt.AnchorBatch = None,
-    tap_chunk: opt.TapChunk = 4096,
-    generation_batch: opt.GenerationBatch = None,
+    anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
+    tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
+    generation_batch: opt.generation_batch.type = opt.generation_batch.default,
     device: opt.Device = "auto",
     dtype: opt.Dtype = "auto",
     cache_dir: opt.CacheDir = None,
@@ -43,13 +43,13 @@ def track(
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
-    temperature: opt.Temperature = 0.0,
-    top_p: opt.TopP = 1.0,
-    top_k: opt.TopK = 0,
-    draft_policy: opt.DraftPolicy = "sample",
-    samples: opt.Samples = 1,
-    draft_lengths: opt.DraftLengths = None,
-    depth_buckets: opt.DepthBuckets = None,
+    temperature: opt.temperature_offline.type = opt.temperature_offline.default,
+    top_p: opt.top_p.type = opt.top_p.default,
+    top_k: opt.top_k.type = opt.top_k.default,
+    draft_policy: opt.draft_policy_offline.type = opt.draft_policy_offline.default,
+    samples: opt.samples.type = opt.samples.default,
+    draft_lengths: opt.draft_lengths.type = opt.draft_lengths.default,
+    depth_buckets: opt.depth_buckets.type = opt.depth_buckets.default,
 ) -> None:
     """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
     from ..commands.evaluate import RunOptions
