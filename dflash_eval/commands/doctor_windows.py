@@ -128,7 +128,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
     --draft-window, no reference). `results`: the doctor's variants on `trajectories`, results[0] the
     configuration; only the variants not among them are replayed here."""
     spec = drafter.spec
-    window = options.draft_window
+    window = options.breakdown.draft_window
     extra = [v for v in (every_layer_variant(spec),) if v is not None]
     if trained_window(spec) is None and window is None and ref_result is None:
         return None
@@ -143,7 +143,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
         reporter.phase("window variants", len(extra) + (window is not None))
     for variant in extra:
         (result,) = evaluate_variants(drafter, [variant], trajectories, final_norm, hidden, options.max_new_tokens,
-                                      options.anchor_batch)
+                                      options.batching.anchor_batch)
         chosen.append((result, "every_layer", variant.bug.replace("trained with ", "")))
         reporter.advance("window variants", variant.name)
     if window is not None:  # SGLang's draft window: the drafter as configured plus masks.block_masks' draft_window
@@ -151,7 +151,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
 
         served = Variant(f"served window {window} (--draft-window)", f"served with only the last {window} context rows")
         (result,) = evaluate_variants(windowed(drafter, options), [served], trajectories, final_norm, hidden,
-                                      options.max_new_tokens, options.anchor_batch)
+                                      options.max_new_tokens, options.batching.anchor_batch)
         chosen.append((result, "served_window", f"the last {window} context rows on every layer, as SGLang serves it"))
         reporter.advance("window variants", served.name)
     curves = [_curve_entry(r.variant.name, kind, what, depth_parts(r, trajectories, edges), edges)

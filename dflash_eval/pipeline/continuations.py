@@ -254,7 +254,7 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     plan = []
     for turn in sorted(by_turn):
         lengths = by_turn[turn]
-        batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        batch = options.batching.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
         plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
     return plan, everyone
 

@@ -209,11 +209,11 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
     live = options.mode == "live"  # the live loop drafts one block per forward; the engine never ran
     anchors = {} if live else {name: anchor_batches(
         [r["prompt_len"] + r["continuation_len"] for r in rows if r["drafter"] == name], d.spec.block_size,
-        d.spec.num_attention_heads, device, options.anchor_batch) for name, d in drafters.items()}
-    return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
+        d.spec.num_attention_heads, device, options.batching.anchor_batch) for name, d in drafters.items()}
+    return {"generation_batch": options.batching.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
             "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
             "anchor_batch": anchors, "anchor_batch_rule": "live: one block per drafter forward" if live else
-            "given" if options.anchor_batch else rule_text(device)}
+            "given" if options.batching.anchor_batch else rule_text(device)}
 
 
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
@@ -261,9 +261,9 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "final_block_by_drafter": {
                 e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
                          else "full") for e in entries},
-            "draft_lengths": options.draft_lengths,
+            "draft_lengths": options.serving.draft_lengths,
             # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
-            "draft_window": options.draft_window,
+            "draft_window": options.breakdown.draft_window,
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
             # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such

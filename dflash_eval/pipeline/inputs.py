@@ -216,7 +216,7 @@ class Inputs:
             "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
             "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
             "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
-            "tap_chunk": options.tap_chunk, **({"draft_window": options.draft_window} if options.draft_window else {}),
+            "tap_chunk": options.batching.tap_chunk, **({"draft_window": options.breakdown.draft_window} if options.breakdown.draft_window else {}),
             "semantics": {e.name: e.spec.semantics for e in self.entries},
             **self.content,  # target weights/config, tokenizer, chat template, responses: by content
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
