@@ -13,6 +13,7 @@ import typer
 from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.options import RunOptions
+from dflash_eval.core.options_run import RUN_SECTIONS, Placement, Replay
 from dflash_eval.core.options_work import (TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling,
                                            Serving)
 
@@ -24,15 +25,17 @@ VARIANT_HELP = {("track", "temperature"): Sampling.OFFLINE_HELP["temperature"],
                 ("doctor", "temperature"): Sampling.OFFLINE_HELP["temperature"],
                 ("doctor", "draft_policy"): Sampling.OFFLINE_HELP["draft_policy"],
                 ("doctor", "draft_window"): Breakdown.DOCTOR_HELP["draft_window"]}
-# plan's own: it plans on a named accelerator (h200 by default) and refuses a negative temperature at parse
-PLAN_OWN = {"accelerator", "temperature", "samples"}
-FLAGS = {flag.field: flag for section in WORK_SECTIONS for flag in section.FLAGS}
+# a command's own flag of the same name: plan plans on a named accelerator (h200 by default) and refuses a
+# negative temperature at parse; trained-taps computes its reference taps in float32 by default
+OWN = {("plan", "accelerator"), ("plan", "temperature"), ("plan", "samples"), ("trained-taps", "dtype")}
+SECTIONS = WORK_SECTIONS + RUN_SECTIONS
+FLAGS = {flag.field: flag for section in SECTIONS for flag in section.FLAGS}
 
 
 def section_params():
     for name, command in sorted(COMMANDS.items()):
         for param in command.params:
-            if param.name in FLAGS and not (name == "plan" and param.name in PLAN_OWN):
+            if param.name in FLAGS and (name, param.name) not in OWN:
                 yield name, param
 
 
@@ -49,7 +52,7 @@ def test_every_command_takes_a_section_flag_as_the_section_declares_it():
         if flag.minimum is not None:
             assert param.min == flag.minimum, where
         seen += 1
-    assert seen >= 30  # run takes all 15, track 10, doctor 7, plan 3, trained-taps 1
+    assert seen >= 45  # run takes all 24, track 14, doctor 9, plan 3, trained-taps 2
 
 
 def test_run_takes_every_flag_of_every_work_section():
@@ -59,7 +62,7 @@ def test_run_takes_every_flag_of_every_work_section():
 
 def test_run_options_defaults_are_the_sections_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(RunOptions)}
-    for section in WORK_SECTIONS:
+    for section in SECTIONS:
         for flag in section.FLAGS:
             assert fields[flag.field] == flag.default, flag.flag
     assert Batching().tap_chunk == TAP_CHUNK == fields["tap_chunk"]
@@ -74,6 +77,8 @@ def test_run_options_hand_each_stage_its_section():
     assert options.breakdown.edges == (1024,)
     assert options.sampling == Sampling(temperature=0.7, samples=2)
     assert options.long_context.tokens == 128
+    placed = RunOptions(drafters=[], out=Path("x"), device_map="auto", max_memory="0=70GiB,cpu=200GiB")
+    assert placed.placement.memory == {0: "70GiB", "cpu": "200GiB"} and placed.replay == Replay()
     assert RunOptions(drafters=[], out=Path("x")).serving.for_block(16) == ()
     assert Serving(draft_lengths="all").for_block(4) == (1, 2, 3)
 
@@ -84,6 +89,12 @@ def test_run_options_hand_each_stage_its_section():
     (Breakdown(depth_buckets="9,3"), "--depth-buckets", "increase strictly"),
     (Breakdown(depth_buckets="1M"), "--depth-buckets", "not a whole number"),
     (Breakdown(draft_window=0), "--draft-window", ">= 1"),
+    (Replay(mode="offline"), "--mode", "unknown"),
+    (Replay(final_block="half"), "--final-block", "unknown"),
+    (Replay(kernels="triton"), "--kernels", "unknown"),
+    (Placement(device_map="everywhere"), "--device-map", "unknown"),
+    (Placement(max_memory="0=70GiB"), "--max-memory", "give --device-map too"),
+    (Placement(device_map="auto", max_memory="70GiB"), "--max-memory", "expected DEVICE=AMOUNT"),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
     with pytest.raises(InputError) as refused:
@@ -102,6 +113,8 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     Serving(), Serving(draft_lengths="3,7"),
     Breakdown(), Breakdown(depth_buckets="0,512,2048", draft_window=256),
     LongContext(context_tokens=8192), LongContext(context_tokens=512, max_context="truncate"),
+    Replay(), Replay(mode="live", final_block="full", kernels="torch"),
+    Placement(), Placement(device="cuda:1", dtype="bfloat16", device_map="auto", max_memory="0=70GiB", shard="1/4"),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):
     assert type(section).from_provenance(section.provenance()) == section

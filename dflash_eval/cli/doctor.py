@@ -25,8 +25,8 @@ def doctor(
     max_new_tokens: opt.MaxNewTokens = None,
     thinking: opt.Thinking = None,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
-    device: opt.Device = "auto",
-    dtype: opt.Dtype = "auto",
+    device: opt.device.type = opt.device.default,
+    dtype: opt.dtype.type = opt.dtype.default,
     cache_dir: opt.CacheDir = None,
     seed: opt.Seed = None,
     semantics: opt.Semantics = [],  # noqa: B006 - Typer copies list defaults

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..core.options_run import REPLAY, Placement, Replay
 from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
 from ..core.sections import Flag
 
@@ -43,8 +44,6 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
 # the labelled groups of `--help` (the sections' own panels: core/options_work.py)
 DRAFTERS = "Drafters"
 INPUTS = "Inputs (target, prompts, generation)"
-REPLAY = "Replay (how drafts are scored)"
-PLACEMENT = "Placement (devices, shards)"
 OUTPUT = "Output"
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
@@ -71,17 +70,11 @@ Seed = Annotated[Optional[int], typer.Option(
 MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Generation cap (default 256).", rich_help_panel=INPUTS)]
 Thinking = Annotated[Optional[bool], typer.Option(
     "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next).", rich_help_panel=INPUTS)]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.", rich_help_panel=PLACEMENT)]
-Dtype = Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32.", rich_help_panel=PLACEMENT)]
 CacheDir = Annotated[Optional[Path], typer.Option(
     "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).", rich_help_panel=OUTPUT)]
 Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP, rich_help_panel=REPLAY)]
-FinalBlock = Annotated[str, typer.Option(
-    "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM). A drafter under --semantics vllm always drafts full blocks (vLLM's rule; recorded per drafter).", rich_help_panel=REPLAY)]
 NumericsCheck = Annotated[int, typer.Option(
     "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).", rich_help_panel=REPLAY)]
-Kernels = Annotated[str, typer.Option(
-    "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).", rich_help_panel=REPLAY)]
 
 
 class Setting:
@@ -102,6 +95,15 @@ class Setting:
                                                       **extra)]
 
 
+mode = Setting(Replay.flag("mode"))
+final_block = Setting(Replay.flag("final_block"))
+kernels = Setting(Replay.flag("kernels"))
+device = Setting(Placement.flag("device"))
+dtype = Setting(Placement.flag("dtype"))
+device_map = Setting(Placement.flag("device_map"))
+max_memory = Setting(Placement.flag("max_memory"))
+shard = Setting(Placement.flag("shard"))
+dist_timeout = Setting(Placement.flag("dist_timeout"))
 anchor_batch = Setting(Batching.flag("anchor_batch"))
 tap_chunk = Setting(Batching.flag("tap_chunk"))
 generation_batch = Setting(Batching.flag("generation_batch"))

@@ -36,7 +36,7 @@ def trained_taps(
     train_ratio: float = typer.Option(0.9, "--train-ratio", parser=opt.finite_number(0, 1), help="The trainer's train share (speculators --train-data-ratio)."),
     layer_ids: Optional[str] = typer.Option(None, "--layer-ids", help="The stored layers in the data's own numbering (speculators: vLLM aux ids, as aux_hidden_state_layer_ids; others: z-lab ids), when neither the data nor -d says."),
     noise_samples: int = typer.Option(8, "--noise-samples", min=1, help="Samples the bf16-vs-fp32 noise floor is measured on (one more target pass each, in the other dtype)."),
-    device: opt.Device = "auto",
+    device: opt.device.type = opt.device.default,
     dtype: str = typer.Option("float32", "--dtype", help="Our reference taps: float32 (exact) or bfloat16; the noise floor's pass runs the other."),
     lock_timeout: float = typer.Option(10.0, "--lock-timeout", parser=opt.finite_number(0), help="Seconds to wait for a hidden-state file whose .lock a writer still holds."),
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,

@@ -15,9 +15,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from .options_run import Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
 
 _B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
+_R, _P = Replay(), Placement()
 
 
 def default_cache_dir() -> Path:
@@ -38,16 +40,16 @@ class RunOptions:
     prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
     max_new_tokens: int = 256
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
-    mode: str = "trajectory"  # or "live"
-    final_block: str = "shorter"  # z-lab; "full" = vLLM
+    mode: str = _R.mode  # or "live"
+    final_block: str = _R.final_block  # z-lab; "full" = vLLM
     anchor_batch: int | None = _B.anchor_batch
     tap_chunk: int = _B.tap_chunk  # target positions per forward of the tap pass (longer sequences: chunked prefill)
     generation_batch: int | None = _B.generation_batch
-    device: str = "auto"
-    dtype: str = "auto"
+    device: str = _P.device
+    dtype: str = _P.dtype
     cache_dir: Path | None = field(default_factory=default_cache_dir)
     responses: Path | None = None
-    kernels: str = "auto"  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
+    kernels: str = _R.kernels  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
@@ -61,11 +63,11 @@ class RunOptions:
     top_k: int = _S.top_k
     draft_policy: str = _S.draft_policy
     samples: int = _S.samples
-    device_map: str | None = None  # "auto", "balanced", "sequential": one target split over devices (accelerate)
-    max_memory: str | None = None  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
-    shard: str | None = None  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
+    device_map: str | None = _P.device_map  # "auto", "balanced", "sequential": one target split over devices (accelerate)
+    max_memory: str | None = _P.max_memory  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
+    shard: str | None = _P.shard  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
     context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
-    dist_timeout: float = 6 * 3600.0  # torchrun: seconds a rank waits for the others (the slowest shard)
+    dist_timeout: float = _P.dist_timeout  # torchrun: seconds a rank waits for the others (the slowest shard)
     # serving decision (speedup.py): "3,7,15" or "all": each drafter also replayed with a block of k + 1 for
     # each k; step times for the expected speedup from a roofline accelerator or a JSON file (live: measured)
     draft_lengths: str | None = _V.draft_lengths
@@ -86,6 +88,14 @@ class RunOptions:
     trained_taps: Path | None = None
 
     # the sections the stages read (core/options_work.py), built once from the fields above
+    @cached_property
+    def replay(self) -> Replay:
+        return Replay.pick(self.__dict__)
+
+    @cached_property
+    def placement(self) -> Placement:
+        return Placement.pick(self.__dict__)
+
     @cached_property
     def batching(self) -> Batching:
         return Batching.pick(self.__dict__)
@@ -118,21 +128,6 @@ class RunOptions:
                    draft_policy=sampling.draft_policy, samples=sampling.samples,
                    depth_buckets=Breakdown.from_edges(depth_edges).depth_buckets,
                    draft_lengths=Serving.from_provenance(provenance).draft_lengths, argv=[])
-
-
-def parse_max_memory(value: str | None) -> dict | None:
-    """"0=70GiB,1=70GiB,cpu=200GiB" -> accelerate's max_memory ({0: "70GiB", 1: "70GiB", "cpu": "200GiB"})."""
-    if not value:
-        return None
-    out: dict = {}
-    for part in value.split(","):
-        key, sep, amount = part.strip().partition("=")
-        if not sep or not amount:
-            from .errors import InputError
-
-            raise InputError(None, f"--max-memory {value!r}: expected DEVICE=AMOUNT,... (e.g. 0=70GiB,cpu=200GiB)")
-        out[int(key) if key.isdigit() else key] = amount
-    return out
 
 
 def pause_after_prompt() -> None:

@@ -253,12 +253,7 @@ def check_options(options: RunOptions) -> Resolved:
 
     device = resolve_device(options.device)
     dtype = resolve_dtype(options.dtype, device)
-    if options.mode not in ("trajectory", "live"):
-        raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
-    if options.final_block not in ("shorter", "full"):
-        raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
-    if options.kernels not in ("auto", "torch"):
-        raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
+    options.replay.check()  # --mode, --final-block, --kernels (core/options_run.py)
     from ..model.sampling import sampling_of
 
     check_sampling_numbers(options)
@@ -268,13 +263,8 @@ def check_options(options: RunOptions) -> Resolved:
 
         writable_dir(Path(options.cache_dir), "--cache-dir")
     shard = parse_shard(options.shard) if options.shard is not None else None
-    if options.device_map is not None and options.device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
-        raise InputError(None, f"unknown --device-map {options.device_map!r} (auto, balanced, balanced_low_0 or sequential)")
-    if options.max_memory and not options.device_map:
-        raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
-    from ..core.options import parse_max_memory
-
-    max_memory = parse_max_memory(options.max_memory)
+    options.placement.check()  # --device-map, --max-memory (core/options_run.py)
+    max_memory = options.placement.memory
     if not 1 <= options.samples <= MAX_SAMPLES:
         raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
