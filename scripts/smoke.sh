@@ -65,7 +65,7 @@ step train         "$PY" -m dflash_eval.testing.train --target "$T" --save-dir "
 step track         "$DFLASH" track "$W/save" --target "$T" --reference "$REF" "${SIZE[@]}" --out "$W/track"
 step dump          "$PY" -m dflash_eval.testing.served_dump "$W/run:demo-reference" "$W/before.txt" "$W/after.txt" --k 3 --model demo
 step served        "$DFLASH" served "$W/before.txt" "$W/after.txt" --model demo --run "$W/run:demo-reference"
-step export        "$DFLASH" export-serving "$W/run" --drafter demo-reference --engine vllm --k 3 --out "$W/spec.txt"
+step export        "$DFLASH" export-serving "$W/run" --drafter-name demo-reference --engine vllm --k 3 --out "$W/spec.txt"
 step shard0        "$DFLASH" run --target "$T" -d "$REF" "${SIZE[@]}" --shard 0/2 --no-html --out "$W/s0"
 step shard1        "$DFLASH" run --target "$T" -d "$REF" "${SIZE[@]}" --shard 1/2 --no-html --out "$W/s1"
 step merge         "$DFLASH" merge "$W/s0" "$W/s1" --out "$W/merged"

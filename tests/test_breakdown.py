@@ -127,15 +127,12 @@ def test_depth_bucket_option():
     assert [BD.depth_label(lo, hi) for lo, hi in BD.depth_bounds((1024, 2048))] == ["0-1K", "1K-2K", "2K+"]
     assert [BD.depth_bucket(a, (1024, 2048)) for a in (0, 1023, 1024, 2047, 2048, 10**6)] == [0, 0, 1, 1, 2, 2]
 
-    class Options:
-        depth_buckets = "9,3"
-        draft_window = None
+    from dflash_eval.core.options_work import Breakdown
 
     with pytest.raises(InputError, match="--depth-buckets"):
-        BD.check_options(Options)
-    Options.depth_buckets, Options.draft_window = None, 0
+        Breakdown(depth_buckets="9,3").check()
     with pytest.raises(InputError, match="--draft-window"):
-        BD.check_options(Options)
+        Breakdown(draft_window=0).check()
 
 
 def test_qwen_byte_level_pieces_and_classes():

@@ -133,7 +133,7 @@ def test_diff_pairs_by_k_and_compares_best_speedups(runs, tmp_path):
         assert p["tau_macro_a"] == pytest.approx(tau["ref"][p["k"]]) and p["tau_macro_b"] == pytest.approx(tau["inhouse"][p["k"]])
     assert part["speedup"]["same_model"] and [b["batch"] for b in part["speedup"]["best"]] == [1, 4]
     page = tmp_path / "diff.html"
-    shown = CliRunner().invoke(app, ["diff", f"{runs['t']}:ref", f"{runs['t']}:inhouse", "--html", str(page)],
+    shown = CliRunner().invoke(app, ["diff", f"{runs['t']}:ref", f"{runs['t']}:inhouse", "--html-file", str(page)],
                                env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "Per draft length k" in shown.output and "best k per batch" in shown.output
     html = page.read_text()  # the HTML page: tau paired by k (chart and table), the best speedups side by side

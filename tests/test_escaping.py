@@ -46,16 +46,16 @@ def outputs(escaped_run, tmp_path_factory) -> dict[str, str]:
     dump.write_text("vllm:spec_decode_num_drafts_total 10\nvllm:spec_decode_num_draft_tokens_total 30\n"
                     "vllm:spec_decode_num_accepted_tokens_total 12\n")
     out = {"run report.html": (run / "report.html").read_text(), "per_position.csv": (run / "per_position.csv").read_text()}
-    out["report"] = ok(runner.invoke(app, ["report", str(run), "--html", str(root / "r.html")], env=ENV))
+    out["report"] = ok(runner.invoke(app, ["report", str(run), "--html-file", str(root / "r.html")], env=ENV))
     out["show"] = ok(runner.invoke(app, ["show", str(run), "--worst", "5"], env=ENV))
-    out["diff"] = ok(runner.invoke(app, ["diff", f"{run}:{a}", f"{run}:{b}", "--html", str(root / "d.html")], env=ENV))
+    out["diff"] = ok(runner.invoke(app, ["diff", f"{run}:{a}", f"{run}:{b}", "--html-file", str(root / "d.html")], env=ENV))
     out["diff --json"] = ok(runner.invoke(app, ["diff", f"{run}:{a}", f"{run}:{b}", "--json"], env=ENV))
-    out["served"] = ok(runner.invoke(app, ["served", str(dump), "--run", f"{run}:{a}", "--html", str(root / "s.html")],
+    out["served"] = ok(runner.invoke(app, ["served", str(dump), "--run", f"{run}:{a}", "--html-file", str(root / "s.html")],
                                      env=ENV))
     out["served --json"] = ok(runner.invoke(app, ["served", str(dump), "--run", f"{run}:{a}", "--json"], env=ENV))
     out["export-serving sglang"] = ok(runner.invoke(app, ["export-serving", str(run), "--engine", "sglang",
-                                                          "--drafter", a], env=ENV))
-    out["export-serving vllm"] = ok(runner.invoke(app, ["export-serving", str(run), "--engine", "vllm", "--drafter", a,
+                                                          "--drafter-name", a], env=ENV))
+    out["export-serving vllm"] = ok(runner.invoke(app, ["export-serving", str(run), "--engine", "vllm", "--drafter-name", a,
                                                         "--out", str(root / "vllm.txt")], env=ENV))
     for name in ("r.html", "d.html", "s.html", "vllm.txt"):
         out[name] = (root / name).read_text()

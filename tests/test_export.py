@@ -97,7 +97,7 @@ def _config(text: str) -> dict:
 @pytest.mark.parametrize("drafter, k", [("ref", 3), ("ref", 7), ("inhouse", 3)])
 def test_vllm_rates_pass_vllms_rules_and_round_trip_to_tau(run_dir, drafter, k, tmp_path):
     out = tmp_path / "spec.txt"
-    result = _export(run_dir, "--engine", "vllm", "--k", k, "--drafter", drafter, "--out", out)
+    result = _export(run_dir, "--engine", "vllm", "--k", k, "--drafter-name", drafter, "--out", out)
     assert result.exit_code == 0, result.output
     text = out.read_text()
     config = _config(text)
@@ -115,7 +115,7 @@ def test_vllm_rates_pass_vllms_rules_and_round_trip_to_tau(run_dir, drafter, k, 
 
 
 def test_vllm_synthetic_length_is_tau_at_k_and_vllm_keeps_its_mean(run_dir):
-    result = _export(run_dir, "--engine", "vllm", "--k", 3, "--drafter", "ref", "--synthetic", "length")
+    result = _export(run_dir, "--engine", "vllm", "--k", 3, "--drafter-name", "ref", "--synthetic", "length")
     assert result.exit_code == 0, result.output
     config = _config(result.output)
     assert vllm_rules(config) == [] and "synthetic_acceptance_rates" not in config
@@ -129,7 +129,7 @@ def test_vllm_synthetic_length_is_tau_at_k_and_vllm_keeps_its_mean(run_dir):
 
 
 def test_dynamo_flags_are_the_conditional_rates_and_pass_its_rules(run_dir):
-    result = _export(run_dir, "--engine", "dynamo", "--k", 3, "--drafter", "inhouse")
+    result = _export(run_dir, "--engine", "dynamo", "--k", 3, "--drafter-name", "inhouse")
     assert result.exit_code == 0, result.output
     flags = next(line for line in result.output.splitlines() if not line.startswith("#")).split()
     nextn, padded, problems = dynamo_rules(flags)
@@ -142,12 +142,12 @@ def test_dynamo_flags_are_the_conditional_rates_and_pass_its_rules(run_dir):
     for i, c in enumerate(padded[:3]):  # the mocker draws draft i with P(c_i | all before accepted)
         survive *= c
         assert survive == pytest.approx(at_3["reach"][i], abs=1e-12)
-    refused = _export(run_dir, "--engine", "dynamo", "--k", 7, "--drafter", "ref")
+    refused = _export(run_dir, "--engine", "dynamo", "--k", 7, "--drafter-name", "ref")
     assert refused.exit_code == 2 and "at most 5 draft tokens" in refused.output
 
 
 def test_sglang_simulated_length_is_tau_at_k(run_dir):
-    result = _export(run_dir, "--engine", "sglang", "--k", 3, "--drafter", "ref")
+    result = _export(run_dir, "--engine", "sglang", "--k", 3, "--drafter-name", "ref")
     assert result.exit_code == 0, result.output
     env = dict(line.removeprefix("export ").split("=", 1) for line in result.output.splitlines()
                if line.startswith("export "))
@@ -159,12 +159,12 @@ def test_sglang_simulated_length_is_tau_at_k(run_dir):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--engine", "vllm", "--drafter", "ref", "--k", "5"], "not measured at draft length k = 5"),
-    (["--engine", "vllm", "--drafter", "ref", "--k", "9"], "at most B - 1 = 7"),
+    (["--engine", "vllm", "--drafter-name", "ref", "--k", "5"], "not measured at draft length k = 5"),
+    (["--engine", "vllm", "--drafter-name", "ref", "--k", "9"], "at most B - 1 = 7"),
     (["--engine", "vllm"], "holds 2 drafters"),
-    (["--engine", "trt", "--drafter", "ref"], "choose vllm, sglang, dynamo or modelopt"),
-    (["--engine", "sglang", "--drafter", "ref", "--synthetic", "length"], "--engine sglang takes none"),
-    (["--engine", "vllm", "--drafter", "nobody"], "no drafter 'nobody'"),
+    (["--engine", "trt", "--drafter-name", "ref"], "choose vllm, sglang, dynamo or modelopt"),
+    (["--engine", "sglang", "--drafter-name", "ref", "--synthetic", "length"], "--engine sglang takes none"),
+    (["--engine", "vllm", "--drafter-name", "nobody"], "no drafter 'nobody'"),
 ])
 def test_refused_by_name(run_dir, args, message):
     result = _export(run_dir, *args)

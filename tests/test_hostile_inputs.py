@@ -495,7 +495,7 @@ def test_html_exports_rerun_onto_an_existing_file(command, world):
     page = fresh(world["root"] / f"{command}.html")
     args = ["report", str(world["run"])] if command == "report" else ["diff", str(world["run"]), str(world["run"])]
     for _ in range(2):
-        result = runner.invoke(app, [*args, "--html", str(page)], env=ENV)
+        result = runner.invoke(app, [*args, "--html-file", str(page)], env=ENV)
         assert result.exit_code == 0, result.output
     assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()
 
@@ -537,7 +537,7 @@ def test_labels_never_drive_the_terminal_through_warnings_or_emoji(world):
     assert "ok:cross_mark:no" in shown.stdout and "esc\\x1b[31m" in result.stdout
     # warnings reach the real stderr only outside pytest's capture: the HTML charts drawn in a process of its own
     page = out / "again.html"
-    done = subprocess.run([sys.executable, "-m", "dflash_eval", "report", str(out), "--html", str(page)],
+    done = subprocess.run([sys.executable, "-m", "dflash_eval", "report", str(out), "--html-file", str(page)],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "default"})
     assert done.returncode == 0, done.stderr

@@ -42,7 +42,7 @@ def readers(folder: Path, scratch: Path) -> dict[str, list[str]]:
     return {"report": ["report", str(folder)], "show": ["show", str(folder)],
             "diff": ["diff", f"{folder}:{A}", f"{folder}:{B}"],
             "merge": ["merge", str(folder), "--out", str(scratch / "merged"), "--no-html"],
-            "export-serving": ["export-serving", str(folder), "--engine", "vllm", "--drafter", A],
+            "export-serving": ["export-serving", str(folder), "--engine", "vllm", "--drafter-name", A],
             "served": ["served", str(dump), "--run", f"{folder}:{A}"]}
 
 

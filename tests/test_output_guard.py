@@ -1,6 +1,6 @@
 """Results are never destroyed while the tool reports success (issue 36, class 1).
 
-`diff A B --html RUN/run.json`, `report RUN --html RUN/run.json`, `served B A --html RUN/run.json` and
+`diff A B --html-file RUN/run.json`, `report RUN --html-file RUN/run.json`, `served B A --html-file RUN/run.json` and
 `export-serving RUN --out RUN/run.json` each overwrote the run, exit 0. Every output option of every command
 goes through one guard (core/paths.output_path); here each one is pointed at each file of a real result
 folder (a run, a track's run folder, the command's own input), directly and through a symbolic link, and
@@ -52,10 +52,10 @@ def world(escaped_run, tmp_path_factory) -> dict:
 def file_options(w, target: Path) -> dict[str, list[str]]:
     """Every command's file output option, pointed at `target`."""
     run, a, b = w["run"], w["a"], w["b"]
-    return {"report --html": ["report", str(run), "--html", str(target)],
-            "diff --html": ["diff", f"{run}:{a}", f"{run}:{b}", "--html", str(target)],
-            "served --html": ["served", str(w["dump"]), "--run", f"{run}:{a}", "--html", str(target)],
-            "export-serving --out": ["export-serving", str(run), "--engine", "vllm", "--drafter", a, "--out", str(target)]}
+    return {"report --html": ["report", str(run), "--html-file", str(target)],
+            "diff --html": ["diff", f"{run}:{a}", f"{run}:{b}", "--html-file", str(target)],
+            "served --html": ["served", str(w["dump"]), "--run", f"{run}:{a}", "--html-file", str(target)],
+            "export-serving --out": ["export-serving", str(run), "--engine", "vllm", "--drafter-name", a, "--out", str(target)]}
 
 
 def refused(result, fragment: str) -> str:
@@ -96,7 +96,7 @@ def test_no_file_output_lands_on_a_file_of_a_track(world, name):
 
 def test_an_output_never_overwrites_the_commands_own_input(world):
     before = world["dump"].read_bytes()
-    refused(runner.invoke(app, ["served", str(world["dump"]), "--html", str(world["dump"])], env=ENV),
+    refused(runner.invoke(app, ["served", str(world["dump"]), "--html-file", str(world["dump"])], env=ENV),
             "is also an input of this command")
     assert world["dump"].read_bytes() == before
     shard = world["root"] / "shard"
@@ -128,7 +128,7 @@ def test_no_folder_output_lands_on_a_run_a_track_keeps(world, option, test_bed, 
 
 def test_a_new_file_beside_a_run_is_allowed(world, tmp_path):
     out = tmp_path / "report-copy.html"
-    result = runner.invoke(app, ["report", str(world["run"]), "--html", str(out)], env=ENV)
+    result = runner.invoke(app, ["report", str(world["run"]), "--html-file", str(out)], env=ENV)
     assert result.exit_code == 0 and out.is_file(), result.output
 
 

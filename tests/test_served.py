@@ -250,7 +250,7 @@ def test_beside_an_offline_run_the_gap_per_position_has_an_interval(drafter_dirs
     causes = data["likely_causes"]
     assert any("mixes sliding and full layers: vLLM 0.33 serves it only on the V2 model runner" in c for c in causes)
     assert any("offline run is at temperature 0" in c for c in causes)
-    text = served(tmp_path, dump, args=["--run", str(out), "--html", str(tmp_path / "served.html")])
+    text = served(tmp_path, dump, args=["--run", str(out), "--html-file", str(tmp_path / "served.html")])
     assert text.exit_code == 0 and "likely causes:" in text.stdout
     assert "What the server measured" in (tmp_path / "served.html").read_text()
     short = as_json(served(tmp_path, vllm_dump({("m", "0"): (4, 8, 2, [2, 0])}), args=["--json", "--run", str(out)]))

@@ -88,7 +88,7 @@ def test_a_file_built_from_the_offline_walks_reconciles_exactly(demo_run, tmp_pa
     detailed = as_json(reconcile(vllm, run, "--json"))
     assert all(e["walk"]["parted_at"] is None and e["walk"]["compared"] == len(walk(r))
                for e, r in zip(detailed["prompts"], rows))
-    shown = reconcile(vllm, run, "--html", str(tmp_path / "requests.html"))
+    shown = reconcile(vllm, run, "--html-file", str(tmp_path / "requests.html"))
     assert shown.exit_code == 0 and "served - offline tau over prompts: delta +0.000" in shown.stdout
     assert "Served requests against the offline run" in (tmp_path / "requests.html").read_text()
 

@@ -56,7 +56,7 @@ def measured(tmp_path_factory):
 def test_profile_validates_and_holds_the_runs_rates_at_every_k(measured, drafter, tmp_path):
     run_dir, run = measured
     out = tmp_path / "speculation_profile.json"
-    result = CliRunner().invoke(app, ["export-serving", str(run_dir), "--engine", "modelopt", "--drafter", drafter,
+    result = CliRunner().invoke(app, ["export-serving", str(run_dir), "--engine", "modelopt", "--drafter-name", drafter,
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     profile = json.loads(out.read_text())
@@ -93,7 +93,7 @@ def test_profile_validates_and_holds_the_runs_rates_at_every_k(measured, drafter
 
 def test_top_level_k_is_the_one_asked_and_the_rest_stay(measured):
     run_dir, run = measured
-    result = CliRunner().invoke(app, ["export-serving", str(run_dir), "--engine", "modelopt", "--drafter", "ref",
+    result = CliRunner().invoke(app, ["export-serving", str(run_dir), "--engine", "modelopt", "--drafter-name", "ref",
                                       "--k", "3"])
     assert result.exit_code == 0, result.output
     profile = json.loads(result.output)

@@ -23,7 +23,7 @@ def diff(
                                        help="Largest share of differing target continuation tokens accepted as fair."),
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML file."),
+    html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the comparison as a self-contained HTML file."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap interval and the permutation test."),
     partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
@@ -35,7 +35,7 @@ def diff(
     from ..render.terminal_diff import render_diff
 
     if html is not None:
-        output_path(html, "--html", reads=[side_folder(a), side_folder(b)])
+        output_path(html, "--html-file", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
     result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
     with console.capture() as captured:

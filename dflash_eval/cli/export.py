@@ -24,7 +24,7 @@ def export_serving(
     k: Optional[int] = typer.Option(None, "--k", help="Draft length (num_speculative_tokens); default: the best k "
                                                      "at batch 1 of the run's expected speedup, else B - 1. Must "
                                                      "have been measured (run --draft-lengths)."),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Which drafter of the run (needed when it holds several)."),
+    drafter: Optional[str] = typer.Option(None, "--drafter-name", help="Which drafter of the run (needed when it holds several)."),
     synthetic: str = typer.Option("rates", "--synthetic", help="vllm only: rates (synthetic_acceptance_rates, the "
                                                               "per-position reach) or length "
                                                               "(synthetic_acceptance_length, the mean)."),

@@ -1,5 +1,8 @@
 """The option bundle `run` and `doctor` (and later `track`) share: one name, one default, one help text per
-setting, defined once here and mapped onto `options.RunOptions` by `shared_settings`.
+setting, defined once here and mapped onto `options.RunOptions` by `shared_settings`. The settings that
+shape the work (batching, sampling, serving, breakdown, long contexts) are declared in their sections
+(core/options_work.py); `option(flag)` turns a section's `Flag` into the Typer option, and a command's
+signature reads its default from the same place: `tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
 
 Defaults are `None` where "the run default" depends on context (doctor --out RUN takes that run's
 settings); `shared_settings` then applies the run defaults, so both commands mean the same thing by them.
@@ -12,6 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+
+from ..core.options_run import REPLAY, Placement, Replay
+from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
+from ..core.sections import Flag
 
 
 def finite_number(low: float | None = None, high: float | None = None, *, low_open: bool = False):
@@ -34,89 +41,87 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
     parse.__name__ = "float"  # help shows NUMBER for it, as for any float (root._WORDS)
     return parse
 
+# the labelled groups of `--help` (the sections' own panels: core/options_work.py)
+DRAFTERS = "Drafters"
+INPUTS = "Inputs (target, prompts, generation)"
+OUTPUT = "Output"
+
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
                   "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
                   "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
 Target = Annotated[Optional[str], typer.Option(
-    "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).")]
+    "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).", rich_help_panel=INPUTS)]
 Prompts = Annotated[Optional[str], typer.Option(
     "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH; from the Hugging Face cache the paper's "
                             "sets (gsm8k, math500, aime24, aime25, livecodebench, swe-bench, mt-bench, alpaca; "
                             "paper:NAME for only the paper's rows) or hf:REPO[:CONFIG][:SPLIT]; or long contexts: "
                             "repo:PATH (a repository's "
                             "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
-                            "sources) (`dflash-eval prompts list`; default demo).")]
+                            "sources) (`dflash-eval prompts list`; default demo).", rich_help_panel=INPUTS)]
 PromptField = Annotated[Optional[str], typer.Option(
     "--prompt-field", help="With --prompts hf:REPO[:CONFIG][:SPLIT]: the column holding the prompt (a string, a list "
                            "of user turns or a list of {role, content} messages; default: prompt, messages, question, "
-                           "problem, instruction or text, whichever the dataset has).")]
-Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).")]
+                           "problem, instruction or text, whichever the dataset has).", rich_help_panel=INPUTS)]
+Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).", rich_help_panel=INPUTS)]
 Seed = Annotated[Optional[int], typer.Option(
-    "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).")]
-MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Generation cap (default 256).")]
+    "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).", rich_help_panel=INPUTS)]
+MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Generation cap (default 256).", rich_help_panel=INPUTS)]
 Thinking = Annotated[Optional[bool], typer.Option(
-    "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next).")]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32.")]
+    "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next).", rich_help_panel=INPUTS)]
 CacheDir = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).")]
-Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP)]
-FinalBlock = Annotated[str, typer.Option(
-    "--final-block", help="shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM). A drafter under --semantics vllm always drafts full blocks (vLLM's rule; recorded per drafter).")]
-AnchorBatch = Annotated[Optional[int], typer.Option(
-    "--anchor-batch", min=1, help="Anchors per drafter forward (default: from the shapes and the device kind, never the free memory: core/batching.py, docs/performance.md).")]
-TapChunk = Annotated[int, typer.Option(
-    "--tap-chunk", min=1, help="Target positions per forward of the tap pass; longer sequences run as a chunked prefill.")]
+    "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).", rich_help_panel=OUTPUT)]
+Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP, rich_help_panel=REPLAY)]
 NumericsCheck = Annotated[int, typer.Option(
-    "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).")]
-GenerationBatch = Annotated[Optional[int], typer.Option(
-    "--generation-batch", min=1, help="Prompts generated together (default: 8 on CPU; on GPU from the total memory and the exact cache bytes, at most 64; batches planned over the run's prompts, after --limit).")]
-Kernels = Annotated[str, typer.Option(
-    "--kernels", help="auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch fallback).")]
-# temperature > 0 (sampling.py): the same five options on run, doctor and track
-Temperature = Annotated[float, typer.Option(
-    "--temperature", parser=finite_number(), help="Sampling temperature; > 0: the offline estimate (acceptance teacher-forced on sampled "
-                          "continuations).")]
-TemperatureRun = Annotated[float, typer.Option(
-    "--temperature", parser=finite_number(), help="Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live, "
-                          "z-lab's loop with rejection sampling.")]
-TopP = Annotated[float, typer.Option("--top-p", parser=finite_number(), help="Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.")]
-TopK = Annotated[int, typer.Option("--top-k", help="Top-k at temperature > 0 (0: off), target and drafter.")]
-DraftPolicy = Annotated[str, typer.Option(
-    "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0) or argmax (its "
-                           "greedy tokens, accepted with probability p).")]
-DraftPolicyRun = Annotated[str, typer.Option(
-    "--draft-policy", help="At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0), argmax (its "
-                           "greedy tokens, accepted with probability p) or both (each drafter under each).")]
-Samples = Annotated[int, typer.Option(
-    "--samples", min=1, help="At temperature > 0: samples per prompt (each seeded from --seed, the prompt and k).")]
+    "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).", rich_help_panel=REPLAY)]
 
-# the serving decision (core/speedup.py): run takes these three
-DraftLengths = Annotated[Optional[str], typer.Option(
-    "--draft-lengths", help="3,7,15 or all: also replay each drafter with a block of k + 1 (what a server with "
-                            "num_speculative_tokens = k runs), one tap pass for all; tau and every metric per k.")]
-Accelerator = Annotated[Optional[str], typer.Option(
-    "--accelerator", help="Expected speedup from the roofline model of the target's and drafter's configs on this "
-                          "accelerator (`dflash-eval plan` lists them).")]
-StepTimesFile = Annotated[Optional[Path], typer.Option(
-    "--step-times", help="Expected speedup from your step times (JSON: {\"label\", \"target\": [{\"batch\", "
-                         "\"tokens\", \"seconds\"}], \"drafter\": [...]}, e.g. from `vllm bench forward`).")]
 
-# where acceptance is lost (core/breakdown.py) and the serving window (model/masks.py)
-DepthBuckets = Annotated[Optional[str], typer.Option(
-    "--depth-buckets", help="Edges of the context-depth buckets every metric is also split by, in tokens of the "
-                            "anchor's position: 0,512,2048,... (K = 1024; default 1K,2K,4K,8K,16K,32K).")]
-DraftWindow = Annotated[Optional[int], typer.Option(
-    "--draft-window", min=1, help="The drafter sees only the last W context rows before each anchor, on every layer, "
-                                  "as SGLang's --speculative-draft-window-size serves it.")]
+class Setting:
+    """A section's flag as a command declares it: `type` (the Annotated Typer option) and `default`."""
 
-ContextTokens = Annotated[Optional[int], typer.Option(
-    "--context-tokens", min=64, help="With --prompts repo:PATH or stdlib: tokens of each packed prompt (default 8192).")]
-MaxContext = Annotated[str, typer.Option(
-    "--max-context", help="A prompt + --max-new-tokens past the target's positions: refuse (by name) or truncate "
-                          "(repo:/stdlib prompts packed shorter, with a warning).")]
+    def __init__(self, flag: Flag, help: str | None = None) -> None:
+        self.flag, self.default = flag, flag.default
+        extra: dict[str, Any] = {}
+        if flag.minimum is not None:
+            extra["min"] = flag.minimum
+        if flag.metavar is not None:
+            extra["metavar"] = flag.metavar
+        if flag.number is not None:
+            low, high, low_open = flag.number
+            extra["parser"] = finite_number(low, high, low_open=low_open)
+        self.help = help or flag.help
+        self.type = Annotated[flag.type, typer.Option(*flag.names, help=self.help, rich_help_panel=flag.panel,
+                                                      **extra)]
+
+
+mode = Setting(Replay.flag("mode"))
+final_block = Setting(Replay.flag("final_block"))
+kernels = Setting(Replay.flag("kernels"))
+device = Setting(Placement.flag("device"))
+dtype = Setting(Placement.flag("dtype"))
+device_map = Setting(Placement.flag("device_map"))
+max_memory = Setting(Placement.flag("max_memory"))
+shard = Setting(Placement.flag("shard"))
+dist_timeout = Setting(Placement.flag("dist_timeout"))
+anchor_batch = Setting(Batching.flag("anchor_batch"))
+tap_chunk = Setting(Batching.flag("tap_chunk"))
+generation_batch = Setting(Batching.flag("generation_batch"))
+temperature = Setting(Sampling.flag("temperature"))
+temperature_offline = Setting(Sampling.flag("temperature"), Sampling.OFFLINE_HELP["temperature"])  # track, doctor
+top_p = Setting(Sampling.flag("top_p"))
+top_k = Setting(Sampling.flag("top_k"))
+draft_policy = Setting(Sampling.flag("draft_policy"))
+draft_policy_offline = Setting(Sampling.flag("draft_policy"), Sampling.OFFLINE_HELP["draft_policy"])
+samples = Setting(Sampling.flag("samples"))
+draft_lengths = Setting(Serving.flag("draft_lengths"))
+accelerator = Setting(Serving.flag("accelerator"))
+step_times = Setting(Serving.flag("step_times"))
+depth_buckets = Setting(Breakdown.flag("depth_buckets"))
+draft_window = Setting(Breakdown.flag("draft_window"))
+draft_window_doctor = Setting(Breakdown.flag("draft_window"), Breakdown.DOCTOR_HELP["draft_window"])
+context_tokens = Setting(LongContext.flag("context_tokens"))
+max_context = Setting(LongContext.flag("max_context"))
 
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,

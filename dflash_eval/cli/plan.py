@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from .common import reports_input_errors, stdout_console
+from . import options as opt
 from .options import finite_number
 from .root import app
 
@@ -22,9 +23,9 @@ def plan(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Generation cap (the run's default 256)."),
     accelerator: str = typer.Option("h200", "--accelerator", help="h100, h200, a100 or b200 (published bf16 peak, bandwidth, memory)."),
-    generation_batch: Optional[int] = typer.Option(None, "--generation-batch", min=1, help="Prompts generated together (default: the run's rule)."),
-    anchor_batch: Optional[int] = typer.Option(None, "--anchor-batch", min=1, help="Anchors per drafter forward (default: the run's rule)."),
-    tap_chunk: int = typer.Option(4096, "--tap-chunk", min=1, help="Target positions per forward of the tap pass."),
+    generation_batch: opt.generation_batch.type = opt.generation_batch.default,  # the run's own flags (core/options_work.py)
+    anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
+    tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
     temperature: float = typer.Option(0.0, "--temperature", parser=finite_number(0), help="> 0: K sampled continuations per prompt."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt."),
     doctor: bool = typer.Option(False, "--doctor/--no-doctor", help="Also plan `doctor` on the first drafter."),

@@ -18,8 +18,8 @@ from .root import app
 @reports_input_errors
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
-    samples: int = typer.Option(2, "--samples", min=0, help="Worst blocks shown per drafter."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the self-contained HTML report to this file."),
+    worst: int = typer.Option(2, "--worst", min=0, metavar="N", help="Worst blocks shown per drafter."),
+    html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the self-contained HTML report to this file."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: show the prompts done so far, under a banner."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON document: settings, summary and per-slot tables (with counts), the diff verdict of each drafter against the first."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the same summary as markdown tables, to paste into an issue or a PR."),
@@ -33,7 +33,7 @@ def report(
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")
     if html is not None:
-        output_path(html, "--html", reads=[run_dir])
+        output_path(html, "--html-file", reads=[run_dir])
     run = read_run_document(run_dir, partial=partial)
     rows = run_rows(run_dir, run)
     if as_json or markdown:
@@ -49,7 +49,7 @@ def report(
     console = stdout_console()
     _incomplete_banner(console, run)
     with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
-        render_report(console, run, rows, samples_per_drafter=samples)
+        render_report(console, run, rows, samples_per_drafter=worst)
     page = None
     if html is not None:
         from ..render.html import render_run_html

@@ -26,7 +26,7 @@ def served(
                                                "a line (vLLM metrics.speculative_decoding, CompletionOutput dumps, "
                                                "SGLang meta_info), reconciled prompt by prompt with --run."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document (tau, per_position, ...)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
+    html: Optional[Path] = typer.Option(None, "--html-file", help="Also write a self-contained HTML page."),
 ) -> None:
     """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
     from ..commands.served import served as compose
@@ -35,7 +35,7 @@ def served(
     from ..render.served import render_served, render_served_html
 
     if html is not None:
-        output_path(html, "--html", reads=[*(dumps or []), *([per_request] if per_request else []),
+        output_path(html, "--html-file", reads=[*(dumps or []), *([per_request] if per_request else []),
                                            *([side_folder(run)] if run else [])])
     if per_request is not None:
         _per_request(per_request, dumps, run, as_json, html)

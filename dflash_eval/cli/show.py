@@ -16,7 +16,7 @@ from .root import app
 def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Only this drafter."),
+    drafter: Optional[str] = typer.Option(None, "--drafter-name", help="Only this drafter (its name in the run)."),
     worst: Optional[int] = typer.Option(None, "--worst", min=1, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
     first: Optional[int] = typer.Option(None, "--first", min=1, metavar="N", help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),

@@ -138,10 +138,10 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
     for name, bug, how, check, group_thinking, template, ids in groups:
         texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template,
                                      universe=universe)
-        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.tap_chunk,
+        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.batching.tap_chunk,
                                            offload=True) for p in prompts]
         (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
-                                      options.max_new_tokens, options.anchor_batch)
+                                      options.max_new_tokens, options.batching.anchor_batch)
         delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
         out.append({"variant": name, "bug": bug, "how": how, "check": check, "tau_macro": result.tau(),
                     "delta": delta.to_dict(), "target_passes": len(prompts), "per_prompt": result.per_prompt()})
@@ -260,7 +260,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         for prompt in prompts:
             for k in range(options.samples if sampled else 1):
                 trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[(prompt.id, k)], layers,
-                                                       sequence_chunk=options.tap_chunk, keep_hidden=sampled,
+                                                       sequence_chunk=options.batching.tap_chunk, keep_hidden=sampled,
                                                        sample=k if sampled else None, offload=True))
                 reporter.advance("target pass", prompt.id)
     for traj in trajectories:  # before any drafter runs
@@ -276,7 +276,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     results = []
     for variant in variants:
         results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
-                                         options.max_new_tokens, options.anchor_batch,
+                                         options.max_new_tokens, options.batching.anchor_batch,
                                          sampling_of(options) if sampled else None, target.lm_head))
         reporter.advance("variants", variant.name)
     summary = summarize(results, seed=options.seed)
@@ -323,7 +323,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
 
         ref_drafter = load_drafters([reference], target)[reference.name]
         (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
-                                          info.hidden_size, options.max_new_tokens, options.anchor_batch,
+                                          info.hidden_size, options.max_new_tokens, options.batching.anchor_batch,
                                           sampling_of(options) if sampled else None, target.lm_head)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
@@ -337,7 +337,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         summary["windows"] = windows
         join_verdict(summary, windows)
     trained_passes = {}
-    if getattr(options, "trained_taps", None) is not None:  # the training run's own taps (doctor_trained_taps.py)
+    if options.trained_taps is not None:  # the training run's own taps (doctor_trained_taps.py)
         from .doctor_trained_taps import trained_taps_section
 
         before = target.tap_passes

@@ -207,13 +207,13 @@ def _engines(options, reporter=None) -> dict[str, Any]:
     with kernels_context(target, options):
         for prompt in prompts:
             trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[prompt.id],
-                                                   sorted(set(entry.spec.taps)), sequence_chunk=options.tap_chunk,
+                                                   sorted(set(entry.spec.taps)), sequence_chunk=options.batching.tap_chunk,
                                                    offload=True))
     for traj in trajectories:
         check_taps(traj.taps(entry.spec.taps), entry.spec, info.hidden_size, str(inputs.target_path))
     drafter = load_drafters([entry], target)[entry.name]
     result = compare_engines(drafter, entry.spec, trajectories, target.model.model.norm, info.hidden_size,
-                             options.max_new_tokens, options.anchor_batch, seed=options.seed)
+                             options.max_new_tokens, options.batching.anchor_batch, seed=options.seed)
     return {"kind": "dflash-eval doctor --engines", "drafter": entry.name, "path": str(entry.path),
             "format": entry.spec.format, "dflash2": entry.spec.is_dflash2, "target": str(inputs.target_path),
             "prompts": len(prompts), "tap_passes": target.tap_passes, "thinking": inputs.thinking,

@@ -40,7 +40,7 @@ def trained_taps_section(summary: dict[str, Any], entry, target, options, report
     dtype = str(target.dtype).removeprefix("torch.")
     done = trained_taps(TrainedTapsOptions(data=options.trained_taps, target=str(target.path), drafter=str(entry.path),
                                            limit=DOCTOR_SAMPLES, device=options.device, dtype=dtype if dtype == "bfloat16" else "float32",
-                                           seed=options.seed, anchor_batch=options.anchor_batch), reporter,
+                                           seed=options.seed, anchor_batch=options.batching.anchor_batch), reporter,
                         target=target)
     summary["trained_taps"] = done.result
     explained = explains(done.result)

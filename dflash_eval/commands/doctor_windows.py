@@ -128,13 +128,13 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
     --draft-window, no reference). `results`: the doctor's variants on `trajectories`, results[0] the
     configuration; only the variants not among them are replayed here."""
     spec = drafter.spec
-    window = getattr(options, "draft_window", None)
+    window = options.breakdown.draft_window
     extra = [v for v in (every_layer_variant(spec),) if v is not None]
     if trained_window(spec) is None and window is None and ref_result is None:
         return None
     if options.temperature > 0:
         return {"note": "window variants by depth are a greedy diagnosis (temperature 0); not evaluated"}
-    edges = parse_depth_buckets(getattr(options, "depth_buckets", None))
+    edges = options.breakdown.edges
     by_name = {r.variant.name: r for r in results}
     chosen = [(results[0], "configured", "the layers as the checkpoint records them")]
     if FULL_ON_SLIDING in by_name:
@@ -143,7 +143,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
         reporter.phase("window variants", len(extra) + (window is not None))
     for variant in extra:
         (result,) = evaluate_variants(drafter, [variant], trajectories, final_norm, hidden, options.max_new_tokens,
-                                      options.anchor_batch)
+                                      options.batching.anchor_batch)
         chosen.append((result, "every_layer", variant.bug.replace("trained with ", "")))
         reporter.advance("window variants", variant.name)
     if window is not None:  # SGLang's draft window: the drafter as configured plus masks.block_masks' draft_window
@@ -151,7 +151,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
 
         served = Variant(f"served window {window} (--draft-window)", f"served with only the last {window} context rows")
         (result,) = evaluate_variants(windowed(drafter, options), [served], trajectories, final_norm, hidden,
-                                      options.max_new_tokens, options.anchor_batch)
+                                      options.max_new_tokens, options.batching.anchor_batch)
         chosen.append((result, "served_window", f"the last {window} context rows on every layer, as SGLang serves it"))
         reporter.advance("window variants", served.name)
     curves = [_curve_entry(r.variant.name, kind, what, depth_parts(r, trajectories, edges), edges)

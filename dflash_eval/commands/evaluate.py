@@ -127,23 +127,20 @@ class Serving:
 
 def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
     from ..core.errors import InputError
-    from ..core.speedup import parse_draft_lengths, read_step_times
+    from ..core.speedup import read_step_times
 
-    lengths = {e.name: parse_draft_lengths(options.draft_lengths, e.spec.block_size, name=e.name)
-               for e in inputs.entries}
-    if options.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
+    lengths = {e.name: options.serving.for_block(e.spec.block_size, e.name) for e in inputs.entries}
+    if options.serving.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
         raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
                                "not replayed per draft length)")
-    if options.accelerator is not None and options.step_times is not None:
-        raise InputError(None, "give --accelerator (roofline step times) or --step-times FILE, not both")
+    options.serving.check()  # --accelerator with --step-times (core/options_work.py)
     times = None
-    if options.accelerator is not None:
+    if options.serving.accelerator is not None:
         times = {e.name: roofline_step_times(options, inputs, e) for e in inputs.entries}
-    if options.step_times is not None:
-        file_times = read_step_times(options.step_times)
+    if options.serving.step_times is not None:
+        file_times = read_step_times(options.serving.step_times)
         times = {e.name: file_times for e in inputs.entries}
-    settings = {"draft_lengths": options.draft_lengths} if options.draft_lengths is not None else {}
-    return Serving(lengths, times, settings)
+    return Serving(lengths, times, options.serving.provenance())
 
 
 def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
@@ -158,7 +155,7 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
 
     config = json.loads((inputs.target_path / "config.json").read_text())
     try:
-        return build(options.accelerator, config, entry.spec, context)
+        return build(options.serving.accelerator, config, entry.spec, context)
     except InputError as exc:  # the roofline names the key; the file is the target's config
         raise InputError(None if exc.problem.startswith("--accelerator") else inputs.target_path / "config.json",
                          exc.problem) from None
@@ -215,11 +212,11 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             rows = []
             for k in samples:
                 trajectory = capture_trajectory(target, prompt, ids[prompt.id], continuations[(prompt.id, k)], layers,
-                                                sequence_chunk=options.tap_chunk, keep_hidden=True, sample=k)
+                                                sequence_chunk=options.batching.tap_chunk, keep_hidden=True, sample=k)
                 rows += estimate_rows(prompt, drafters, trajectory, target, policy_options.__getitem__)
         elif options.mode == "trajectory":  # (with --draft-lengths the rows hold every k: rows.trajectory_rows)
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
-                                            sequence_chunk=options.tap_chunk)
+                                            sequence_chunk=options.batching.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
             if numerics is not None and numerics.wants_more():  # reads the run's work, changes none of it
                 numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_options)

@@ -58,7 +58,7 @@ def vllm_rate_problems(rates: list[float], num_speculative_tokens: int) -> list[
 
 
 def _drafter(run: RunDocument, run_dir: Path, name: str | None) -> DrafterDocument:
-    return drafter_named(run, run_dir, name, "say which with --drafter NAME")
+    return drafter_named(run, run_dir, name, "say which with --drafter-name NAME")
 
 
 def measured_at(drafter: DrafterDocument, run_dir: Path, k: int | None) -> tuple[int, dict[str, Any]]:

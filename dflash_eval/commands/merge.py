@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from ..core import results as R
@@ -28,6 +27,7 @@ from ..core.run_rows import run_rows
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
 from ..core.errors import InputError, read_json_object
+from ..core.options import RunOptions
 from ..pipeline.run_folder import RunFolder, settings_differences
 
 
@@ -89,10 +89,8 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
                   key=lambda r: (order[r["prompt_id"]], r.get("sample", 0), drafter_order.get(r["drafter"], 0)))
     prov = copy.deepcopy(run0["provenance"])
     edges = _depth_edges(shards)
-    options = SimpleNamespace(seed=first["settings"]["shard"]["seed"], mode=prov["mode"],
-                              temperature=prov.get("temperature") or 0,
-                              draft_policy=(prov.get("sampling") or {}).get("draft_policy", "sample"),
-                              depth_buckets=",".join(map(str, edges)) if edges else None)
+    # what the shards ran with, read back from their provenance (core/options.py)
+    options = RunOptions.from_provenance(prov, out=out, seed=first["settings"]["shard"]["seed"], depth_edges=edges)
     entries = [DrafterRecord.from_document(d) for d in run0["drafters"]]
     fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}
     block_sizes = {d["name"]: d["spec"]["block_size"] for d in run0["drafters"]}

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core import roofline as R
 from ..core.batching import anchor_batch as rule, lm_head_pieces
+from ..core.options_work import TAP_CHUNK
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from .doctor import LENS_LAYERS
@@ -37,7 +38,7 @@ class PlanSettings:
     accelerator: str = "h200"
     generation_batch: int | None = None  # None: the run's rule
     anchor_batch: int | None = None  # None: the run's rule
-    tap_chunk: int = 4096
+    tap_chunk: int = TAP_CHUNK  # the one default (core/options_work.py)
     temperature: float = 0.0
     samples: int = 1
     doctor: bool = False  # also plan `doctor` on the first drafter

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.breakdown import DEFAULT_DEPTH_EDGES, parse_depth_buckets
+from ..core.breakdown import DEFAULT_DEPTH_EDGES
 from ..core.errors import InputError
 from ..core.options import RunOptions
-from ..core.speedup import parse_draft_lengths
 
 
 def check_options(run: RunOptions, reference_block: int | None) -> None:
@@ -29,20 +28,18 @@ def check_options(run: RunOptions, reference_block: int | None) -> None:
     if run.temperature > 0:
         raise InputError(None, "--draft-lengths at temperature > 0: the offline estimate is not replayed per draft "
                                "length (use `dflash-eval run --mode live --draft-lengths` on a checkpoint)")
-    if text.strip().lower() != "all":
-        parse_draft_lengths(text, 1 << 20)  # the syntax; each checkpoint's range when it is found
+    run.serving.requested  # the syntax, parsed once; each checkpoint's range when it is found
     if reference_block is not None:
-        parse_draft_lengths(text, reference_block, name="reference")
+        run.serving.for_block(reference_block, "reference")
 
 
 def check_checkpoint(run: RunOptions, name: str, block_size: int) -> None:
     """A found checkpoint's block must hold every draft length asked for (InputError: reported as invalid)."""
-    if run.draft_lengths is not None:
-        parse_draft_lengths(run.draft_lengths, block_size, name=name)
+    run.serving.for_block(block_size, name)
 
 
 def depth_edges(run: RunOptions) -> tuple[int, ...]:
-    return parse_depth_buckets(run.depth_buckets)
+    return run.breakdown.edges
 
 
 def track_settings(run: RunOptions) -> dict[str, Any]:
@@ -54,4 +51,4 @@ def track_settings(run: RunOptions) -> dict[str, Any]:
 
 def run_settings(run: RunOptions) -> dict[str, Any]:
     """What `run` adds to a run folder's settings for --draft-lengths (evaluate.serving_inputs)."""
-    return {"draft_lengths": run.draft_lengths} if run.draft_lengths is not None else {}
+    return run.serving.provenance()

@@ -203,19 +203,6 @@ def split_parts(drafter: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]
     return out
 
 
-def check_options(options) -> None:
-    """--depth-buckets and --draft-window (model/masks.py), refused by name before anything is written."""
-    from .errors import InputError
-
-    try:
-        parse_depth_buckets(getattr(options, "depth_buckets", None))
-    except ValueError as exc:
-        raise InputError(None, f"--depth-buckets {options.depth_buckets!r}: {exc}") from None
-    window = getattr(options, "draft_window", None)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise InputError(None, f"--draft-window must be a whole number of context rows >= 1 (got {window!r})")
-
-
 def depth_pairs(rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], block_a: int, block_b: int,
                 edges: Sequence[int], seed: int = 0) -> list[dict[str, Any]]:
     """`diff` by depth bucket: each bucket where both sides have steps, each side's steps and tau macro and

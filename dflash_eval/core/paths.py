@@ -5,8 +5,8 @@ sits on a read-only or special filesystem, loses the run (or, worse, prints a tr
 
 `output_path` is the one guard every output option of every command goes through (`--html`, `--out`,
 `--tensorboard`): besides being writable, an output never lands on a file of a result folder (`diff A B
---html RUN/run.json` overwrote the run and exited 0) nor on one of the command's own inputs (`served B A
---html A`, `merge S0 S1 --out S0`). A result folder is one dflash-eval wrote (`written.json`, or the state
+--html-file RUN/run.json` overwrote the run and exited 0) nor on one of the command's own inputs (`served B A
+--html-file A`, `merge S0 S1 --out S0`). A result folder is one dflash-eval wrote (`written.json`, or the state
 file of a run or a track); its files are the names it lists and every name such a folder holds
 (`RESULT_FILES`), and what it lists includes the run folders a track keeps under runs/.
 """

@@ -343,7 +343,7 @@ def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
 
 def drafter_named(run: RunDocument, run_dir: Path, name: str | None, ask: str) -> DrafterDocument:
     """The run document's entry for drafter `name`; without a name the run must hold exactly one drafter.
-    Refused by name otherwise (`ask` says how to name one: "say which with --drafter NAME")."""
+    Refused by name otherwise (`ask` says how to name one: "say which with --drafter-name NAME")."""
     names = [d["name"] for d in run["drafters"]]
     if name is None:
         if len(names) != 1:

@@ -36,25 +36,10 @@ StepTime = Callable[[int, int], "float | None"]  # (new tokens per sequence, bat
 def parse_draft_lengths(text: str | None, block_size: int, *, name: str = "") -> tuple[int, ...]:
     """"3,7,15" or "all" -> sorted draft lengths k (1 <= k <= B - 1 of that drafter); empty for None.
 
-    k past B - 1 is refused by name: the drafter was trained to fill B - 1 slots, and nothing says what a
-    longer block means for it."""
-    if text is None:
-        return ()
-    spec = text.strip().lower()
-    who = f" (drafter {name}, block size {block_size})" if name else f" (block size {block_size})"
-    if spec == "all":
-        return tuple(range(1, block_size))
-    values = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise InputError(None, f"--draft-lengths {text!r}: expected 'all' or k,k,... (positive integers), "
-                                   f"got {part!r}")
-        values.append(int(part))
-    bad = [k for k in values if not 1 <= k <= block_size - 1]
-    if bad:
-        raise InputError(None, f"--draft-lengths {text!r}: k = {bad[0]} outside 1..{block_size - 1}{who}")
-    return tuple(sorted(set(values)))
+    The one parser is the serving section's (core/options_work.py); this is its shorthand for one value."""
+    from .options_work import Serving
+
+    return Serving(draft_lengths=text).for_block(block_size, name)
 
 
 def mean_context(prompt_lengths, max_new_tokens: int) -> int:

@@ -207,10 +207,10 @@ def whole_prompt_set(options) -> list[Prompt] | None:
     from .long_prompts import is_long_source, packed_set
     from .prompts import load_prompts, select
 
-    limit, seed = getattr(options, "limit", None), getattr(options, "prompt_seed", None)
+    limit, seed = options.limit, options.prompt_seed
     if is_long_source(options.prompts):
         return None if (packed := packed_set(options.prompts)) is None else select(packed, limit, seed)
-    field = getattr(options, "prompt_field", None)
+    field = options.prompt_field
     return answered_set(options.prompts) or load_prompts(options.prompts, limit, seed, prompt_field=field)
 
 
@@ -254,7 +254,7 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     plan = []
     for turn in sorted(by_turn):
         lengths = by_turn[turn]
-        batch = options.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        batch = options.batching.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
         plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
     return plan, everyone
 
@@ -290,7 +290,7 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
     if companions:  # a shard, rank or resume: the run's other prompts in the same batches
         reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
                       "planned over the run's prompts, so that no continuation depends on --shard or a resume")
-    if todo and getattr(options, "limit", None) and target.dtype != torch.float32:
+    if todo and options.limit and target.dtype != torch.float32:
         reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")
     reporter.phase(phase, len(todo))
     for members, member_ids, keys, missing in work:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core import metrics as M
 from ..core import results as R
-from ..core.breakdown import breakdown_documents, parse_depth_buckets
+from ..core.breakdown import breakdown_documents
 from ..core.semantics import shorter_final_block
 from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
@@ -65,7 +65,7 @@ def _dataset(options) -> dict[str, Any]:
     draw: hf_prompts.provenance), else nothing."""
     from .hf_prompts import provenance
 
-    found = provenance(str(options.prompts), getattr(options, "prompt_field", None))
+    found = provenance(str(options.prompts), options.prompt_field)
     return {"dataset": found} if found else {}
 
 
@@ -217,7 +217,7 @@ def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_ti
         if breakdown:  # by depth, segment, token class (not in run.partial.json: breakdown.py)
             obj.update(breakdown_documents(mine, block_sizes[entry.name], merged,
                                            lambda c: R.metrics_summary(c, seed=options.seed),
-                                           parse_depth_buckets(getattr(options, "depth_buckets", None))))
+                                           options.breakdown.edges))
         by_k = draft_length_documents(mine, block_sizes[entry.name], merged, options.seed, obj["metrics"])
         if by_k:
             obj["by_draft_length"] = by_k
@@ -240,11 +240,11 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
     live = options.mode == "live"  # the live loop drafts one block per forward; the engine never ran
     anchors = {} if live else {name: anchor_batches(
         [r["prompt_len"] + r["continuation_len"] for r in rows if r["drafter"] == name], d.spec.block_size,
-        d.spec.num_attention_heads, device, options.anchor_batch) for name, d in drafters.items()}
-    return {"generation_batch": options.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
+        d.spec.num_attention_heads, device, options.batching.anchor_batch) for name, d in drafters.items()}
+    return {"generation_batch": options.batching.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
             "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
             "anchor_batch": anchors, "anchor_batch_rule": "live: one block per drafter forward" if live else
-            "given" if options.anchor_batch else rule_text(device)}
+            "given" if options.batching.anchor_batch else rule_text(device)}
 
 
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
@@ -292,9 +292,9 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "final_block_by_drafter": {
                 e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
                          else "full") for e in entries},
-            "draft_lengths": options.draft_lengths,
+            "draft_lengths": options.serving.draft_lengths,
             # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
-            "draft_window": getattr(options, "draft_window", None),
+            "draft_window": options.breakdown.draft_window,
             "continuations": (f"responses:{options.responses}" if options.responses else
                               "sampled (K per prompt)" if options.temperature > 0 else "generated"),
             # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such
@@ -304,8 +304,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
             "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
                         **_dataset(options),  # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
-                        **({"context_tokens": getattr(options, "context_tokens", None) or 8192,
-                            "max_context": getattr(options, "max_context", "refuse")}
+                        **(options.long_context.provenance()
                            if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},
             "warnings": warnings,
             # work done by this invocation (a resumed run counts only what it did itself)

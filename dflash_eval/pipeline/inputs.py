@@ -20,7 +20,6 @@ from .long_prompts import run_prompts
 from .responses import responses_for
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
-from ..core import breakdown
 from ..core.options import RunOptions
 from ..core.spec import DrafterSpec
 
@@ -217,7 +216,7 @@ class Inputs:
             "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
             "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
             "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
-            "tap_chunk": options.tap_chunk, **({"draft_window": options.draft_window} if options.draft_window else {}),
+            "tap_chunk": options.batching.tap_chunk, **({"draft_window": options.breakdown.draft_window} if options.breakdown.draft_window else {}),
             "semantics": {e.name: e.spec.semantics for e in self.entries},
             **self.content,  # target weights/config, tokenizer, chat template, responses: by content
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
@@ -254,12 +253,7 @@ def check_options(options: RunOptions) -> Resolved:
 
     device = resolve_device(options.device)
     dtype = resolve_dtype(options.dtype, device)
-    if options.mode not in ("trajectory", "live"):
-        raise InputError(None, f"unknown --mode {options.mode!r} (trajectory or live)")
-    if options.final_block not in ("shorter", "full"):
-        raise InputError(None, f"unknown --final-block {options.final_block!r} (shorter or full)")
-    if options.kernels not in ("auto", "torch"):
-        raise InputError(None, f"unknown --kernels {options.kernels!r} (auto or torch)")
+    options.replay.check()  # --mode, --final-block, --kernels (core/options_run.py)
     from ..model.sampling import sampling_of
 
     check_sampling_numbers(options)
@@ -269,13 +263,8 @@ def check_options(options: RunOptions) -> Resolved:
 
         writable_dir(Path(options.cache_dir), "--cache-dir")
     shard = parse_shard(options.shard) if options.shard is not None else None
-    if options.device_map is not None and options.device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
-        raise InputError(None, f"unknown --device-map {options.device_map!r} (auto, balanced, balanced_low_0 or sequential)")
-    if options.max_memory and not options.device_map:
-        raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
-    from ..core.options import parse_max_memory
-
-    max_memory = parse_max_memory(options.max_memory)
+    options.placement.check()  # --device-map, --max-memory (core/options_run.py)
+    max_memory = options.placement.memory
     if not 1 <= options.samples <= MAX_SAMPLES:
         raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
     if options.temperature <= 0 and options.samples > 1:
@@ -284,7 +273,7 @@ def check_options(options: RunOptions) -> Resolved:
         raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
-    breakdown.check_options(options)  # --depth-buckets, --draft-window
+    options.breakdown.check()  # --depth-buckets, --draft-window (core/options_work.py)
     engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
     if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
         raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "

@@ -130,10 +130,10 @@ def fit_context(options, tokenizer, limit: int | None, template_tokens: int) -> 
     """(--context-tokens to pack with, warnings) under --max-context: with `truncate`, lowered so that the
     templated prompt plus --max-new-tokens fits the target's `limit` positions; `refuse` keeps it (the
     length check then refuses a prompt that does not fit, by name)."""
-    mode = getattr(options, "max_context", None) or "refuse"
+    mode = options.max_context
     if mode not in MAX_CONTEXT:
         raise InputError(None, f"unknown --max-context {mode!r} (refuse or truncate)")
-    wanted = getattr(options, "context_tokens", None)
+    wanted = options.context_tokens
     if not is_long_source(options.prompts):
         if wanted is not None:
             raise InputError(None, "--context-tokens packs repo:PATH or stdlib prompts; other prompt sets are used "
@@ -160,7 +160,7 @@ def run_prompts(options, tokenizer, thinking: bool, target_path: Path, warnings:
     if not is_long_source(options.prompts):
         fit_context(options, tokenizer, None, 0)  # refuses --context-tokens / truncate here, by name
         return load_prompts(options.prompts, options.limit, options.prompt_seed,
-                            prompt_field=getattr(options, "prompt_field", None))
+                            prompt_field=options.prompt_field)
     template = len(prompt_ids(tokenizer, Prompt(id="-", text=""), thinking))
     n, notes = fit_context(options, tokenizer, max_positions(target_path), template)
     warnings.extend(notes)

@@ -30,7 +30,7 @@ from ..core.errors import InputError
 def check_numerics_options(options) -> None:
     """--numerics-check compares greedy replays, generated continuations and the live loop: refused by name
     where one of them does not exist."""
-    count = getattr(options, "numerics_check", 0) or 0
+    count = options.numerics_check
     if count < 0:
         raise InputError(None, f"--numerics-check must be 0 or more (got {count})")
     if not count:

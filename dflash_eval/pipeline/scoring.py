@@ -47,7 +47,7 @@ def windowed(drafter, options: RunOptions):
     each anchor, on every layer); itself without the option. A shallow view, as `at_draft_length`."""
     import copy
 
-    window = getattr(options, "draft_window", None)
+    window = options.breakdown.draft_window
     if window is None:
         return drafter
     view = copy.copy(drafter)
@@ -59,15 +59,12 @@ def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) ->
     drafter = windowed(drafter, options)
     return replay(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.prompt_len,
                   options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
-                  anchor_batch=options.anchor_batch)
+                  anchor_batch=options.batching.anchor_batch)
 
 
 def draft_lengths_of(drafter, options: RunOptions) -> tuple[int, ...]:
     """The shorter draft lengths k < B - 1 this drafter is also replayed at (B - 1 is its own run)."""
-    from ..core.speedup import parse_draft_lengths
-
-    B = drafter.spec.block_size
-    return tuple(k for k in parse_draft_lengths(options.draft_lengths, B) if k < B - 1)
+    return options.serving.shorter(drafter.spec.block_size)
 
 
 def score_at_draft_lengths(drafter, trajectory: Trajectory, options: RunOptions) -> dict[int, DrafterOnPrompt]:
@@ -81,7 +78,7 @@ def score_at_draft_lengths(drafter, trajectory: Trajectory, options: RunOptions)
     ctx = drafter.context(taps)
     return {k: replay(at_draft_length(drafter, k), taps, trajectory.tokens, trajectory.prompt_len,
                       options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
-                      anchor_batch=options.anchor_batch, ctx=ctx) for k in ks}
+                      anchor_batch=options.batching.anchor_batch, ctx=ctx) for k in ks}
 
 
 def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: RunOptions) -> list[list[float]]:
@@ -92,7 +89,7 @@ def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: Run
     drafter = windowed(drafter, options)
     return anchor_alphas(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.hidden,
                          target.lm_head, trajectory.prompt_len, options.max_new_tokens, sampling_of(options),
-                         shorter_final_block=options.final_block == "shorter", anchor_batch=options.anchor_batch)
+                         shorter_final_block=options.final_block == "shorter", anchor_batch=options.batching.anchor_batch)
 
 
 def score_live(target, drafter, prompt_ids: list[int], options: RunOptions, prompt_id: str = "",

@@ -40,7 +40,7 @@ def answer_earlier_turns(inputs, options, reporter, target=None):
         raise InputError(options.responses, f"--prompts {options.prompts} is multi-turn: its later turns follow the "
                                             "target's own answers; give the conversations as --prompts FILE.jsonl "
                                             "of messages to evaluate other continuations")
-    whole = load_prompts(options.prompts, prompt_field=getattr(options, "prompt_field", None))
+    whole = load_prompts(options.prompts, prompt_field=options.prompt_field)
     loaded = target is None
     if loaded:
         from ..model.target import load_target

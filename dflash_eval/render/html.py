@@ -371,7 +371,7 @@ def render_diff_html(result: dict) -> str:
     if result.get("estimate"):
         from ..core.errors import InputError
 
-        raise InputError(None, "diff --html does not draw a comparison of offline estimates yet; the terminal "
+        raise InputError(None, "diff --html-file does not draw a comparison of offline estimates yet; the terminal "
                                "and --json outputs show it")
     a, b = result["a"], result["b"]
     examples = {}

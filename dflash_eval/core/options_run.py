@@ -1,0 +1,105 @@
+"""The sections of how and where a run executes (core/sections.py): replay (the rules drafts are scored
+under) and placement (devices, one target over several, shards, torchrun). Beside core/options_work.py,
+whose sections shape the work itself; `RunOptions` takes its defaults from both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Optional
+
+from .errors import InputError
+from .sections import Section, setting
+
+REPLAY = "Replay (how drafts are scored)"
+PLACEMENT = "Placement (devices, shards)"
+
+MODES = ("trajectory", "live")
+FINAL_BLOCKS = ("shorter", "full")
+KERNELS = ("auto", "torch")
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+@dataclass(frozen=True)
+class Replay(Section):
+    """trajectory (exact offline replay) or live; z-lab's shorter final block or vLLM's full one; the
+    Gated-DeltaNet kernels. (--semantics, a repeatable list, stays with the drafters: cli/options.py.)"""
+
+    mode: str = "trajectory"
+    final_block: str = "shorter"
+    kernels: str = "auto"
+
+    FLAGS = (
+        setting("mode", "--mode", str, "trajectory",
+                "trajectory (exact offline replay) or live (step-by-step loop).", REPLAY),
+        setting("final_block", "--final-block", str, "shorter",
+                "shorter (z-lab: min(B, remaining+1) slots near the cap) or full (vLLM). A drafter under "
+                "--semantics vllm always drafts full blocks (vLLM's rule; recorded per drafter).", REPLAY),
+        setting("kernels", "--kernels", str, "auto",
+                "auto (whatever transformers bound, fla on GPU) or torch (force the Gated-DeltaNet torch "
+                "fallback).", REPLAY),
+    )
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise InputError(None, f"unknown --mode {self.mode!r} (trajectory or live)")
+        if self.final_block not in FINAL_BLOCKS:
+            raise InputError(None, f"unknown --final-block {self.final_block!r} (shorter or full)")
+        if self.kernels not in KERNELS:
+            raise InputError(None, f"unknown --kernels {self.kernels!r} (auto or torch)")
+
+
+@dataclass(frozen=True)
+class Placement(Section):
+    """Where the models run: one device (auto: cuda when present), a dtype, or one target split over several
+    devices (accelerate's device_map, with a per-device budget); a shard I/N of the prompts; and how long a
+    torchrun rank waits for the others."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    device_map: Optional[str] = None
+    max_memory: Optional[str] = None
+    shard: Optional[str] = None
+    dist_timeout: float = 6 * 3600.0
+
+    FLAGS = (
+        setting("device", "--device", str, "auto", "auto, cpu, cuda or cuda:N.", PLACEMENT),
+        setting("dtype", "--dtype", str, "auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16 or float32.", PLACEMENT),
+        setting("device_map", "--device-map", Optional[str], None,
+                "auto, balanced or sequential: split a target too large for one device over several (accelerate); "
+                "drafters run where the input embedding is.", PLACEMENT),
+        setting("max_memory", "--max-memory", Optional[str], None,
+                "With --device-map: per-device budget, e.g. 0=70GiB,1=70GiB,cpu=200GiB.", PLACEMENT),
+        setting("shard", "--shard", Optional[str], None,
+                "I/N: evaluate shard I of N of the prompts (balanced by length) into --out; `dflash-eval merge` "
+                "joins the N shard folders.", PLACEMENT),
+        setting("dist_timeout", "--dist-timeout", float, 6 * 3600.0,
+                "Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's "
+                "time (a failing rank ends the job at once).", PLACEMENT, number=(1, None, False)),
+    )
+
+    @cached_property
+    def memory(self) -> dict | None:
+        """--max-memory parsed once, as accelerate's max_memory ({0: "70GiB", "cpu": "200GiB"}); None without."""
+        if not self.max_memory:
+            return None
+        out: dict = {}
+        for part in self.max_memory.split(","):
+            key, sep, amount = part.strip().partition("=")
+            if not sep or not amount:
+                raise InputError(None, f"--max-memory {self.max_memory!r}: expected DEVICE=AMOUNT,... (e.g. "
+                                       "0=70GiB,cpu=200GiB)")
+            out[int(key) if key.isdigit() else key] = amount
+        return out
+
+    def check(self) -> None:
+        """--device-map and --max-memory (the shard's I/N: pipeline/prompts.parse_shard, the device: model/)."""
+        if self.device_map is not None and self.device_map not in DEVICE_MAPS:
+            raise InputError(None, f"unknown --device-map {self.device_map!r} (auto, balanced, balanced_low_0 or "
+                                   "sequential)")
+        if self.max_memory and not self.device_map:
+            raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
+        self.memory
+
+
+RUN_SECTIONS = (Replay, Placement)
