@@ -93,18 +93,18 @@ def test_empty_responses_are_said_or_refused(test_bed, drafter_dirs, tmp_path):
 
 
 def test_no_legend_warning_when_no_drafter_is_drawn():
-    """The charts' legend only when something is labelled (render/charts._chart_legend)."""
+    """The charts' legend only when something is labelled (render/charts.chart_legend)."""
     from matplotlib.figure import Figure
 
-    from dflash_eval.render.charts import _chart_legend
+    from dflash_eval.render.charts import chart_legend
 
     ax = Figure().subplots()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _chart_legend(ax, loc="upper right")
+        chart_legend(ax, loc="upper right")
     assert ax.get_legend() is None
     ax.plot([1, 2], label="a")
-    _chart_legend(ax, loc="upper right")
+    chart_legend(ax, loc="upper right")
     assert ax.get_legend() is not None
 
 

@@ -18,17 +18,17 @@ def stdout_console() -> Console:
     return Console(highlight=False)
 
 
-def _safe(text: str) -> str:
+def safe_line(text: str) -> str:
     from ..core.safe_text import safe
 
     return safe(text)
 
 
-def _incomplete_banner(console: Console, run: dict) -> None:
+def incomplete_banner(console: Console, run: dict) -> None:
     state = run.get("incomplete") if isinstance(run, dict) else None
     if isinstance(state, dict):
-        console.print(f"[bold white on red] INCOMPLETE RUN: {_safe(str(state.get('done')))} of "
-                      f"{_safe(str(state.get('total')))} prompts done; rerun the same command to finish [/]")
+        console.print(f"[bold white on red] INCOMPLETE RUN: {safe_line(str(state.get('done')))} of "
+                      f"{safe_line(str(state.get('total')))} prompts done; rerun the same command to finish [/]")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:

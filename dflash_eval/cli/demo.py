@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .common import _safe, fail, reports_input_errors, stdout_console
+from .common import safe_line, fail, reports_input_errors, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -120,7 +120,7 @@ def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, h
                  "doctor why (it reuses this run's cached continuations):"),
         ("command", command("doctor", "--drafter", inhouse, "--no-thinking", "--max-new-tokens", max_new_tokens,
                             *(("--cache-dir", cache_dir) if cache_dir is not None else ()))),
-        ("text", f"Results in {_safe(out)}/ ({files}); more blocks:"),
+        ("text", f"Results in {safe_line(out)}/ ({files}); more blocks:"),
         ("command", command("show", out, "--worst", 5)),
         ("text", "On your own checkpoints:"),
         ("command", command("run", "--target", "Qwen/Qwen3-8B", "--drafter", "./my-drafter", "--reference", "z-lab",

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from .options import finite_number
-from .common import _incomplete_banner, _safe, reports_input_errors, stdout_console
+from .common import incomplete_banner, safe_line, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -42,7 +42,7 @@ def diff(
         if not as_json:
             for side in ("a", "b"):
                 if result[side].get("incomplete"):
-                    _incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
+                    incomplete_banner(console, {"incomplete": result[side]["incomplete"]})
             render_diff(console, result)
     page = None
     if html is not None:
@@ -58,4 +58,4 @@ def diff(
 
         path = write_html(html, page)
         if not as_json:
-            stdout_console().print(_safe(f"written: {path}"))
+            stdout_console().print(safe_line(f"written: {path}"))

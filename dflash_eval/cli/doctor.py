@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import _safe, fail, reports_input_errors, stdout_console
+from .common import safe_line, fail, reports_input_errors, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -103,7 +103,7 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
         reporter.close()
     render_doctor(console, result)
     if out is not None:
-        console.print(_safe(f"written: {out / 'doctor.json'}"))
+        console.print(safe_line(f"written: {out / 'doctor.json'}"))
 
 
 def _engines(options, reporter, console, out: Optional[Path]) -> None:
@@ -117,4 +117,4 @@ def _engines(options, reporter, console, out: Optional[Path]) -> None:
         reporter.close()
     render_engines(console, result)
     if out is not None:
-        console.print(_safe(f"written: {out / 'engines.json'}"))
+        console.print(safe_line(f"written: {out / 'engines.json'}"))

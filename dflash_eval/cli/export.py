@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import _safe, reports_input_errors, stdout_console
+from .common import safe_line, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -45,4 +45,4 @@ def export_serving(
         typer.echo(text, nl=False)
         return
     atomic_write(out, text)
-    stdout_console().print(_safe(f"written: {out} ({engine}, k = {result['k']})"))
+    stdout_console().print(safe_line(f"written: {out} ({engine}, k = {result['k']})"))

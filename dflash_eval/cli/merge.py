@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from .common import _safe, reports_input_errors, stdout_console
+from .common import safe_line, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -33,4 +33,4 @@ def merge(
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
     written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"
-    console.print(_safe(written + (", report.html" if html else "")))
+    console.print(safe_line(written + (", report.html" if html else "")))

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .common import _incomplete_banner, _safe, fail, reports_input_errors, stdout_console
+from .common import incomplete_banner, safe_line, fail, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -47,7 +47,7 @@ def report(
         sys.stdout.write(text)
         return
     console = stdout_console()
-    _incomplete_banner(console, run)
+    incomplete_banner(console, run)
     with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
         render_report(console, run, rows, samples_per_drafter=worst)
     page = None
@@ -59,4 +59,4 @@ def report(
     if page is not None:
         from ..render.html import write_html
 
-        console.print(_safe(f"written: {write_html(html, page)}"))
+        console.print(safe_line(f"written: {write_html(html, page)}"))

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import _safe, fail, reports_input_errors, stdout_console
+from .common import safe_line, fail, reports_input_errors, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -105,4 +105,4 @@ def run(
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows)
     written = f"results: {out}/run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
-    console.print(_safe(written))
+    console.print(safe_line(written))

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import _safe, fail, reports_input_errors, stdout_console
+from .common import safe_line, fail, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -53,7 +53,7 @@ def served(
 
         path = write_html(html, page)
         if not as_json:
-            stdout_console().print(_safe(f"written: {path}"))
+            stdout_console().print(safe_line(f"written: {path}"))
 
 
 def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path]) -> None:
@@ -76,4 +76,4 @@ def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Opt
 
         written = write_html(html, page)
         if not as_json:
-            stdout_console().print(_safe(f"written: {written}"))
+            stdout_console().print(safe_line(f"written: {written}"))

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import _incomplete_banner, fail, reports_input_errors, stdout_console
+from .common import incomplete_banner, fail, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -34,7 +34,7 @@ def show(
         raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
     run = read_run_document(run_dir, partial=partial)
     console = stdout_console()
-    _incomplete_banner(console, run)
+    incomplete_banner(console, run)
     names = [d["name"] for d in run["drafters"]]
     if drafter is not None and drafter not in names:
         raise fail(f"{run_dir}: no drafter {drafter!r} in this run (drafters: {', '.join(names)})")

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import _safe, fail, reports_input_errors, stdout_console
+from .common import safe_line, fail, reports_input_errors, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -105,7 +105,7 @@ def track(
         if tracker.busy:
             raise fail(f"interrupted inside a batch; the prompts done are kept in {out}: rerun the same command to "
                        "continue", 130) from None
-        console.print(_safe(f"stopped; {len(tracker.rows)} rows in {out / 'track.jsonl'} (rerun to continue)"))
+        console.print(safe_line(f"stopped; {len(tracker.rows)} rows in {out / 'track.jsonl'} (rerun to continue)"))
     finally:
         reporter.close()
         if scalars is not None:
@@ -114,4 +114,4 @@ def track(
     written = f"results: {out}/track.jsonl, track.csv, runs/"
     if html and tracker.rows:
         written += ", track.html"
-    console.print(_safe(written))
+    console.print(safe_line(written))

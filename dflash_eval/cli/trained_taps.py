@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import _safe, reports_input_errors, stdout_console
+from .common import safe_line, reports_input_errors, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -86,4 +86,4 @@ def trained_taps(
         written = write_outputs(folder, result, done.rows, options, done.target, done.entry, done.drafter)
         write_run_html(out, render_trained_taps_html(result), TRAINED_TAPS_HTML)
         if not as_json:
-            console.print(_safe(f"written: {', '.join(str(p) for p in written + [out / TRAINED_TAPS_HTML])}"))
+            console.print(safe_line(f"written: {', '.join(str(p) for p in written + [out / TRAINED_TAPS_HTML])}"))

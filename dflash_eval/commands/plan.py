@@ -23,7 +23,7 @@ from ..core.options_work import TAP_CHUNK
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from .doctor import LENS_LAYERS
-from .plan_inputs import Model, _target, check_settings, drafter_spec, prompt_lengths
+from .plan_inputs import Model, plan_target, check_settings, drafter_spec, prompt_lengths
 
 RESERVE_BYTES = 2 * R.GIB  # CUDA context, cuBLAS workspace and allocator slack, never available to tensors
 LOGITS_CHUNK = 1024  # model.target.capture_taps computes the greedy logits 1024 positions at a time
@@ -257,7 +257,7 @@ def plan(target: str, drafters: list[str], settings: PlanSettings, reference: st
 
     device = R.accelerator(settings.accelerator)
     paths = check_settings(target, drafters, settings, reference)
-    tgt, config, path = _target(target)
+    tgt, config, path = plan_target(target)
     info = target_info(path)
     specs = [drafter_spec(d, info) for d in paths]
     models = []

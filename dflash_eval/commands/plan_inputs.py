@@ -57,7 +57,7 @@ def check_settings(target: str, drafters: list[str], settings, reference: str | 
 
 
 
-def _target(name: str):
+def plan_target(name: str):
     """(the target as plan's Model, its config, its folder)."""
     from ..formats.files import resolve_local_or_cached
     from ..formats.validation import check_target_config

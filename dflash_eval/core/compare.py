@@ -116,7 +116,7 @@ def delta_tau_per_prompt(a: dict, b: dict, *, kind: str = "macro", seed: int = 0
     if not ids:
         raise ValueError("no prompt has steps in both A and B; nothing to compare")
     table = np.array([(*a[pid], *b[pid]) for pid in ids], dtype=float)
-    return _delta_from_table(table, kind=kind, seed=seed, total=total)
+    return delta_from_table(table, kind=kind, seed=seed, total=total)
 
 
 def paired_row(a: dict, b: dict, *, seed: int = 0) -> dict | None:
@@ -148,11 +148,11 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
     """
     check_resampling(kind, level, n_resamples)
     _, table = _paired_arrays(a, b)
-    return _delta_from_table(table, kind=kind, n_resamples=n_resamples, seed=seed, level=level,
+    return delta_from_table(table, kind=kind, n_resamples=n_resamples, seed=seed, level=level,
                              total=len(a.per_prompt))
 
 
-def _delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
+def delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
                       level: float = 0.95, total: int | None = None, draws: np.ndarray | None = None,
                       method: str = "linear") -> Delta:
     """`draws` (resampled prompt indices, [resamples, prompts]): given, the interval comes from exactly these

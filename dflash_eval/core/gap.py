@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import Delta, _delta_from_table, paired_figure
+from .compare import Delta, delta_from_table, paired_figure
 
 MIN_EXPLAINED = 0.5  # below this share, the best variant explains only part of the gap (said so)
 QUANTILE = "inverted_cdf"  # an order statistic: the same draws rank a delta and its share alike
@@ -39,7 +39,7 @@ def _taus(per_prompt: dict, ids: list[str]) -> np.ndarray:
 def _paired(a: dict, b: dict, ids: list[str], draws, seed: int, total: int) -> Delta:
     """b - a over exactly `ids`, its interval from exactly `draws`."""
     table = np.array([(*a[p], *b[p]) for p in ids], dtype=float)
-    return _delta_from_table(table, seed=seed, total=total, draws=draws, method=QUANTILE)
+    return delta_from_table(table, seed=seed, total=total, draws=draws, method=QUANTILE)
 
 
 def share_interval(closed_draws: np.ndarray, gap_draws: np.ndarray, level: float = 0.95) -> list[float]:

@@ -58,7 +58,7 @@ import torch
 
 from . import (BUILD_JSON, CORPUS_DIR, HUMANEVAL_FILE, INHOUSE_NAME, MBPP_FILE, MODELS_DIR, REFERENCE_NAME,
                TARGET_NAME)
-from .target_training import BATCH, DRAFT_MAX_NEW, LR, SEED, SEQ_LEN, TARGET_SHAPE, WARMUP_STEPS, WEIGHT_DECAY, _log, conversations, document_ids, drafter_sequences, drafter_training_prompts, save_target, tokenizer_corpus, train_target
+from .target_training import BATCH, DRAFT_MAX_NEW, LR, SEED, SEQ_LEN, TARGET_SHAPE, WARMUP_STEPS, WEIGHT_DECAY, log_line, conversations, document_ids, drafter_sequences, drafter_training_prompts, save_target, tokenizer_corpus, train_target
 
 VOCAB_SIZE = 1536  # BPE entries; the special tokens come on top
 STEPS_PER_MINUTE = 150  # target steps per --minute (~0.35 s per step on an idle 2-core CPU)
@@ -221,7 +221,7 @@ def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, see
     target = load_target(str(out / TARGET_NAME), device="cpu", dtype="float32")
     samples = sample_continuations(target, list(DEMO_PROMPTS[:3]), 48)
     for sample in samples:
-        _log(f"sample: {sample['prompt']!r} ->\n{sample['continuation']}\n")
+        log_line(f"sample: {sample['prompt']!r} ->\n{sample['continuation']}\n")
     train_prompts = drafter_training_prompts()
     sequences = drafter_sequences(target, train_prompts)
     timings["continuations"] = time.perf_counter() - t0
@@ -240,7 +240,7 @@ def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, see
                           "loss_last_50_mean": sum(losses[-50:]) / len(losses[-50:]),
                           "seconds": train_log["seconds"]}
         timings[name] = time.perf_counter() - t0
-        _log(f"{name}: {fmt}, anchor_in_context={bug}, loss {losses[0]:.3f} -> "
+        log_line(f"{name}: {fmt}, anchor_in_context={bug}, loss {losses[0]:.3f} -> "
              f"{drafters[name]['loss_last_50_mean']:.3f} in {train_log['seconds']:.1f}s")
     del target
 
@@ -254,7 +254,7 @@ def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, see
         for key, run in measured.items():
             for name, d in run["drafters"].items():
                 low, high = d["tau_macro_ci95"]
-                _log(f"{key:15s} {name:15s} tau {d['tau_macro']:.3f} [{low:.3f}, {high:.3f}]  "
+                log_line(f"{key:15s} {name:15s} tau {d['tau_macro']:.3f} [{low:.3f}, {high:.3f}]  "
                      f"flagged share {d['flagged_share']:.3f}")
 
     info = {
@@ -283,7 +283,7 @@ def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, see
         "tau_tolerance": TAU_TOLERANCE,
     }
     (out / BUILD_JSON).write_text(json.dumps(info, indent=1) + "\n")
-    _log(f"built {out} in {info['seconds']:.0f}s")
+    log_line(f"built {out} in {info['seconds']:.0f}s")
     return info
 
 
@@ -299,13 +299,13 @@ def compare_builds(committed: dict[str, Any], rebuilt: dict[str, Any], committed
         now = rebuilt["machine"].get(key)
         if key not in ("cpu_count", "platform") and now != was:
             same_environment = False
-            _log(f"environment differs: {key} {was!r} at build time, {now!r} now (results may differ)")
+            log_line(f"environment differs: {key} {was!r} at build time, {now!r} now (results may differ)")
     for key, run in committed["measured"].items():
         fresh = rebuilt["measured"][key]["drafters"]
         for name, d in run["drafters"].items():
             delta = fresh[name]["tau_macro"] - d["tau_macro"]
             ok = abs(delta) <= TAU_TOLERANCE + 1e-12
-            _log(f"{key:15s} {name:15s} tau committed {d['tau_macro']:.3f} rebuilt {fresh[name]['tau_macro']:.3f} "
+            log_line(f"{key:15s} {name:15s} tau committed {d['tau_macro']:.3f} rebuilt {fresh[name]['tau_macro']:.3f} "
                  f"delta {delta:+.3f} ({'ok' if ok else 'beyond'} tolerance {TAU_TOLERANCE})")
             if not ok:
                 failures.append(f"{key}/{name}: tau moved by {delta:+.3f}")
@@ -316,7 +316,7 @@ def compare_builds(committed: dict[str, Any], rebuilt: dict[str, Any], committed
             failures.append(f"{key}: the rebuilt in-house drafter is not flagged more often")
     for name in (TARGET_NAME, REFERENCE_NAME, INHOUSE_NAME):
         same = _sha256(committed_dir / name / "model.safetensors") == _sha256(rebuilt_dir / name / "model.safetensors")
-        _log(f"{name:15s} weights {'byte-identical' if same else 'differ'} (sha256 of model.safetensors)")
+        log_line(f"{name:15s} weights {'byte-identical' if same else 'differ'} (sha256 of model.safetensors)")
         if not same and same_environment:
             failures.append(f"{name}: weights differ in the build's own environment")
     return failures
@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         rebuilt = build(rebuilt_dir, committed["minutes"], steps=committed["target_steps"], seed=committed["seed"])
         failures = compare_builds(committed, rebuilt, MODELS_DIR, rebuilt_dir)
     for failure in failures:
-        _log(f"FAIL {failure}")
-    _log("rebuild check: " + ("passed" if not failures else f"{len(failures)} failure(s)"))
+        log_line(f"FAIL {failure}")
+    log_line("rebuild check: " + ("passed" if not failures else f"{len(failures)} failure(s)"))
     return 1 if failures else 0
 
 

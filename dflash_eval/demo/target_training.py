@@ -51,7 +51,7 @@ DRAFT_PROMPTS = 256  # the first MBPP task texts; half continued with thinking o
 HUMANEVAL_TEMPLATE = ("Write a solution to the following problem and make sure that it passes the tests:\n"
                       "```python\n{prompt}\n```")
 
-def _log(message: str) -> None:
+def log_line(message: str) -> None:
     print(message, flush=True)
 
 
@@ -166,7 +166,7 @@ def train_target(tokenizer, docs: list[list[int]], steps: int, seed: int = SEED)
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(target_config(tokenizer)).float().train()
     params = sum(p.numel() for p in model.parameters())
-    _log(f"target: {params / 1e6:.2f}M parameters, {len(docs)} documents, {tokens} tokens, {steps} steps of "
+    log_line(f"target: {params / 1e6:.2f}M parameters, {len(docs)} documents, {tokens} tokens, {steps} steps of "
          f"{BATCH} x {SEQ_LEN}")
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
@@ -199,7 +199,7 @@ def train_target(tokenizer, docs: list[list[int]], steps: int, seed: int = SEED)
         if (step + 1) % 25 == 0 or step == 0 or step == steps - 1:
             mean = sum(window) / len(window)
             log.append([step + 1, round(mean, 4)])
-            _log(f"  target step {step + 1:5d}/{steps}  loss {mean:.3f}  lr {lr:.2e}  "
+            log_line(f"  target step {step + 1:5d}/{steps}  loss {mean:.3f}  lr {lr:.2e}  "
                  f"{time.perf_counter() - began:6.1f}s")
             window = []
     return model.eval(), log

@@ -115,7 +115,7 @@ class _DropFallbackAdvice(logging.Filter):
         return "falling back to its reference PyTorch implementation" not in record.getMessage()
 
 
-def _quiet_cpu_fallback_advice() -> None:
+def quiet_cpu_fallback_advice() -> None:
     hub_logger = logging.getLogger("transformers.integrations.hub_kernels")
     if not any(isinstance(f, _DropFallbackAdvice) for f in hub_logger.filters):
         hub_logger.addFilter(_DropFallbackAdvice())

@@ -25,7 +25,7 @@ from torch import nn
 from ..formats.validation import TargetInfo
 from ..formats.files import resolve_local_or_cached
 from ..core.errors import InputError, read_json_object
-from .kernels import _quiet_cpu_fallback_advice, decoder_layers, kernel_report
+from .kernels import quiet_cpu_fallback_advice, decoder_layers, kernel_report
 from .lm_head import greedy_ids
 
 
@@ -196,7 +196,7 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
     refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
     if dev.type == "cpu":
-        _quiet_cpu_fallback_advice()
+        quiet_cpu_fallback_advice()
     if device_map is not None:  # dispatched: inputs, taps and drafters live where the input embedding is
         dev = input_device(model)
     model.eval().requires_grad_(False)
@@ -276,7 +276,7 @@ def hooked_layers(target: Target, taps: list[int]):
             handle.remove()
 
 
-def _cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: nn.Module) -> str:
     """transformers >= 5.2x names the cache argument `cache`; earlier 5.x call it `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -298,7 +298,7 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
         for start in range(0, ids.shape[1], step):
             kwargs: dict = {"use_cache": step < ids.shape[1]}
             if cache is not None:
-                kwargs[_cache_keyword(base)] = cache
+                kwargs[cache_keyword(base)] = cache
             out = base(input_ids=ids[:, start:start + step], **kwargs)
             cache = output_cache(out) if kwargs["use_cache"] else None
             hidden_parts.append(out.last_hidden_state[0].to(target.device))
@@ -319,7 +319,7 @@ def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=
     ids = input_ids.view(1, -1).to(target.device)
     kwargs = {"use_cache": True}
     if cache is not None:
-        kwargs[_cache_keyword(target.model)] = cache
+        kwargs[cache_keyword(target.model)] = cache
     with hooked_layers(target, taps) as read_taps:
         out = target.model(input_ids=ids, **kwargs)
         tap_states = read_taps()

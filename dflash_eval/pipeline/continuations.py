@@ -330,7 +330,7 @@ def generate_sampled(target: Target, prompt: list[int], max_new_tokens: int, sam
     the target token by token with its cache, each token drawn from `sampling_probs` of its logits (z-lab's
     processing) with `generator`; cut after the first stop token."""
     from ..model.sampling import draw, sampling_probs
-    from ..model.target import _cache_keyword, output_cache
+    from ..model.target import cache_keyword, output_cache
 
     stops = set(stop_token_ids(target))
     ids = torch.tensor([prompt], device=target.device)
@@ -343,7 +343,7 @@ def generate_sampled(target: Target, prompt: list[int], max_new_tokens: int, sam
         if token in stops or len(continuation) == max_new_tokens:
             break
         out = target.model(input_ids=torch.tensor([[token]], device=target.device), use_cache=True,
-                           **{_cache_keyword(target.model): output_cache(out)})
+                           **{cache_keyword(target.model): output_cache(out)})
     return continuation
 
 

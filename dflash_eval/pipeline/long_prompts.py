@@ -27,7 +27,7 @@ import sysconfig
 from pathlib import Path
 
 from ..core.errors import InputError
-from .prompts import CODE_EXTENSIONS, Prompt, _source_files
+from .prompts import CODE_EXTENSIONS, Prompt, source_files_under
 
 REPO_HEADER = "Continue the last file of this repository.\n\n"
 DEFAULT_CONTEXT_TOKENS = 8192
@@ -52,7 +52,7 @@ def source_files(source: str) -> tuple[str, list[tuple[str, str, str]]]:
         folder = Path(source[len("repo:"):]).expanduser()
         if not folder.is_dir():
             raise InputError(folder, "no such directory (repo:PATH takes a folder of source files)")
-        paths = _source_files(folder)
+        paths = source_files_under(folder)
         set_name = f"repo:{folder.resolve().name}"
     files = []
     for path in paths:

@@ -266,7 +266,7 @@ def completion_message(head: str, lang: str) -> str:
     return DIR_TEMPLATE.format(fence="`" * max(3, longest + 1), lang=lang, head=head)
 
 
-def _source_files(directory: Path) -> list[Path]:
+def source_files_under(directory: Path) -> list[Path]:
     found = []
     for path in directory.rglob("*"):
         relative = path.relative_to(directory)
@@ -291,7 +291,7 @@ def directory_prompts(directory: str | Path) -> list[Prompt]:
         raise InputError(directory, "not a directory (dir:PATH takes a folder of source files)")
     set_name = f"dir:{directory.resolve().name}"
     prompts = []
-    for path in _source_files(directory):
+    for path in source_files_under(directory):
         try:
             with path.open(encoding="utf-8", newline=None) as handle:
                 text = handle.read(HEAD_CHARS + 1)

@@ -91,14 +91,14 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
     """tau macro per depth bucket that holds steps, one line per drafter with its bootstrap 95% interval as a
     band (buckets without steps left out of that drafter's line); None when fewer than two buckets hold
     steps (`depth_note` says so)."""
-    from .charts import PALETTE, _chart_legend, _clean_svg, _figure, _label, _rc
+    from .charts import PALETTE, chart_legend, clean_svg, new_figure, chart_label, chart_style
 
     buckets = depth_buckets_with_data(drafters)
     if len(buckets) < 2:
         return None
     top = 0.0
-    with _rc():
-        fig, (ax,) = _figure(max(5.0, 0.7 * len(buckets) + 3.0), 3.2)
+    with chart_style():
+        fig, (ax,) = new_figure(max(5.0, 0.7 * len(buckets) + 3.0), 3.2)
         for k, d in enumerate(drafters):
             points = [(buckets.index(e["bucket"]), e["metrics"]) for e in d.get("by_depth") or []
                       if e["metrics"].get("tau_macro") is not None]
@@ -107,7 +107,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
             top = max([top] + [max(m["tau_macro"], *(m.get("tau_macro_ci") or [0])) for _, m in points])
             color = PALETTE[k % len(PALETTE)]
             xs = [x for x, _ in points]
-            ax.plot(xs, [m["tau_macro"] for _, m in points], marker="o", color=color, label=_label(d["name"]))
+            ax.plot(xs, [m["tau_macro"] for _, m in points], marker="o", color=color, label=chart_label(d["name"]))
             band = [(x, m["tau_macro_ci"]) for x, m in points if m.get("tau_macro_ci")]
             if band:
                 ax.fill_between([x for x, _ in band], [c[0] for _, c in band], [c[1] for _, c in band],
@@ -115,17 +115,17 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
                 ax.errorbar([x for x, _ in band], [(c[0] + c[1]) / 2 for _, c in band],
                             yerr=[(c[1] - c[0]) / 2 for _, c in band], fmt="none", ecolor=color, capsize=3,
                             elinewidth=0.8)
-        ax.set_xticks(range(len(buckets)), [_label(b, 12) for b in buckets])
+        ax.set_xticks(range(len(buckets)), [chart_label(b, 12) for b in buckets])
         ax.set_xlabel("anchor position (tokens of context)")
         ax.set_ylabel("tau macro")
         ax.set_xlim(-0.5, len(buckets) - 0.5)  # no dot against an axis
         ax.set_ylim(0, top * 1.1 or 1)  # nor an interval clipped at the top
         ax.set_title("tau by context depth (95% CI over prompts)")
-        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _figure_svg(fig, _clean_svg)
+        chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return figure_svg(fig, clean_svg)
 
 
-def _figure_svg(fig, clean, name: str = "tau by depth chart", prefix: str = "k-") -> str:
+def figure_svg(fig, clean, name: str = "tau by depth chart", prefix: str = "k-") -> str:
     """A figure as inline SVG, its ids prefixed (`prefix`: unique per chart on a page)."""
     import matplotlib
 

@@ -129,19 +129,19 @@ def draft_length_diff_view(result: dict) -> dict[str, Any] | None:
 
 
 def _diff_tau_chart(pairs: list[dict[str, Any]], name_a: str, name_b: str) -> str:
-    from .breakdown import _figure_svg
-    from .charts import PALETTE, _clean_svg, _figure, _label, _chart_legend, _rc
+    from .breakdown import figure_svg
+    from .charts import PALETTE, clean_svg, new_figure, chart_label, chart_legend, chart_style
 
     ks = [p["k"] for p in pairs]
-    with _rc():
-        fig, (ax,) = _figure(6.0, 3.0)
+    with chart_style():
+        fig, (ax,) = new_figure(6.0, 3.0)
         for key, name, color in (("tau_macro_a", f"A: {name_a}", PALETTE[0]),
                                  ("tau_macro_b", f"B: {name_b}", PALETTE[1])):
-            ax.plot(ks, [p[key] for p in pairs], "o-", color=color, markersize=4, label=_label(name))
+            ax.plot(ks, [p[key] for p in pairs], "o-", color=color, markersize=4, label=chart_label(name))
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_xlabel("draft length k (num_speculative_tokens; block k + 1)")
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per draft length, A and B")
-        _chart_legend(ax, loc="lower right")
-        return _figure_svg(fig, _clean_svg, "tau per draft length chart", "dk-")
+        chart_legend(ax, loc="lower right")
+        return figure_svg(fig, clean_svg, "tau per draft length chart", "dk-")

@@ -46,8 +46,8 @@ from ..core.row_documents import SampleRow
 from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
-from .charts import PALETTE, _chart_legend, _delta_chart, _diff_histogram_chart, _diff_slot_chart, _figure, _histogram_chart, _label, _nan, _prompt_chart, _rc, _repetition_chart, _slot_chart, _svg, _tau_chart
-from .html_blocks import _block, _natural, _pair_block, _view_block, _visible
+from .charts import PALETTE, chart_legend, delta_chart, diff_histogram_chart, diff_slot_chart, new_figure, histogram_chart, chart_label, none_as_nan, prompt_chart, chart_style, repetition_chart, slot_chart, figure_to_svg, tau_chart
+from .html_blocks import block_cells, natural, pair_block, view_block, visible_text
 from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
 from .breakdown import breakdown_view
 
@@ -71,11 +71,11 @@ EXTRA_LEGEND = (
 # ----------------------------------------------------------------------------------------------- templates
 
 @lru_cache(maxsize=1)
-def _env():
+def template_env():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(loader=PackageLoader("dflash_eval", "render/templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=_visible)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, finalize=visible_text)
     env.filters["num"] = _num
     env.filters["signed"] = _signed
     env.filters["pct"] = _pct
@@ -98,10 +98,10 @@ def _pct(value, digits: int = 1) -> str:
 
 def _static(name: str) -> str:
     """A static template (the script): rendered exactly as `{% include %}` puts it into the page."""
-    return _env().get_template(name).render()
+    return template_env().get_template(name).render()
 
 
-def _csp() -> str:
+def content_security_policy() -> str:
     digest = base64.b64encode(hashlib.sha256(_static("report.js").encode()).digest()).decode()
     return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
             "font-src data:; base-uri 'none'; form-action 'none'")
@@ -118,12 +118,12 @@ ESTIMATE_LEGEND = (
 )
 
 
-def _page(template: str, legend=None, **context) -> str:
-    return _env().get_template(template).render(csp=_csp(), legend=legend if legend is not None else _legend(),
+def render_page(template: str, legend=None, **context) -> str:
+    return template_env().get_template(template).render(csp=content_security_policy(), legend=legend if legend is not None else run_legend(),
                                                 **context)
 
 
-def _legend(run: RunDocument | None = None) -> list[tuple[str, str]]:
+def run_legend(run: RunDocument | None = None) -> list[tuple[str, str]]:
     """The run's legend in its own words (the loop its steps come from; n/a cells in live mode)."""
     return [*legend_for(run), *EXTRA_LEGEND]
 
@@ -265,7 +265,7 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> 
     per_prompt = {d["name"]: _per_prompt_tau(d, rows) for d in drafters}
     flagged = {d["name"]: ((d.get("repetition") or {}).get("counts") or {}).get("per_prompt") or {} for d in drafters}
     prompt_set_of = {row["prompt_id"]: row.get("prompt_set", "") for row in rows}
-    prompt_ids = sorted({pid for taus in per_prompt.values() for pid in taus} | set(prompt_set_of), key=_natural)
+    prompt_ids = sorted({pid for taus in per_prompt.values() for pid in taus} | set(prompt_set_of), key=natural)
     anchor = {pid: f"p{i}" for i, pid in enumerate(prompt_ids)}
     prompt_rows = []
     for pid in prompt_ids:
@@ -289,7 +289,7 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> 
 
     by_key = {(row["prompt_id"], row["drafter"]): row for row in rows}
     worst = [{"name": d["name"], "color": d["color"],
-              "blocks": [_block(b) for b in select_blocks(rows, drafter=d["name"], worst=WORST_BLOCKS)]}
+              "blocks": [block_cells(b) for b in select_blocks(rows, drafter=d["name"], worst=WORST_BLOCKS)]}
              for d in drafters]
     prompts = []
     for pid in prompt_ids:
@@ -305,18 +305,18 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> 
                 shown.append(blocks[first_div])
             parts.append({"name": d["name"], "color": d["color"], "steps": len(blocks),
                           "tau": per_prompt[d["name"]].get(pid), "first_divergence": first_div,
-                          "blocks": [_block(b) for b in shown]})
+                          "blocks": [block_cells(b) for b in shown]})
         if parts:
             prompts.append({"id": pid, "anchor": anchor[pid], "set": prompt_set_of.get(pid, ""), "parts": parts})
 
-    charts = {"tau": _tau_chart(bars, groups, refs) if drafters else None,
-              "slots": _slot_chart(drafters) if drafters else None,
-              "histogram": _histogram_chart(drafters) if drafters else None,
-              "prompts": _prompt_chart(drafters, per_prompt) if any(per_prompt.values()) else None,
-              "repetition": _repetition_chart(drafters) if any(d.get("repetition") for d in drafters) else None}
+    charts = {"tau": tau_chart(bars, groups, refs) if drafters else None,
+              "slots": slot_chart(drafters) if drafters else None,
+              "histogram": histogram_chart(drafters) if drafters else None,
+              "prompts": prompt_chart(drafters, per_prompt) if any(per_prompt.values()) else None,
+              "repetition": repetition_chart(drafters) if any(d.get("repetition") for d in drafters) else None}
     target_name = (prov.get("target") or {}).get("name") or "?"
     doctor = run.get("doctor")  # added by `dflash-eval doctor --out RUN_DIR`
-    return {"doctor": doctor, "walk": walk_words(prov), "live": prov.get("mode") == "live", "legend": _legend(run),
+    return {"doctor": doctor, "walk": walk_words(prov), "live": prov.get("mode") == "live", "legend": run_legend(run),
         "title": title or f"dflash-eval report: {target_name}",
         "provenance": _provenance(run), "warnings": prov.get("warnings") or [],
               "incomplete": run.get("incomplete"),
@@ -334,24 +334,24 @@ def render_run_html(run: RunDocument, rows: list[SampleRow], *, title: str | Non
     """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page."""
     if run.get("provenance", {}).get("estimate"):
         return render_estimate_html(run, title=title)
-    return _page("run.html.j2", **_run_context(run, rows, title))
+    return render_page("run.html.j2", **_run_context(run, rows, title))
 
 
 def _estimate_chart(drafters: list[dict]) -> str:
     """alpha_i and expected reach per slot, drafters overlaid (the estimate's per-slot view)."""
-    with _rc():
-        fig, axes = _figure(9.5, 3.3, ncols=2)
+    with chart_style():
+        fig, axes = new_figure(9.5, 3.3, ncols=2)
         for ax, key, title in ((axes[0], "alpha", "alpha_i = sum min(p, q) (teacher forced)"),
                                (axes[1], "expected_reach", "expected reach = E[prod alpha_j, j <= i]")):
             for d in drafters:
                 values = d["metrics"][key]
-                ax.plot(range(1, len(values) + 1), _nan(values), "o-", color=d["color"], markersize=3,
-                        label=_label(d["name"]))
+                ax.plot(range(1, len(values) + 1), none_as_nan(values), "o-", color=d["color"], markersize=3,
+                        label=chart_label(d["name"]))
             ax.set_xlabel("slot i")
             ax.set_ylim(0, 1)
             ax.set_title(title)
-        _chart_legend(axes[1], loc="upper right")
-        return _svg(fig, "alpha")
+        chart_legend(axes[1], loc="upper right")
+        return figure_to_svg(fig, "alpha")
 
 
 def render_estimate_html(run: RunDocument, *, title: str | None = None) -> str:
@@ -361,7 +361,7 @@ def render_estimate_html(run: RunDocument, *, title: str | None = None) -> str:
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     prov = run["provenance"]
     paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
-    return _page("estimate.html.j2", title=title or "dflash-eval estimate at temperature > 0", run=run, prov=prov,
+    return render_page("estimate.html.j2", title=title or "dflash-eval estimate at temperature > 0", run=run, prov=prov,
                  drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,
                  sampling=prov.get("sampling") or {}, warnings=prov.get("warnings") or [], legend=list(ESTIMATE_LEGEND))
 
@@ -380,7 +380,7 @@ def render_diff_html(result: dict) -> str:
         for example in result[key]:
             pair = None
             if example.get("blocks"):
-                pair = _pair_block(_view_block(example["blocks"][0]), _view_block(example["blocks"][1]))
+                pair = pair_block(view_block(example["blocks"][0]), view_block(example["blocks"][1]))
             examples[key].append({**example, "pair": pair})
     slots = result["slots"]
     width = len(slots["reach"])
@@ -388,12 +388,12 @@ def render_diff_html(result: dict) -> str:
                   "conditional": slots["conditional"][i] if i < len(slots["conditional"]) else None,
                   "marginal": slots["marginal"][i] if slots.get("marginal") and i < len(slots["marginal"]) else None}
                  for i in range(width)]
-    charts = {"delta": _delta_chart(result), "slots": _diff_slot_chart(slots),
-              "histogram": _diff_histogram_chart(result["histogram"], a["name"], b["name"])}
+    charts = {"delta": delta_chart(result), "slots": diff_slot_chart(slots),
+              "histogram": diff_histogram_chart(result["histogram"], a["name"], b["name"])}
     macro = result["delta_tau_macro"]  # the colour follows compare.verdict's rule (interval and p < 0.05)
     significant = macro["p_value"] < 0.05
     verdict_class = ("better" if significant and macro["low"] > 0 else "worse" if significant and macro["high"] < 0
                      else "same")
-    return _page("diff.html.j2", title=f"dflash-eval diff: {a['label']} vs {b['label']}", r=result, a=a, b=b,
+    return render_page("diff.html.j2", title=f"dflash-eval diff: {a['label']} vs {b['label']}", r=result, a=a, b=b,
                  examples=examples, slot_rows=slot_rows, charts=charts, verdict_class=verdict_class,
                  sample_legend=_sample_legend(), draft_lengths=draft_length_diff_view(result))

@@ -10,7 +10,7 @@ import re
 from ..core.samples import visible
 
 
-def _natural(text: str):
+def natural(text: str):
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
 
 
@@ -36,7 +36,7 @@ def _cells(block: BlockView) -> tuple[list[tuple[str, str]], list[tuple[str, str
     return draft, target, note
 
 
-def _block(block: BlockView) -> dict[str, Any]:
+def block_cells(block: BlockView) -> dict[str, Any]:
     draft, target, note = _cells(block)
     return {"prompt_id": block.prompt_id, "drafter": block.drafter, "step": block.step,
             "anchor_pos": block.anchor_pos, "anchor": _shown(block.anchor), "accepted": block.accepted,
@@ -45,7 +45,7 @@ def _block(block: BlockView) -> dict[str, Any]:
             "divergence": block.first_rejected}
 
 
-def _pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
+def pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
     """The first divergent block of a diff: A's and B's drafts over the same target tokens."""
     draft_a, target, note_a = _cells(a)
     draft_b, target_b, note_b = _cells(b)
@@ -59,12 +59,12 @@ def _pair_block(a: BlockView, b: BlockView) -> dict[str, Any]:
                       for side, note in (("A", note_a), ("B", note_b))]}
 
 
-def _view_block(data: dict) -> BlockView:
+def view_block(data: dict) -> BlockView:
     return BlockView(**{**data, "draft": tuple(data["draft"]), "target": tuple(data["target"]),
                         "flags": tuple(data.get("flags", ()))})
 
 
-def _visible(value):
+def visible_text(value):
     """Every value a template prints, through the one escaping rule of every output (core/safe_text.printable):
     control and invisible format characters from data (ESC in a prompt id or a drafter name, bidi overrides)
     become visible escapes before autoescaping, so `cat report.html` never drives a terminal and the page

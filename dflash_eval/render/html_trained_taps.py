@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .html import _page
+from .html import render_page
 
 LEGEND = [
     ("relative L2", "sqrt(sum (stored - ours)^2 / sum ours^2) over the slot's finite elements, ours = the reference pass"),
@@ -16,4 +16,4 @@ LEGEND = [
 
 
 def render_trained_taps_html(result: dict) -> str:
-    return _page("trained_taps.html.j2", legend=LEGEND, title=f"dflash-eval trained-taps: {result['data']}", t=result)
+    return render_page("trained_taps.html.j2", legend=LEGEND, title=f"dflash-eval trained-taps: {result['data']}", t=result)

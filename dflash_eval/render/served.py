@@ -109,7 +109,7 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_served_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template, styles and legend)."""
-    from .html import _csp, _env, _legend
+    from .html import content_security_policy, template_env, run_legend
 
     gap = result.get("gap")
     lines = served_lines(result)
@@ -122,6 +122,6 @@ def render_served_html(result: dict[str, Any]) -> str:
     else:
         rows = [{"position": i, "served": _num(v), "offline": "–", "gap": "–", "interval": "–"}
                 for i, v in enumerate(result["per_position"] or [], 1)]
-    return _env().from_string(_TEMPLATE).render(
-        csp=_csp(), legend=_legend(), title="dflash-eval served", lines=lines, notes=result["served"]["notes"],
+    return template_env().from_string(_TEMPLATE).render(
+        csp=content_security_policy(), legend=run_legend(), title="dflash-eval served", lines=lines, notes=result["served"]["notes"],
         rows=rows, caveats=(gap or {}).get("caveats", []), causes=result.get("likely_causes", []))

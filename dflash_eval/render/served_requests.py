@@ -104,7 +104,7 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_requests_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template; every text escaped by it and made printable)."""
-    from .html import _csp, _env, _legend
+    from .html import content_security_policy, template_env, run_legend
 
     rows = [{"prompt": printable(e["prompt"]), "request": printable(e["request"]), "text": printable(e["text"]["status"]),
              "served": _num(e["served"]["tau"]), "offline": _num(e["offline"]["tau"]), "delta": _signed(e["delta"]),
@@ -112,6 +112,6 @@ def render_requests_html(result: dict[str, Any]) -> str:
             for e in result["prompts"]]
     blocks = [printable(f"{e['prompt']} step {b['step']}: draft {' '.join(visible(t) for t in b['draft'])} | target "
                    f"{' '.join(visible(t) for t in b['target'])}") for e in result["prompts"] for b in e.get("blocks", [])]
-    return _env().from_string(_TEMPLATE).render(csp=_csp(), legend=_legend(), title="dflash-eval served --per-request",
+    return template_env().from_string(_TEMPLATE).render(csp=content_security_policy(), legend=run_legend(), title="dflash-eval served --per-request",
                                                 lines=[printable(x) for x in summary_lines(result)], rows=rows,
                                                 blocks=blocks)

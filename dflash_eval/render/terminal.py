@@ -17,7 +17,7 @@ from ..core.safe_text import printable, safe
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
-def _fmt(value, digits: int = 3) -> str:
+def fixed_digits(value, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
@@ -132,12 +132,12 @@ def _summary_table(run: RunDocument, title: str, headers: tuple[str, ...]) -> Ta
     for d in run["drafters"]:
         m = d["metrics"]
         ci = m["tau_macro_ci"]
-        tau = (f"{_fmt(m['tau_macro'], 2)} [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci
-               else safe(f"{_fmt(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip()) or "-")
+        tau = (f"{fixed_digits(m['tau_macro'], 2)} [{fixed_digits(ci[0], 2)}, {fixed_digits(ci[1], 2)}]" if ci
+               else safe(f"{fixed_digits(m['tau_macro'], 2)} {m.get('tau_macro_ci_note') or ''}".strip()) or "-")
         if m["tau_macro"] is not None and m["tau_macro"] == best and len(run["drafters"]) > 1:
             tau = f"[bold green]{tau}[/]"
-        table.add_row(*[safe(d["name"]), tau, _fmt(m["tau_micro"], 2), safe(m["steps"]), sparkline(m["histogram"]),
-                        " ".join(_fmt(r, 2) for r in m["reach"])][:1 + len(headers)])
+        table.add_row(*[safe(d["name"]), tau, fixed_digits(m["tau_micro"], 2), safe(m["steps"]), sparkline(m["histogram"]),
+                        " ".join(fixed_digits(r, 2) for r in m["reach"])][:1 + len(headers)])
     return table
 
 
@@ -234,7 +234,7 @@ def _per_position_table(run: RunDocument, labels: list[str], sep: str | None) ->
             for key, _ in keys:
                 series = d["metrics"][key] or []
                 value = series[i] if i < len(series) else None
-                text = _fmt(value) if value is not None else _na(run, key)
+                text = fixed_digits(value) if value is not None else _na(run, key)
                 if value is not None and len(drafters) > 1 and value == best[key]:
                     text = f"[bold green]{text}[/]"
                 fractions = (d["metrics"].get("slot_counts") or {}).get(key) or []
@@ -288,9 +288,9 @@ def render_by_prompt_set(console: Console, run: RunDocument) -> None:
         table.add_column(column, justify="left" if column == "prompt set" else "right")
     for name, prompt_set, m in entries:
         ci = m.get("tau_macro_ci")
-        tau = _fmt(m.get("tau_macro"), 2) or "-"
-        tau += f" [{_fmt(ci[0], 2)}, {_fmt(ci[1], 2)}]" if ci else (f" {safe(m['tau_macro_ci_note'])}" if m.get("tau_macro_ci_note") else "")
-        table.add_row(safe(name), safe(prompt_set), tau, _fmt(m.get("tau_micro"), 2) or "-", safe(m.get("steps", "-")))
+        tau = fixed_digits(m.get("tau_macro"), 2) or "-"
+        tau += f" [{fixed_digits(ci[0], 2)}, {fixed_digits(ci[1], 2)}]" if ci else (f" {safe(m['tau_macro_ci_note'])}" if m.get("tau_macro_ci_note") else "")
+        table.add_row(safe(name), safe(prompt_set), tau, fixed_digits(m.get("tau_micro"), 2) or "-", safe(m.get("steps", "-")))
     console.print(table)
 
 
@@ -336,11 +336,11 @@ def render_estimate_report(console: Console, run: RunDocument) -> None:
         ci = m.get("tau_macro_ci")
         alpha = [a for a in m["alpha"] if a is not None]
         table.add_row(safe(d["name"]), safe(d.get("draft_policy", "")),
-                      f"{_fmt(m['tau_macro'], 2) or '-'} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(n/a)"),
-                      _fmt(m["tau_micro"], 2) or "-", _fmt(m["tau_per_anchor"], 2) or "-",
+                      f"{fixed_digits(m['tau_macro'], 2) or '-'} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(n/a)"),
+                      fixed_digits(m["tau_micro"], 2) or "-", fixed_digits(m["tau_per_anchor"], 2) or "-",
                       sparkline([round(100 * a) for a in alpha]),
-                      " ".join(_fmt(a, 2) or "-" for a in m["alpha"][:3]),
-                      " ".join(_fmt(r, 2) or "-" for r in m["expected_reach"][:3]))
+                      " ".join(fixed_digits(a, 2) or "-" for a in m["alpha"][:3]),
+                      " ".join(fixed_digits(r, 2) or "-" for r in m["expected_reach"][:3]))
     console.print(table)
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
@@ -396,5 +396,5 @@ def _repetition_cells(rep: dict | None) -> list[str]:
     blocks = safe(f"{rep['flagged_blocks']}/{rep['blocks']} ({100 * share:.1f}%)")
     return [f"[{style}]{blocks}[/]" if style else blocks, detectors,
             sparkline([round(100 * x) for x in rep["flagged_share_by_slot"]]),
-            f"{_fmt(rep['accepted_inside_flagged'], 2) or '-'} / {_fmt(rep['accepted_outside_flagged'], 2) or '-'}",
-            safe(len(rep["flagged_prompts"])), _fmt(rep["tau_macro_without_flagged_prompts"], 2) or "-"]
+            f"{fixed_digits(rep['accepted_inside_flagged'], 2) or '-'} / {fixed_digits(rep['accepted_outside_flagged'], 2) or '-'}",
+            safe(len(rep["flagged_prompts"])), fixed_digits(rep["tau_macro_without_flagged_prompts"], 2) or "-"]

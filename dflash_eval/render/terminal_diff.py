@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from ..core.safe_text import safe
-from .terminal import _fmt, block_text, sparkline
+from .terminal import fixed_digits, block_text, sparkline
 
 
 def slot_widths(views) -> list[int]:
@@ -38,7 +38,7 @@ def render_estimate_diff(console: Console, result: dict) -> None:
         table.add_column(column, justify="right" if column else "left")
     for kind in ("macro", "micro"):
         d = result[f"delta_tau_{kind}"]
-        table.add_row(f"tau estimate {kind}", _fmt(a[f"tau_{kind}"], 3), _fmt(b[f"tau_{kind}"], 3),
+        table.add_row(f"tau estimate {kind}", fixed_digits(a[f"tau_{kind}"], 3), fixed_digits(b[f"tau_{kind}"], 3),
                       f"{_signed(d['estimate'])} [{_signed(d['low'])}, {_signed(d['high'])}]", f"{d['p_value']:.3g}")
     console.print(table)
     console.print("alpha per slot, B - A: " + " ".join(_signed(x, 2) or "-" for x in result["delta_alpha"]))
@@ -62,8 +62,8 @@ def render_diff(console: Console, result: dict) -> None:
         table.add_column(column, justify="right" if column else "left")
     for kind in ("macro", "micro"):
         d = result[f"delta_tau_{kind}"]
-        table.add_row(f"tau {kind}", _fmt(a[f"tau_{kind}"]), _fmt(b[f"tau_{kind}"]),
-                      f"{_signed(d['estimate'])} [{_fmt(d['low'])}, {_fmt(d['high'])}]", f"{d['p_value']:.3g}")
+        table.add_row(f"tau {kind}", fixed_digits(a[f"tau_{kind}"]), fixed_digits(b[f"tau_{kind}"]),
+                      f"{_signed(d['estimate'])} [{fixed_digits(d['low'])}, {fixed_digits(d['high'])}]", f"{d['p_value']:.3g}")
     console.print(table)
     console.print(f"sign test over per-prompt differences: p = {result['sign_test_p']:.3g}; continuations: "
                   f"{safe(result['continuations']['differing_tokens'])}/{safe(result['continuations']['total_tokens'])} tokens differ")

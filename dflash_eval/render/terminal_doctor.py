@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..core.compare import Delta, paired_figure
 from ..core.safe_text import safe
-from .terminal import _fmt
+from .terminal import fixed_digits
 from .terminal_doctor_windows import render_windows
 
 
@@ -38,19 +38,19 @@ def render_doctor(console: Console, result: dict) -> None:
     for row in [{**r, "variant": safe(labels[r["variant"]])} for r in result["variants"]]:
         d = row.get("delta")
         if d is None:
-            table.add_row(f"[bold]{row['variant']}[/]", _fmt(row["tau_macro"], 2), "", "", "", "")
+            table.add_row(f"[bold]{row['variant']}[/]", fixed_digits(row["tau_macro"], 2), "", "", "", "")
             continue
         # every paired figure says how many prompts it pairs; too few pairs get no interval and no p
         n, total = d.get("n"), d.get("total")
         pairs = f"{n}/{total}" if total is not None and total != n else f"{n}"
         unchanged = f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else ""
         if Delta(0, 0, 0, 1, n or 0).too_few:
-            table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"{d['estimate']:+.2f} (too few pairs)", "-",
+            table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"{d['estimate']:+.2f} (too few pairs)", "-",
                           pairs, unchanged)
             continue
         style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
         delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-        table.add_row(row["variant"], _fmt(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
+        table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
                       "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged)
     console.print(table)
     for note in notes:
@@ -67,7 +67,7 @@ def render_doctor(console: Console, result: dict) -> None:
     for context in result.get("context_variants") or []:
         d = context["delta"]
         console.print(f"context variant {safe(context['variant'])} (new continuations, {context['target_passes']} more "
-                      f"target passes): tau {_fmt(context['tau_macro'], 2)}, {paired_figure(d)}")
+                      f"target passes): tau {fixed_digits(context['tau_macro'], 2)}, {paired_figure(d)}")
     for name, table_check in (result.get("tables") or {}).items():
         if table_check.get("compared"):
             mark = "[green]ok[/]" if table_check.get("equal") else "[bold red]DIFFERS[/]"
@@ -95,7 +95,7 @@ def render_doctor(console: Console, result: dict) -> None:
         console.print(safe(gap["paragraph"]))
     elif gap:
         g = gap["gap"]
-        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {_fmt(gap['reference_tau_macro'], 2)}): "
+        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {fixed_digits(gap['reference_tau_macro'], 2)}): "
                             f"{paired_figure(g)}",
                       header_style="bold")
         for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):

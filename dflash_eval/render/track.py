@@ -125,13 +125,13 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .charts import _figure, _label, _chart_legend, _rc, _svg
+    from .charts import new_figure, chart_label, chart_legend, chart_style, figure_to_svg
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
         return None
-    with _rc():
-        fig, (ax,) = _figure(7.5, 3.4)
+    with chart_style():
+        fig, (ax,) = new_figure(7.5, 3.4)
         steps = [p.row["step"] for p in points]
         taus = [p.tau for p in points]
         lows = [p.tau - (p.row["metrics"].get("tau_macro_ci") or [p.tau, p.tau])[0] for p in points]
@@ -145,7 +145,7 @@ def _curve_chart(c: Curve) -> str | None:
                         linestyle="none", label="best")
         if c.reference_tau is not None:
             line = ax.axhline(c.reference_tau, color="black", linestyle="--", linewidth=1.2,
-                              label=_label(f"reference {c.reference['name']} {c.reference_tau:.2f}"))
+                              label=chart_label(f"reference {c.reference['name']} {c.reference_tau:.2f}"))
             line.set_gid("dfe-reference-line")
             ci = c.reference["metrics"].get("tau_macro_ci")
             if ci:
@@ -154,12 +154,12 @@ def _curve_chart(c: Curve) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per checkpoint")
-        _chart_legend(ax, loc="lower right")
-        return _svg(fig, "curve")
+        chart_legend(ax, loc="lower right")
+        return figure_to_svg(fig, "curve")
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import _figure, _label, _rc, _svg
+    from .charts import new_figure, chart_label, chart_style, figure_to_svg
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -168,12 +168,12 @@ def _heatmap(c: Curve) -> str | None:
     width = max(len(_reach(p.row["metrics"])) for p in points)
     table = [[(v if v is not None else math.nan) for v in _reach(p.row["metrics"])] + [math.nan] * (
         width - len(_reach(p.row["metrics"]))) for p in points]
-    with _rc():
-        fig, (ax,) = _figure(min(11, 2.5 + 0.55 * width), min(9, 1.4 + 0.32 * len(points)))
+    with chart_style():
+        fig, (ax,) = new_figure(min(11, 2.5 + 0.55 * width), min(9, 1.4 + 0.32 * len(points)))
         image = ax.imshow(table, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.grid(False)
         ax.set_xticks(range(width), [str(i + 1) for i in range(width)])
-        ax.set_yticks(range(len(points)), [_label(label(p.row)) for p in points])  # a name: escaped
+        ax.set_yticks(range(len(points)), [chart_label(label(p.row)) for p in points])  # a name: escaped
         ax.set_xlabel("slot i (expected reach, teacher forced: ESTIMATE at temperature > 0)" if estimate
                       else "slot i (reach r_i: share of steps accepting at least i drafts)")
         ax.set_title("expected reach per slot and step (estimate)" if estimate else "reach per slot and step")
@@ -184,17 +184,17 @@ def _heatmap(c: Curve) -> str | None:
                         ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=6,
                                 color="white" if v < 0.55 else "black")
         fig.colorbar(image, ax=ax, shrink=0.8)
-        return _svg(fig, "heat")
+        return figure_to_svg(fig, "heat")
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .charts import _figure, _chart_legend, _rc, _svg
+    from .charts import new_figure, chart_legend, chart_style, figure_to_svg
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:
         return None
-    with _rc():
-        fig, (ax,) = _figure(7.5, 2.6)
+    with chart_style():
+        fig, (ax,) = new_figure(7.5, 2.6)
         ax.plot([p.row["step"] for p in points], [100 * p.row["repetition_share"] for p in points], "o-",
                 color="#d62728", markersize=4, label="checkpoints")
         share = c.reference.get("repetition_share") if c.reference else None
@@ -204,13 +204,13 @@ def _repetition_chart(c: Curve) -> str | None:
         ax.set_ylabel("flagged blocks (%)")
         ax.set_ylim(bottom=0)
         ax.set_title("repetitive drafts per checkpoint (walk blocks flagged by the detectors)")
-        _chart_legend(ax, loc="upper right")
-        return _svg(fig, "trep")
+        chart_legend(ax, loc="upper right")
+        return figure_to_svg(fig, "trep")
 
 
 def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, settings: dict[str, Any],
                       seed: int = 0) -> str:
-    from .html import _page
+    from .html import render_page
     from .track_breakdown import track_breakdown_view
 
     c = curve(rows, present=present, seed=seed)
@@ -232,7 +232,7 @@ def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, set
     from .track_training import training_section  # the trainer's logged metrics beside measured tau
 
     training = training_section(c.points)
-    return _page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,
+    return render_page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,
                  vs_reference=vs_reference, charts=charts, context=context, training=training,
                  reference=c.reference, notes=c.notes, breakdown=track_breakdown_view(c),
                  estimate=any(p.row["metrics"].get("estimate") for p in c.points))

@@ -111,15 +111,15 @@ def render_track_breakdown(console: Console, c: Curve) -> None:
 
 def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
     """tau macro over training steps, one line per draft length k; the reference's tau at each k dashed."""
-    from .breakdown import _figure_svg
-    from .charts import PALETTE, _clean_svg, _figure, _chart_legend, _rc
+    from .breakdown import figure_svg
+    from .charts import PALETTE, clean_svg, new_figure, chart_legend, chart_style
 
     points = [r for r in view["rows"] if r["role"] != "reference" and r["step"] is not None]
     if not points:
         return None
     reference = next((r for r in view["rows"] if r["role"] == "reference"), None)
-    with _rc():
-        fig, (ax,) = _figure(7.5, 3.4)
+    with chart_style():
+        fig, (ax,) = new_figure(7.5, 3.4)
         for i, k in enumerate(view["ks"]):
             color = PALETTE[i % len(PALETTE)]
             xy = [(r["step"], r["cells"][i]["tau"]) for r in points
@@ -134,8 +134,8 @@ def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
         ax.set_ylabel("tau macro")
         ax.set_ylim(bottom=0)
         ax.set_title("acceptance per draft length k" + (" (dashed: the reference at k)" if reference else ""))
-        _chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        return _figure_svg(fig, _clean_svg, "tau per draft length chart", "tk-")
+        chart_legend(ax, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return figure_svg(fig, clean_svg, "tau per draft length chart", "tk-")
 
 
 def _depth_chart(c: Curve, depth: dict[str, Any], note: bool = False) -> str | None:

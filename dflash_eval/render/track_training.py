@@ -56,13 +56,13 @@ def _chart(logged, metrics: list[dict]) -> str:
     import matplotlib
     from matplotlib.figure import Figure
 
-    from .charts import _clean_svg, _label, _rc
+    from .charts import clean_svg, chart_label, chart_style
 
     steps = [p.row["step"] for p in logged]
     taus = [p.tau for p in logged]
     cols = min(3, len(metrics))
     rows = -(-len(metrics) // cols)
-    with _rc():
+    with chart_style():
         fig = Figure(figsize=(3.4 * cols, 2.5 * rows), layout="constrained")
         for index, metric in enumerate(metrics):
             ax = fig.add_subplot(rows, cols, index + 1)
@@ -74,11 +74,11 @@ def _chart(logged, metrics: list[dict]) -> str:
             other = ax.twinx()
             other.plot(steps, [v if v is not None else float("nan") for v in metric["values"]], "s--",
                        color="#d62728" if metric["flag"] else "#ff7f0e", markersize=3.5, linewidth=1.2,
-                       label="trainer's " + _label(metric["name"], 30))
-            other.set_ylabel(_label(metric["name"], 30))
-            ax.set_title(("DIVERGES: " if metric["flag"] else "") + _label(metric["name"], 34),
+                       label="trainer's " + chart_label(metric["name"], 30))
+            other.set_ylabel(chart_label(metric["name"], 30))
+            ax.set_title(("DIVERGES: " if metric["flag"] else "") + chart_label(metric["name"], 34),
                          color="#d62728" if metric["flag"] else "black")
         buf = io.StringIO()
         with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "dflash-eval"}):
             fig.savefig(buf, format="svg", metadata={"Date": None})
-    return _clean_svg(buf.getvalue(), "training chart", "tr-")
+    return clean_svg(buf.getvalue(), "training chart", "tr-")

@@ -45,7 +45,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from .tiny_tokenizer import IMAGE_PAD, IM_END, INIT_STD, PAD_TOKEN, VIDEO_PAD, VISION_END, VISION_START, _ADDED_TOKENS, _EXPERTS_PER_TOKEN, _HEAD_DIM, _LINEAR_HEAD_DIM, _LINEAR_KEY_HEADS, _LINEAR_VALUE_HEADS, _MAX_POSITIONS, _NUM_EXPERTS, _NUM_HEADS, _NUM_KV_HEADS, train_tokenizer
+from .tiny_tokenizer import IMAGE_PAD, IM_END, INIT_STD, PAD_TOKEN, VIDEO_PAD, VISION_END, VISION_START, ADDED_TOKENS, EXPERTS_PER_TOKEN, HEAD_DIM, LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS, MAX_POSITIONS, NUM_EXPERTS, NUM_HEADS, NUM_KV_HEADS, train_tokenizer
 
 TARGET_KINDS = ("qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next")
 
@@ -61,7 +61,7 @@ def _layer_types(num_layers: int) -> list[str]:
 
 
 def _token_ids(tokenizer) -> dict[str, int]:
-    ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok, _ in _ADDED_TOKENS}
+    ids = {tok: tokenizer.convert_tokens_to_ids(tok) for tok, _ in ADDED_TOKENS}
     unk = tokenizer.unk_token_id
     missing = [tok for tok, i in ids.items() if i is None or (unk is not None and i == unk)]
     if missing:
@@ -77,10 +77,10 @@ def _text_config_kwargs(kind: str, tokenizer, num_layers: int, hidden_size: int)
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=_NUM_HEADS,
-        num_key_value_heads=_NUM_KV_HEADS,
-        head_dim=_HEAD_DIM,
-        max_position_embeddings=_MAX_POSITIONS,
+        num_attention_heads=NUM_HEADS,
+        num_key_value_heads=NUM_KV_HEADS,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_POSITIONS,
         initializer_range=INIT_STD,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
@@ -97,10 +97,10 @@ def _text_config_kwargs(kind: str, tokenizer, num_layers: int, hidden_size: int)
     kwargs.update(
         layer_types=_layer_types(num_layers),
         linear_conv_kernel_dim=4,
-        linear_key_head_dim=_LINEAR_HEAD_DIM,
-        linear_value_head_dim=_LINEAR_HEAD_DIM,
-        linear_num_key_heads=_LINEAR_KEY_HEADS,
-        linear_num_value_heads=_LINEAR_VALUE_HEADS,
+        linear_key_head_dim=LINEAR_HEAD_DIM,
+        linear_value_head_dim=LINEAR_HEAD_DIM,
+        linear_num_key_heads=LINEAR_KEY_HEADS,
+        linear_num_value_heads=LINEAR_VALUE_HEADS,
     )
     if kind in ("qwen3_5", "qwen3_5_text"):
         # As released: partial rotary (a quarter of head_dim) with interleaved multimodal RoPE sections
@@ -115,8 +115,8 @@ def _text_config_kwargs(kind: str, tokenizer, num_layers: int, hidden_size: int)
     else:  # qwen3_next
         kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25}
         kwargs.update(
-            num_experts=_NUM_EXPERTS,
-            num_experts_per_tok=_EXPERTS_PER_TOKEN,
+            num_experts=NUM_EXPERTS,
+            num_experts_per_tok=EXPERTS_PER_TOKEN,
             moe_intermediate_size=hidden_size // 2,
             shared_expert_intermediate_size=hidden_size // 2,
             decoder_sparse_step=1,

@@ -40,7 +40,7 @@ MASK_TOKEN = "<|mask|>"
 
 # (token, special): Qwen marks <think>/</think> as non-special so that decoding with
 # skip_special_tokens=True keeps them; everything else is special.
-_ADDED_TOKENS = (
+ADDED_TOKENS = (
     (PAD_TOKEN, True),
     (IM_START, True),
     (IM_END, True),
@@ -88,33 +88,33 @@ INIT_STD = 0.15
 
 
 # Fixed small shapes shared by all kinds; hidden_size and num_layers are arguments of build_target.
-_HEAD_DIM = 16
+HEAD_DIM = 16
 
 
-_NUM_HEADS = 4
+NUM_HEADS = 4
 
 
-_NUM_KV_HEADS = 2
+NUM_KV_HEADS = 2
 
 
-_MAX_POSITIONS = 4096
+MAX_POSITIONS = 4096
 
 
 # Gated-DeltaNet (linear attention) shapes.
-_LINEAR_KEY_HEADS = 2
+LINEAR_KEY_HEADS = 2
 
 
-_LINEAR_VALUE_HEADS = 4
+LINEAR_VALUE_HEADS = 4
 
 
-_LINEAR_HEAD_DIM = 16
+LINEAR_HEAD_DIM = 16
 
 
 # Qwen3-Next MoE shapes: tiny experts, top-2 of 4, plus the shared expert Qwen3-Next always has.
-_NUM_EXPERTS = 4
+NUM_EXPERTS = 4
 
 
-_EXPERTS_PER_TOKEN = 2
+EXPERTS_PER_TOKEN = 2
 
 
 _BUILTIN_CORPUS = (
@@ -160,7 +160,7 @@ def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
     """Train a tiny byte-level BPE tokenizer and save it as a transformers tokenizer in ``out_dir``.
 
     ``vocab_size`` is the size of the BPE vocabulary (256 byte symbols plus merges; fewer if the corpus
-    runs out of merges); the special tokens (:data:`_ADDED_TOKENS`) are appended after it, as Qwen
+    runs out of merges); the special tokens (:data:`ADDED_TOKENS`) are appended after it, as Qwen
     appends its ``<|endoftext|>`` ... ``</think>`` after the 151643 BPE entries, so ``len(tokenizer)``
     is larger than ``vocab_size``. Roles: ``<|endoftext|>`` is the pad token, ``<|im_end|>`` the eos
     token (a chat model's end of turn), no bos token (as in Qwen3), and ``<|mask|>`` is both the
@@ -189,8 +189,8 @@ def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
         show_progress=False,
     )
     backend.train_from_iterator(texts, trainer)
-    # Added after training so that they take ids after the BPE vocabulary, in _ADDED_TOKENS order.
-    for token, special in _ADDED_TOKENS:
+    # Added after training so that they take ids after the BPE vocabulary, in ADDED_TOKENS order.
+    for token, special in ADDED_TOKENS:
         added = AddedToken(token, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
         if special:
             backend.add_special_tokens([added])
@@ -202,7 +202,7 @@ def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
         eos_token=IM_END,
         pad_token=PAD_TOKEN,
         mask_token=MASK_TOKEN,
-        model_max_length=_MAX_POSITIONS,
+        model_max_length=MAX_POSITIONS,
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE

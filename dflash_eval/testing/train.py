@@ -90,7 +90,7 @@ def fixture_config(**changes) -> TrainConfig:
     return TrainConfig(**{**base, **changes})
 
 
-def _mask_token_id(tokenizer) -> int:
+def mask_token_id(tokenizer) -> int:
     mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_id is None:
         mask_id = tokenizer.convert_tokens_to_ids("<|mask|>")
@@ -126,7 +126,7 @@ class _Packed:
 
 
 @torch.inference_mode()
-def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], layer: int,
+def lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], layer: int,
                  plain_norm: bool = False) -> torch.Tensor:
     """[C] per packed row: the token the logit lens of `layer` predicts there (argmax of
     lm_head(final_norm(h_layer)) at the previous position; a sequence's first row keeps its own token)."""
@@ -141,7 +141,7 @@ def _lens_labels(target: Target, sequences: list[tuple[torch.Tensor, int]], laye
     return torch.cat(out).clone()
 
 
-def _pack(target: Target, sequences: list[tuple[torch.Tensor, int]], capture: list[int]) -> _Packed:
+def pack_sequences(target: Target, sequences: list[tuple[torch.Tensor, int]], capture: list[int]) -> _Packed:
     taps, tokens, start, end, anchors = [], [], [], [], []
     offset = 0
     for ids, prompt_len in sequences:
@@ -235,7 +235,7 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
         raise ValueError("train_drafter: no sequences")
     began = time.perf_counter()
     spec = design_spec(target.info, taps=config.taps, block_size=config.block_size,
-                       mask_token_id=_mask_token_id(target.tokenizer), num_layers=config.num_layers,
+                       mask_token_id=mask_token_id(target.tokenizer), num_layers=config.num_layers,
                        intermediate_size=config.intermediate_size, sliding_window=config.sliding_window,
                        sliding_layers=config.sliding_layers, fmt=fmt)
     recorded = list(spec.taps)
@@ -246,12 +246,12 @@ def train_drafter(target: Target, sequences: list[tuple[torch.Tensor, int]], con
     if config.drop_tap is not None and not 0 <= config.drop_tap < len(recorded):
         raise ValueError(f"drop_tap {config.drop_tap} is not an index into taps {recorded}")
     width = spec.target_hidden_size
-    data = _pack(target, sequences, capture)
+    data = pack_sequences(target, sequences, capture)
     if config.label_layer is not None or config.teacher_norm != "offset":
         if config.teacher_norm not in ("offset", "plain"):
             raise ValueError(f"teacher_norm {config.teacher_norm!r}: choose offset or plain")
         layer = target.info.num_layers - 1 if config.label_layer is None else config.label_layer
-        data.labels = _lens_labels(target, sequences, layer, config.teacher_norm == "plain")
+        data.labels = lens_labels(target, sequences, layer, config.teacher_norm == "plain")
     if data.anchors.numel() == 0:
         raise ValueError("train_drafter: no sequence has a continuation to draft")
     if config.drop_tap is not None:

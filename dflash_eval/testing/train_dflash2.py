@@ -5,7 +5,7 @@ random DFlash2 drafter has tau ~1), and the doctor must see the symptoms of a bu
 DFlash2 drafter is a DFlash body (`train.py`) with grouped dynamic causal convolutions around each layer's
 attention and MLP and a candidate selector (model/dflash2.py); both only run in the block layout
 (`DFlashDrafter.forward_blocks`), so this trains in that layout, with the pieces of `train.py` reused: the
-packed sequences and their cached taps (`_pack`), the learning-rate schedule, the injectable bugs of
+packed sequences and their cached taps (`pack_sequences`), the learning-rate schedule, the injectable bugs of
 `TrainConfig` (`anchor_in_context`, `drop_tap`, `shift_taps`, `label_layer`) and `CheckpointSaves`.
 
 What is trained:
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .checkpoint_writer import design_spec, save_checkpoint
-from .train import (TrainConfig, CheckpointSaves, _lens_labels, _mask_token_id, _pack, greedy_sequences,
+from .train import (TrainConfig, CheckpointSaves, lens_labels, mask_token_id, pack_sequences, greedy_sequences,
                     optimizer_step)
 from ..model.dflash2 import teacher_forced_scores
 from ..model.drafter import DFlashDrafter
@@ -71,7 +71,7 @@ def dflash2_fixture_config(**changes) -> DFlash2TrainConfig:
 def dflash2_spec(target: Target, config: DFlash2TrainConfig):
     """The DFlash2 drafter this config designs, under speculators' rules (its checkpoint format)."""
     spec = design_spec(target.info, taps=config.taps, block_size=config.block_size,
-                       mask_token_id=_mask_token_id(target.tokenizer), num_layers=config.num_layers,
+                       mask_token_id=mask_token_id(target.tokenizer), num_layers=config.num_layers,
                        intermediate_size=config.intermediate_size, sliding_window=config.sliding_window,
                        sliding_layers=config.sliding_layers, fmt="speculators",
                        sliding_window_non_causal=config.sliding_window_non_causal)
@@ -134,9 +134,9 @@ def train_dflash2_drafter(target: Target, sequences: list[tuple[torch.Tensor, in
     if getattr(config, "teacher_norm", "offset") != "offset":  # a train.py option this trainer does not implement
         raise ValueError(f"teacher_norm {config.teacher_norm!r} is not implemented by the DFlash2 trainer")
     width = spec.target_hidden_size
-    data = _pack(target, sequences, capture)
+    data = pack_sequences(target, sequences, capture)
     if config.label_layer is not None:
-        data.labels = _lens_labels(target, sequences, config.label_layer)
+        data.labels = lens_labels(target, sequences, config.label_layer)
     if data.anchors.numel() == 0:
         raise ValueError("train_dflash2_drafter: no sequence has a continuation to draft")
     dropped = slice(config.drop_tap * width, (config.drop_tap + 1) * width) if config.drop_tap is not None else None
