@@ -35,12 +35,12 @@ def main() -> None:
 
     from dflash_eval.formats.checkpoints import checked_spec
     from dflash_eval.formats.files import weight_files
-    from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
     from dflash_eval.model.drafter import load_drafter
     from dflash_eval.model.engine import replay
     from dflash_eval.model.live import live_generate
-    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.model.target import capture_taps, load_target
+    from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.tiny import build_test_bed
     from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 

@@ -40,18 +40,18 @@ def main() -> None:
     import reference_code as ref  # tests/reference_code.py: z-lab's loop, its CUDA timer swapped for CPU
     import torch
 
+    from dflash_eval.core.options import Reporter, RunOptions
+    from dflash_eval.model.target import load_target, stop_token_ids
     from dflash_eval.pipeline.continuations import continuations_for
     from dflash_eval.pipeline.document import assemble
     from dflash_eval.pipeline.inputs import prepare_inputs
-    from dflash_eval.core.options import Reporter, RunOptions
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.pipeline.rows import finish_rows, piece_decoder, trajectory_row
     from dflash_eval.pipeline.scoring import load_drafters, score_on_trajectory
-    from dflash_eval.model.target import load_target, stop_token_ids
+    from dflash_eval.pipeline.trajectories import capture_trajectory
     from dflash_eval.testing.tiny import build_target
     from dflash_eval.testing.tiny_tokenizer import train_tokenizer
     from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
-    from dflash_eval.pipeline.trajectories import capture_trajectory
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tmp = Path(tempfile.mkdtemp(prefix="dflash-bench-"))

@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from json_edits import set_key
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from json_edits import set_key
 
 runner = CliRunner()
 

@@ -20,7 +20,6 @@ BOXED = "\nPlease reason step by step, and put your final answer within \\boxed{
 def zlab(hf_hub, tmp_path_factory):
     """z-lab's benchmark module, its `datasets.load_dataset` reading the cached snapshot folder of a repo id."""
     import datasets
-
     import dflash.benchmark as benchmark
 
     real, scratch = datasets.load_dataset, tmp_path_factory.mktemp("datasets-cache")

@@ -9,12 +9,12 @@ import itertools
 import pytest
 import torch
 
+from dflash_eval.core.attention import LayerAttention
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.formats.files import weight_files
 from dflash_eval.model.drafter import load_drafter
 from dflash_eval.model.drafting import dense_draft_logits, draft_logits
 from dflash_eval.model.masks import anchor_block_mask, block_masks
-from dflash_eval.core.attention import LayerAttention
 from dflash_eval.model.target import capture_taps, load_target
 
 RULES = [LayerAttention(kind, window, causal, origin)

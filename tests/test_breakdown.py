@@ -12,9 +12,8 @@ import pytest
 from dflash_eval.core import breakdown as BD
 from dflash_eval.core import metrics as M
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.text_kinds import byte_level_text, labels, segment_labels, token_classes
-
 from dflash_eval.core.results import metrics_summary as summary
+from dflash_eval.core.text_kinds import byte_level_text, labels, segment_labels, token_classes
 
 NS = -1  # engine.NOT_SCORED
 

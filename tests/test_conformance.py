@@ -24,9 +24,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
-
 import reference_code as ref
+import torch
 
 MAX_NEW_TOKENS = 40
 BLOCK_SIZE = 4
@@ -620,9 +619,9 @@ def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, pr
     pooled per prompt, z-lab's mean acceptance length) agrees within the Monte-Carlo interval (99%)."""
     import numpy as np
 
-    from dflash_eval.model.drafter import load_drafter
     from dflash_eval.formats.checkpoints import checked_spec
     from dflash_eval.formats.files import weight_files
+    from dflash_eval.model.drafter import load_drafter
     from dflash_eval.model.live import live_generate
     from dflash_eval.model.sampling import Sampling, generator_for
     from dflash_eval.model.target import stop_token_ids

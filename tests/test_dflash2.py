@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import reference_code as ref
 import torch
 
-import reference_code as ref
 from dflash_eval.core.errors import InputError
 from dflash_eval.formats.checkpoints import checked_spec, read_spec
 from dflash_eval.formats.files import weight_files

@@ -168,8 +168,7 @@ def test_a_recorded_speedup_table_rebuilds_its_step_times(tmp_path):
     """merge recomputes the speedup from the merged counts with the step times run.json recorded: a file's
     entries and a roofline's accelerator and shapes give back the same table (JSON round trip included)."""
     from dflash_eval.core import roofline as RF
-    from dflash_eval.core.speedup import (recorded_step_times, roofline_from_shapes, speedup_table,
-                                          step_times_from_json)
+    from dflash_eval.core.speedup import recorded_step_times, roofline_from_shapes, speedup_table, step_times_from_json
 
     taus = {2: 2.25, 5: 3.5, 7: 3.75}
     config = {"model_type": "qwen3", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,

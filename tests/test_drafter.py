@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from reference_dflash import reference_block_logits
 from safetensors.torch import load_file
 
 from dflash_eval.formats.checkpoints import checked_spec
@@ -13,7 +14,6 @@ from dflash_eval.formats.files import weight_files
 from dflash_eval.model.drafter import load_drafter
 from dflash_eval.model.drafting import draft_logits
 from dflash_eval.model.target import capture_taps, load_target
-from reference_dflash import reference_block_logits
 
 
 @pytest.fixture(scope="module")

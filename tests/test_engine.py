@@ -12,12 +12,12 @@ import torch
 
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.formats.files import weight_files
-from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids, stop_token_ids
 from dflash_eval.model.drafter import load_drafter
 from dflash_eval.model.engine import block_length, replay, self_consistency
 from dflash_eval.model.live import live_generate
-from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 from dflash_eval.model.target import capture_taps, load_target
+from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids, stop_token_ids
+from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 
 MAX_NEW = 40
 # Prompts the fixture drafters never saw: acceptance drops and drafts get rejected, which exercises the

@@ -149,7 +149,7 @@ def causal_fixture(test_bed, tmp_path_factory):
     then declares dflash_config.causal = false and no is_causal: vLLM runs every layer bidirectional,
     SGLang (and z-lab) causal as trained."""
     from dflash_eval.model.target import load_target
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter, DEMO_PROMPTS
+    from dflash_eval.testing.train import DEMO_PROMPTS, TrainConfig, greedy_sequences, train_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
     out = train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 40),

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from dflash_eval.model.target import load_target
 from dflash_eval.pipeline.continuations import generate_greedy
 from dflash_eval.pipeline.prompts import DEMO_PROMPTS, Prompt, prompt_ids
-from dflash_eval.model.target import load_target
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5_text"])

@@ -166,9 +166,9 @@ def test_run_with_an_hf_source_and_a_prompt_field_from_the_cli(hf_hub, test_bed,
 def test_the_paper_s_tau_stands_beside_a_named_set_s_run(hf_hub, test_bed, drafter_dirs, tmp_path):
     """A target the paper's table knows (a folder named Qwen3-8B) on gsm8k: the report prints the paper's tau
     for gsm8k and says that 2 prompts are not the paper's 128."""
-    from dflash_eval.formats.references import published_tau
-
     import shutil
+
+    from dflash_eval.formats.references import published_tau
 
     target = shutil.copytree(test_bed["qwen3"], tmp_path / "Qwen3-8B")
     result = runner.invoke(app, ["run", "-d", str(drafter_dirs["zlab"]), "-t", str(target), "--prompts", "gsm8k",

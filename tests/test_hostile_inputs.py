@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from json_edits import set_key
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from json_edits import set_key
 
 runner = CliRunner()
 ENV = {"COLUMNS": "300"}

@@ -15,11 +15,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import HOSTILE_NAMES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import HOSTILE_NAMES
 from dflash_eval.cli import app
 
 A, B = HOSTILE_NAMES

@@ -14,8 +14,7 @@ from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.options import RunOptions
 from dflash_eval.core.options_run import RUN_SECTIONS, Placement, Replay
-from dflash_eval.core.options_work import (TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling,
-                                           Serving)
+from dflash_eval.core.options_work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
 
 COMMANDS = typer.main.get_command(app).commands
 # the help a command may give a section's flag instead of the section's own: the same meaning, said for what

@@ -221,8 +221,9 @@ def test_cli_json_document(folders, tmp_path):
 
 
 def test_prompt_lengths_come_from_the_tokenizer_when_the_target_has_one(folders, test_bed, tmp_path):
-    from dflash_eval.pipeline.prompts import load_prompts, prompt_ids
     from transformers import AutoTokenizer
+
+    from dflash_eval.pipeline.prompts import load_prompts, prompt_ids
 
     target = shutil.copytree(folders["qwen3-8b"], tmp_path / "with-tokenizer")
     for f in test_bed["qwen3"].iterdir():

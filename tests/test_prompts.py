@@ -9,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from dflash_eval.pipeline.continuations import Prompt, prompt_ids
 from dflash_eval.core.errors import InputError
-from dflash_eval.pipeline.prompts import (DEMO_PROMPTS, HEAD_CHARS, PROMPT_SETS, describe_sets, load_prompts,
-                                 render_for_target)
+from dflash_eval.pipeline.continuations import Prompt, prompt_ids
+from dflash_eval.pipeline.prompts import (
+    DEMO_PROMPTS,
+    HEAD_CHARS,
+    PROMPT_SETS,
+    describe_sets,
+    load_prompts,
+    render_for_target,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_DATA = REPO.parent / "shared" / "data"  # the benchmark files the sets are built from, when present

@@ -8,15 +8,14 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
+from dflash_eval.core.metrics import acceptance_probability, expected_accepted_length
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.formats.files import weight_files
-from dflash_eval.pipeline.continuations import Prompt, prompt_ids
 from dflash_eval.model.drafter import load_drafter
 from dflash_eval.model.live import live_generate
-from dflash_eval.core.metrics import acceptance_probability, expected_accepted_length
 from dflash_eval.model.sampling import Sampling, generator_for, rejection_step, sampling_probs
 from dflash_eval.model.target import load_target
-
+from dflash_eval.pipeline.continuations import Prompt, prompt_ids
 
 # ----------------------------------------------------------------------------------- the rule by hand
 

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from json_edits import DELETE, set_key  # noqa: F401
 from typer.testing import CliRunner
 
-from dflash_eval.formats.checkpoints import read_spec
 from dflash_eval.cli import app
+from dflash_eval.core.attention import AttentionConfig, LayerAttention
 from dflash_eval.core.errors import InputError
-from dflash_eval.model.masks import anchor_block_mask
-from dflash_eval.core.attention import AttentionConfig
 from dflash_eval.core.semantics import layers_under
-from dflash_eval.core.attention import LayerAttention
+from dflash_eval.formats.checkpoints import read_spec
+from dflash_eval.model.masks import anchor_block_mask
 from dflash_eval.testing.testbed import write_random_drafter
-from json_edits import DELETE, set_key  # noqa: F401
 
 runner = CliRunner()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"

@@ -11,13 +11,13 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_served import vllm_dump
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.commands.served import read_served
 from dflash_eval.core import served as S
 from dflash_eval.core.errors import InputError
-from test_served import vllm_dump
 
 runner = CliRunner()
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import invoke_within
 
 ENV = {"COLUMNS": "200"}

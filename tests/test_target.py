@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from dflash_eval.core.errors import InputError
-from dflash_eval.model.target import capture_taps, load_target, target_info
 from dflash_eval.model.kernels import kernel_report
+from dflash_eval.model.target import capture_taps, load_target, target_info
 
 KINDS = ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dflash_eval.formats.checkpoint_scan import scan
 from dflash_eval.cli import app
+from dflash_eval.formats.checkpoint_scan import scan
 from dflash_eval.pipeline.track_folder import read_log, read_rows
 
 runner = CliRunner()
@@ -26,8 +26,8 @@ TOKENS = "40"  # the fixture drafters were trained on 40-token continuations of 
 @pytest.fixture(scope="module")
 def training_run(test_bed, tmp_path_factory) -> Path:
     """A real training run's save folder: the fixture trainer saving checkpoint-40 .. checkpoint-160 (HF layout)."""
-    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.model.target import load_target
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     save = tmp_path_factory.mktemp("training") / "save"
@@ -376,8 +376,8 @@ def test_watch_follows_a_training_run_as_it_writes(test_bed, trained, tmp_path):
 ])
 def test_the_trainer_s_own_layouts_are_what_the_scan_reads(test_bed, tmp_path, layout, names, source):
     """The fixture trainer writes each trainer's layout (CheckpointSaves); the scan reads steps back from it."""
-    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.model.target import load_target
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")

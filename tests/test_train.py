@@ -25,8 +25,14 @@ from dflash_eval.model.drafter import load_drafter
 from dflash_eval.model.drafting import draft_logits
 from dflash_eval.model.target import capture_taps, load_target
 from dflash_eval.testing.testbed import write_random_drafter
-from dflash_eval.testing.train import (DEMO_PROMPTS, TrainConfig, fixture_config, greedy_sequences, train_drafter,
-                               training_logits)
+from dflash_eval.testing.train import (
+    DEMO_PROMPTS,
+    TrainConfig,
+    fixture_config,
+    greedy_sequences,
+    train_drafter,
+    training_logits,
+)
 
 MAX_NEW = 48
 

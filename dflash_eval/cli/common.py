@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..core.errors import EXIT_BAD_INPUT, InputError
 
+
 def stdout_console() -> Console:
     """Created per command so COLUMNS (and a test runner's redirected stdout) are honoured."""
     return Console(highlight=False)

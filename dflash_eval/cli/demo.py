@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .common import safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -24,12 +24,11 @@ def demo(
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
     from ..commands.evaluate import RunOptions, evaluate
-    from ..demo import available, drafter_paths, target_path
-    from ..render.terminal import render_report
-    from ..core.results import STATE, read_samples
-
     from ..core.options import default_cache_dir
     from ..core.paths import output_path
+    from ..core.results import STATE, read_samples
+    from ..demo import available, drafter_paths, target_path
+    from ..render.terminal import render_report
 
     if not available():
         raise fail("the bundled demo models are missing from this installation (python -m dflash_eval.demo.build rebuilds them)")

@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
+from .common import incomplete_banner, reports_input_errors, safe_line, stdout_console
 from .options import finite_number
-from .common import incomplete_banner, safe_line, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -30,7 +30,8 @@ def diff(
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
     import json as json_module
 
-    from ..commands.diff import diff as run_diff, side_folder
+    from ..commands.diff import diff as run_diff
+    from ..commands.diff import side_folder
     from ..core.paths import output_path
     from ..render.terminal_diff import render_diff
 

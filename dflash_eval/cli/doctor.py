@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -64,10 +64,10 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
             cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
             depth_buckets, draft_window, trained_taps, engines) -> None:
     """doctor's work once its --out (a run folder) is locked."""
-    from ..commands.evaluate import RunOptions
     from ..commands.doctor import run_doctor
-    from ..render.terminal_doctor import render_doctor
+    from ..commands.evaluate import RunOptions
     from ..core.results import RUN_JSON
+    from ..render.terminal_doctor import render_doctor
 
     run_count = None
     if out is not None and (out / RUN_JSON).is_file():

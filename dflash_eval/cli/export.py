@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import safe_line, reports_input_errors, stdout_console
+from .common import reports_input_errors, safe_line, stdout_console
 from .root import app
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from .common import safe_line, reports_input_errors, stdout_console
+from .common import reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
@@ -22,10 +22,9 @@ def merge(
 ) -> None:
     """Join shard runs into one run folder: counts add exactly; shards of other runs, missing or overlapping ones are refused."""
     from ..commands.merge import merge as merge_shards
-    from ..render.terminal import render_report
     from ..core.results import read_samples
-
     from ..render.html import render_run_html
+    from ..render.terminal import render_report
 
     console = stdout_console()
     result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]],

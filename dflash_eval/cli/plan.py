@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from .common import reports_input_errors, stdout_console
 from . import options as opt
+from .common import reports_input_errors, stdout_console
 from .options import finite_number
 from .root import app
 
@@ -35,7 +35,8 @@ def plan(
 ) -> None:
     """Will a run fit, which batch sizes will it choose, how long will it take: from config.json files alone,
     before any weight is read or GPU leased. Exits 1 when it does not fit (naming the option that would)."""
-    from ..commands.plan import PlanSettings, plan as make_plan
+    from ..commands.plan import PlanSettings
+    from ..commands.plan import plan as make_plan
     from ..render.plan import render_plan
 
     settings = PlanSettings(prompts=prompts, limit=limit, max_new_tokens=max_new_tokens, accelerator=accelerator,

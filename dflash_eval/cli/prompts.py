@@ -58,11 +58,11 @@ def prompts_show(
     from rich.panel import Panel
     from rich.text import Text
 
-    from ..formats.files import resolve_local_or_cached
     from ..demo import target_path
+    from ..formats.files import resolve_local_or_cached
     from ..model.target import load_tokenizer
-    from ..pipeline.thinking import target_thinking
     from ..pipeline.prompts import load_prompts, render_for_target
+    from ..pipeline.thinking import target_thinking
 
     prompts = load_prompts(source, prompt_field=prompt_field)
     if prompt_id is not None:

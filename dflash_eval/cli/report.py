@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .common import incomplete_banner, safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, incomplete_banner, reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
@@ -26,9 +26,9 @@ def report(
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
     from ..core.paths import output_path
-    from ..render.terminal import render_report
     from ..core.results import read_run_document
     from ..core.run_rows import run_rows
+    from ..render.terminal import render_report
 
     if as_json and markdown:
         raise fail("--json and --markdown are two formats of one summary: give one of them")

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
@@ -29,8 +29,8 @@ def served(
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write a self-contained HTML page."),
 ) -> None:
     """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
-    from ..commands.served import served as compose
     from ..commands.diff import side_folder
+    from ..commands.served import served as compose
     from ..core.paths import output_path
     from ..render.served import render_served, render_served_html
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .common import incomplete_banner, fail, reports_input_errors, stdout_console
+from .common import fail, incomplete_banner, reports_input_errors, stdout_console
 from .root import app
 
 
@@ -24,10 +24,10 @@ def show(
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
-    from ..render.terminal import SAMPLE_LEGEND, render_blocks
     from ..core.results import read_run_document
     from ..core.run_rows import run_rows
     from ..core.samples import select_blocks
+    from ..render.terminal import SAMPLE_LEGEND, render_blocks
 
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
     if len(chosen) > 1:

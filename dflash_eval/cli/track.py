@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import safe_line, fail, reports_input_errors, stdout_console
+from .common import fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -53,8 +53,8 @@ def track(
 ) -> None:
     """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
     from ..commands.evaluate import RunOptions
-    from ..render.track import render_track
     from ..commands.track import Tracker, TrackOptions
+    from ..render.track import render_track
 
     console = stdout_console()
     reporter = reporter_for(console)

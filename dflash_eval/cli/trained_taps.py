@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import safe_line, reports_input_errors, stdout_console
+from .common import reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -50,7 +50,8 @@ def trained_taps(
     import json as json_module
     import sys
 
-    from ..commands.trained_taps import TrainedTapsOptions, trained_taps as run_trained_taps
+    from ..commands.trained_taps import TrainedTapsOptions
+    from ..commands.trained_taps import trained_taps as run_trained_taps
     from ..core.errors import InputError
 
     if dtype not in ("float32", "bfloat16"):

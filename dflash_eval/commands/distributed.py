@@ -54,8 +54,8 @@ def rank_device(device: str, local_rank: int) -> str:
 def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
     """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge;
     `report`: as evaluate's (the merged folder's report.html)."""
-    from .evaluate import evaluate
     from ..core.errors import InputError
+    from .evaluate import evaluate
 
     rank, world = launched_ranks()
     if world <= 1:

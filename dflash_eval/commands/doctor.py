@@ -41,8 +41,19 @@ from typing import Any
 
 from ..core import compare as C
 from ..core.errors import InputError
-from .doctor_variants import (VariantResult, Variant, build_variants, check_for, check_mask_row, check_taps,
-                       compare_tables, evaluate_variants, lens_agreement, rope_variants, table_variant)
+from .doctor_variants import (
+    Variant,
+    VariantResult,
+    build_variants,
+    check_for,
+    check_mask_row,
+    check_taps,
+    compare_tables,
+    evaluate_variants,
+    lens_agreement,
+    rope_variants,
+    table_variant,
+)
 from .doctor_windows import join_verdict, window_section
 
 
@@ -151,8 +162,8 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
 def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
-    from ..formats.files import resolve_local_or_cached
     from ..core.results import read_run_document
+    from ..formats.files import resolve_local_or_cached
 
     prov = read_run_document(out)["provenance"]
     recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
@@ -212,13 +223,13 @@ def run_doctor(options, reporter=None, *, write: bool = True, report=None) -> di
 
 def _diagnose(options, reporter=None) -> dict[str, Any]:
     """run_doctor's work: the summary, written nowhere."""
-    from ..pipeline.scoring import kernels_context, load_drafters
-    from ..pipeline.continuations import continuations_for, whole_prompt_set
-    from ..pipeline.inputs import prepare_inputs
     from ..core.options import Reporter
-    from ..model.target import capture_taps, load_target, target_info
     from ..model.kernels import kernel_report, torch_fallback_kernels
     from ..model.sampling import sampling_of
+    from ..model.target import capture_taps, load_target, target_info
+    from ..pipeline.continuations import continuations_for, whole_prompt_set
+    from ..pipeline.inputs import prepare_inputs
+    from ..pipeline.scoring import kernels_context, load_drafters
     from ..pipeline.trajectories import capture_trajectory
 
     reporter = reporter or Reporter()

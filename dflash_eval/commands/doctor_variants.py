@@ -11,8 +11,8 @@ from typing import Any, Callable
 import torch
 
 from ..core import metrics as M
-from ..core.errors import InputError
 from ..core.attention import LayerAttention
+from ..core.errors import InputError
 from ..core.spec import DrafterSpec
 
 

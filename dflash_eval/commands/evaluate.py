@@ -13,16 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
-from ..pipeline.turns import answer_earlier_turns
-from ..core.options import Reporter, RunOptions, pause_after_prompt
-from ..pipeline.rows import (add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder,
-                             trajectory_rows)
+from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
 from ..pipeline.scoring import kernels_context, load_drafters, plain_decoding_seconds, score_live
 from ..pipeline.trajectories import capture_trajectory
+from ..pipeline.turns import answer_earlier_turns
 
 __all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
 
@@ -148,7 +147,8 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
     mean context of a step: the prompts' mean length plus half the generation cap."""
     import json
 
-    from ..core.speedup import mean_context, roofline_step_times as build
+    from ..core.speedup import mean_context
+    from ..core.speedup import roofline_step_times as build
 
     context = mean_context((len(ids) for ids in inputs.prompt_ids().values()), options.max_new_tokens)
     from ..core.errors import InputError

@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..formats.validation import Check, TargetInfo, validate
-from ..formats.checkpoints import read_spec
-from ..formats.files import resolve_local_or_cached
 from ..core.errors import InputError
 from ..core.spec import DrafterSpec
+from ..formats.checkpoints import read_spec
+from ..formats.files import resolve_local_or_cached
+from ..formats.validation import Check, TargetInfo, validate
 
 
 @dataclass

@@ -23,11 +23,11 @@ from typing import Any
 
 from ..core import results as R
 from ..core.batching import merged_anchor_batches
+from ..core.errors import InputError, read_json_object
+from ..core.options import RunOptions
 from ..core.run_rows import run_rows
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
-from ..core.errors import InputError, read_json_object
-from ..core.options import RunOptions
 from ..pipeline.run_folder import RunFolder, settings_differences
 
 

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..core import roofline as R
-from ..core.batching import anchor_batch as rule, lm_head_pieces
+from ..core.batching import anchor_batch as rule
+from ..core.batching import lm_head_pieces
 from ..core.options_work import TAP_CHUNK
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from .doctor import LENS_LAYERS
-from .plan_inputs import Model, plan_target, check_settings, drafter_spec, prompt_lengths
+from .plan_inputs import Model, check_settings, drafter_spec, plan_target, prompt_lengths
 
 RESERVE_BYTES = 2 * R.GIB  # CUDA context, cuBLAS workspace and allocator slack, never available to tensors
 LOGITS_CHUNK = 1024  # model.target.capture_taps computes the greedy logits 1024 positions at a time

@@ -59,11 +59,9 @@ def check_settings(target: str, drafters: list[str], settings, reference: str | 
 
 def plan_target(name: str):
     """(the target as plan's Model, its config, its folder)."""
-    from ..formats.files import resolve_local_or_cached
-    from ..formats.validation import check_target_config
-
     from ..core.errors import regular_files
-    from ..formats.files import TOKENIZER_FILES
+    from ..formats.files import TOKENIZER_FILES, resolve_local_or_cached
+    from ..formats.validation import check_target_config
 
     path = resolve_local_or_cached(name)
     regular_files([path / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])  # as run
@@ -106,11 +104,9 @@ def drafter_spec(name: str | Path, target=None) -> DrafterSpec:
 
 def prompt_lengths(target_path: Path, config: dict, settings) -> tuple[list[int], str]:
     """Tokens of every prompt through the target's chat template, or the stated assumption without a tokenizer."""
-    from ..model.target import TOKENIZER_FILES, load_tokenizer
+    from ..model.target import TOKENIZER_FILES, check_prompt_lengths, load_tokenizer
     from ..pipeline.inputs import thinking_default
     from ..pipeline.prompts import load_prompts, prompt_ids
-
-    from ..model.target import check_prompt_lengths
 
     prompts = load_prompts(settings.prompts, settings.limit)
     if not prompts:

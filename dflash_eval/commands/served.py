@@ -16,10 +16,10 @@ from typing import Any
 
 from ..core import served as S
 from ..core import served_sglang as sglang_counters
-from ..core.served_gap import gap_to_offline
 from ..core.attention import AttentionConfig
 from ..core.errors import InputError, loads, read_text_file
 from ..core.semantics import layers_under
+from ..core.served_gap import gap_to_offline
 
 
 def _text(path: Path) -> str:

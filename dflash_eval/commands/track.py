@@ -34,18 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import InputError
+from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..formats import checkpoint_scan
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
-from ..core.errors import InputError
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
-from ..pipeline.turns import answer_earlier_turns
-from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
 from ..pipeline.scoring import kernels_context, load_drafters
 from ..pipeline.track_folder import CSV, TrackFolder, run_label, track_csv, track_row
 from ..pipeline.trajectories import capture_trajectory
+from ..pipeline.turns import answer_earlier_turns
 from . import track_breakdown
 
 

@@ -169,9 +169,9 @@ def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, 
     import time
 
     from ..formats.checkpoints import checked_spec
+    from ..formats.files import resolve_local_or_cached
     from ..model.target import load_target, target_info
     from ..pipeline.inputs import DrafterEntry, split_name
-    from ..formats.files import resolve_local_or_cached
     from .trained_taps_floor import floor_pass, kept_states
     from .trained_taps_samples import evaluate_sample, evaluation_summary, load_checked
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from . import served_checks as checks
 
-
 DEFINITIONS = {
     "vllm": "vLLM: steps = num_spec_steps, accepted = num_accepted_draft_tokens, tau = mean_acceptance_length "
             "(bonus included: ours); num_draft_tokens excludes grammar-invalidated drafts (the acceptance rate's "

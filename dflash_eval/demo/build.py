@@ -56,9 +56,25 @@ from typing import Any
 
 import torch
 
-from . import (BUILD_JSON, CORPUS_DIR, HUMANEVAL_FILE, INHOUSE_NAME, MBPP_FILE, MODELS_DIR, REFERENCE_NAME,
-               TARGET_NAME)
-from .target_training import BATCH, DRAFT_MAX_NEW, LR, SEED, SEQ_LEN, TARGET_SHAPE, WARMUP_STEPS, WEIGHT_DECAY, log_line, conversations, document_ids, drafter_sequences, drafter_training_prompts, save_target, tokenizer_corpus, train_target
+from . import BUILD_JSON, CORPUS_DIR, HUMANEVAL_FILE, INHOUSE_NAME, MBPP_FILE, MODELS_DIR, REFERENCE_NAME, TARGET_NAME
+from .target_training import (
+    BATCH,
+    DRAFT_MAX_NEW,
+    LR,
+    SEED,
+    SEQ_LEN,
+    TARGET_SHAPE,
+    WARMUP_STEPS,
+    WEIGHT_DECAY,
+    conversations,
+    document_ids,
+    drafter_sequences,
+    drafter_training_prompts,
+    log_line,
+    save_target,
+    tokenizer_corpus,
+    train_target,
+)
 
 VOCAB_SIZE = 1536  # BPE entries; the special tokens come on top
 STEPS_PER_MINUTE = 150  # target steps per --minute (~0.35 s per step on an idle 2-core CPU)
@@ -180,8 +196,8 @@ def _cpu_model() -> str:
 
 
 def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, seed: int) -> dict[str, Any]:
-    from ..pipeline.prompts import DEMO_PROMPTS
     from ..model.target import load_target
+    from ..pipeline.prompts import DEMO_PROMPTS
     from ..testing.tiny_tokenizer import train_tokenizer
     from ..testing.train import train_drafter
 

@@ -3,16 +3,16 @@ config and its training loop (packed rows, AdamW with warm-up), and the drafters
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-from . import CORPUS_DIR, HUMANEVAL_FILE, MBPP_FILE
 import json
 import math
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from . import CORPUS_DIR, HUMANEVAL_FILE, MBPP_FILE
 
 SEED = 0
 
@@ -120,8 +120,8 @@ def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
 def target_config(tokenizer):
     from transformers import Qwen3_5TextConfig
 
-    from ..testing.tiny_tokenizer import IM_END
     from ..testing.tiny import PAD_TOKEN
+    from ..testing.tiny_tokenizer import IM_END
 
     pad, eos = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(IM_END)
     rotary_half = int(TARGET_SHAPE["head_dim"] * 0.25) // 2

@@ -27,11 +27,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ..core.errors import loads
-from ..core.errors import read_text
-
+from ..core.errors import InputError, loads, read_text
 from .files import CONFIG_NAME, read_safetensors_header, weight_files
-from ..core.errors import InputError
 
 # Folder names that are checkpoints by the trainers' conventions: reported while still empty or
 # half-written, where any other folder without a config.json is simply not a checkpoint.

@@ -25,7 +25,6 @@ from . import dflash2, muse_glimmer
 from .files import CONFIG_NAME, TensorMeta, read_config, read_weight_metadata
 from .validation import TargetInfo, check_rope, first_failure, number, validate
 
-
 # Weights a speculators checkpoint may carry for training only; never used at inference.
 TRAINING_ONLY_WEIGHTS = ("verifier_norm.weight", "verifier_lm_head.weight", "t2d")
 

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InputError, read_json_object
-from ..core.errors import open_regular, regular_files
-
+from ..core.errors import InputError, open_regular, read_json_object, regular_files
 
 CONFIG_NAME = "config.json"
 

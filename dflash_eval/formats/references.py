@@ -58,8 +58,7 @@ def _target_names(target: str) -> list[str]:
     config = path / "config.json"
     if config.is_file():
         try:
-            from ..core.errors import loads
-            from ..core.errors import read_text
+            from ..core.errors import loads, read_text
 
             recorded = loads(read_text(config)).get("_name_or_path")
         except (OSError, ValueError, AttributeError):

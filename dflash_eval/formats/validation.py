@@ -250,8 +250,7 @@ def config_checks(spec: DrafterSpec, target: TargetInfo | None) -> list[Check]:
 def check_target_files(target: Path) -> None:
     """A target's config numbers (`check_target_config`) and weight headers (truncation, unknown dtypes,
     offsets that do not match a shape), before anything is loaded or written."""
-    from ..core.errors import read_json_object
-    from ..core.errors import regular_files
+    from ..core.errors import read_json_object, regular_files
     from .files import TOKENIZER_FILES, read_weight_metadata
 
     # every file transformers will open itself is a regular file (a FIFO would block the load forever)

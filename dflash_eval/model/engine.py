@@ -25,8 +25,8 @@ import torch
 
 from ..core import batching
 from ..core.semantics import shorter_final_block as final_block_rule
-from .drafter import DFlashDrafter
 from .dflash2 import flat_greedy_drafts
+from .drafter import DFlashDrafter
 from .drafting import draft_hidden, draft_rows
 
 NOT_SCORED = -1  # slot past the end of the sequence or not drafted (short final block)

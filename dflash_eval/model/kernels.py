@@ -3,15 +3,15 @@ recorded in provenance, and the switch that routes them to the torch fallback (`
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from torch import nn
-from ..core.errors import InputError
-from contextlib import contextmanager
-import inspect
 
+from ..core.errors import InputError
 
 # Module-level functions of the hybrid modeling files that transformers may swap for kernels.
 KERNEL_FUNCTIONS = {

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..core.semantics import draft_top_filters, shorter_final_block as final_block_rule
+from ..core.semantics import draft_top_filters
+from ..core.semantics import shorter_final_block as final_block_rule
 from .drafter import DFlashDrafter
 from .drafting import draft_rows, walk_block
 from .engine import block_length

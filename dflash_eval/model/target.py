@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..formats.validation import TargetInfo
-from ..formats.files import resolve_local_or_cached
 from ..core.errors import InputError, read_json_object
-from .kernels import quiet_cpu_fallback_advice, decoder_layers, kernel_report
+from ..formats.files import resolve_local_or_cached
+from ..formats.validation import TargetInfo
+from .kernels import decoder_layers, kernel_report, quiet_cpu_fallback_advice
 from .lm_head import greedy_ids
 
 

@@ -21,8 +21,8 @@ import torch
 
 from ..core.errors import InputError
 from ..core.options import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
-from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
 from ..model.target import Target, stop_token_ids
+from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
 
 
 def sha256_text(text: str) -> str:

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..formats.checkpoints import checked_spec, read_spec
-from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, target_content
-from ..formats.validation import check_target_files
-from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
-from .long_prompts import run_prompts
-from .responses import responses_for
-from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 from ..core.errors import InputError
 from ..core.options import RunOptions
 from ..core.spec import DrafterSpec
+from ..formats.checkpoints import checked_spec, read_spec
+from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, target_content
+from ..formats.validation import check_target_files
+from .long_prompts import run_prompts
+from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
+from .responses import responses_for
+from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 
 
 @dataclass

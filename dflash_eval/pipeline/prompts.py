@@ -32,6 +32,7 @@ from pathlib import Path
 from ..core.errors import InputError, read_text
 from ..core.errors import loads as json_loads
 
+
 @dataclass(frozen=True)
 class Prompt:
     id: str

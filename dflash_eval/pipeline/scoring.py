@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 
+from ..core.options import RunOptions
 from ..formats.files import weight_files
 from ..model.engine import DrafterOnPrompt, replay
 from ..model.live import LiveResult, live_generate
-from ..core.options import RunOptions
 from .trajectories import Trajectory
 
 

@@ -91,7 +91,7 @@ def depth_chart(drafters: list[dict[str, Any]]) -> str | None:
     """tau macro per depth bucket that holds steps, one line per drafter with its bootstrap 95% interval as a
     band (buckets without steps left out of that drafter's line); None when fewer than two buckets hold
     steps (`depth_note` says so)."""
-    from .charts import PALETTE, chart_legend, clean_svg, new_figure, chart_label, chart_style
+    from .charts import PALETTE, chart_label, chart_legend, chart_style, clean_svg, new_figure
 
     buckets = depth_buckets_with_data(drafters)
     if len(buckets) < 2:

@@ -3,10 +3,9 @@ page holds many without collisions and without any external file."""
 
 from __future__ import annotations
 
-import re
 import io
 import math
-
+import re
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")

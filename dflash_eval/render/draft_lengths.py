@@ -130,7 +130,7 @@ def draft_length_diff_view(result: dict) -> dict[str, Any] | None:
 
 def _diff_tau_chart(pairs: list[dict[str, Any]], name_a: str, name_b: str) -> str:
     from .breakdown import figure_svg
-    from .charts import PALETTE, clean_svg, new_figure, chart_label, chart_legend, chart_style
+    from .charts import PALETTE, chart_label, chart_legend, chart_style, clean_svg, new_figure
 
     ks = [p["k"] for p in pairs]
     with chart_style():

@@ -43,13 +43,29 @@ from typing import Any
 
 from ..core.documents import DrafterDocument, RunDocument
 from ..core.row_documents import SampleRow
-from ..formats import references
 from ..core.samples import select_blocks, walk_blocks
-from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
-from .charts import PALETTE, chart_legend, delta_chart, diff_histogram_chart, diff_slot_chart, new_figure, histogram_chart, chart_label, none_as_nan, prompt_chart, chart_style, repetition_chart, slot_chart, figure_to_svg, tau_chart
-from .html_blocks import block_cells, natural, pair_block, view_block, visible_text
-from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
+from ..formats import references
 from .breakdown import breakdown_view
+from .charts import (
+    PALETTE,
+    chart_label,
+    chart_legend,
+    chart_style,
+    delta_chart,
+    diff_histogram_chart,
+    diff_slot_chart,
+    figure_to_svg,
+    histogram_chart,
+    new_figure,
+    none_as_nan,
+    prompt_chart,
+    repetition_chart,
+    slot_chart,
+    tau_chart,
+)
+from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
+from .html_blocks import block_cells, natural, pair_block, view_block, visible_text
+from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
 
 WORST_BLOCKS = 20  # worst blocks shown per drafter
 PROMPT_BLOCKS = 3  # first blocks per drafter in each prompt's collapsed section

@@ -3,11 +3,10 @@ marked accepted / first rejected / not reached, and pairs of blocks side by side
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ..core.samples import BlockView
-import re
-from ..core.samples import visible
+from ..core.samples import BlockView, visible
 
 
 def natural(text: str):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..core.documents import RunDocument
 from ..commands.report import live_throughput
+from ..core.documents import RunDocument
 from ..core.safe_text import safe
 
 

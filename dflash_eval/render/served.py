@@ -109,7 +109,7 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_served_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template, styles and legend)."""
-    from .html import content_security_policy, template_env, run_legend
+    from .html import content_security_policy, run_legend, template_env
 
     gap = result.get("gap")
     lines = served_lines(result)

@@ -104,7 +104,7 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_requests_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template; every text escaped by it and made printable)."""
-    from .html import content_security_policy, template_env, run_legend
+    from .html import content_security_policy, run_legend, template_env
 
     rows = [{"prompt": printable(e["prompt"]), "request": printable(e["request"]), "text": printable(e["text"]["status"]),
              "served": _num(e["served"]["tau"]), "offline": _num(e["offline"]["tau"]), "delta": _signed(e["delta"]),

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 from ..core.documents import RunDocument
 from ..core.safe_text import printable, safe
 
-
 SPARK = " ▁▂▃▄▅▆▇█"
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
 from ..core.safe_text import safe
-from .terminal import fixed_digits, block_text, sparkline
+from .terminal import block_text, fixed_digits, sparkline
 
 
 def slot_widths(views) -> list[int]:

@@ -10,7 +10,6 @@ from ..core.safe_text import safe
 from .terminal import fixed_digits
 from .terminal_doctor_windows import render_windows
 
-
 LABEL_DETAIL = 24  # a variant's parenthesised detail longer than this goes under the table, not in its row
 
 

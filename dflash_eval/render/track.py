@@ -125,7 +125,7 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .charts import new_figure, chart_label, chart_legend, chart_style, figure_to_svg
+    from .charts import chart_label, chart_legend, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
@@ -159,7 +159,7 @@ def _curve_chart(c: Curve) -> str | None:
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import new_figure, chart_label, chart_style, figure_to_svg
+    from .charts import chart_label, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -188,7 +188,7 @@ def _heatmap(c: Curve) -> str | None:
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .charts import new_figure, chart_legend, chart_style, figure_to_svg
+    from .charts import chart_legend, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:

@@ -112,7 +112,7 @@ def render_track_breakdown(console: Console, c: Curve) -> None:
 def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
     """tau macro over training steps, one line per draft length k; the reference's tau at each k dashed."""
     from .breakdown import figure_svg
-    from .charts import PALETTE, clean_svg, new_figure, chart_legend, chart_style
+    from .charts import PALETTE, chart_legend, chart_style, clean_svg, new_figure
 
     points = [r for r in view["rows"] if r["role"] != "reference" and r["step"] is not None]
     if not points:

@@ -56,7 +56,7 @@ def _chart(logged, metrics: list[dict]) -> str:
     import matplotlib
     from matplotlib.figure import Figure
 
-    from .charts import clean_svg, chart_label, chart_style
+    from .charts import chart_label, chart_style, clean_svg
 
     steps = [p.row["step"] for p in logged]
     taus = [p.tau for p in logged]

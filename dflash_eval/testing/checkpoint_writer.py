@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from ..formats.validation import TargetInfo
 from ..core.attention import AttentionConfig, Scales
 from ..core.semantics import FORMAT_SEMANTICS, apply_semantics
 from ..core.spec import DrafterSpec
+from ..formats.validation import TargetInfo
 
 
 def design_spec(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint_writer import design_spec, save_checkpoint
-from ..model.drafter import DFlashDrafter
 from ..core.spec import DrafterSpec
+from ..model.drafter import DFlashDrafter
+from .checkpoint_writer import design_spec, save_checkpoint
 
 
 def tiny_target_tables(target_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:

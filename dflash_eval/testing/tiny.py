@@ -45,7 +45,27 @@ import shutil
 from pathlib import Path
 
 import torch
-from .tiny_tokenizer import IMAGE_PAD, IM_END, INIT_STD, PAD_TOKEN, VIDEO_PAD, VISION_END, VISION_START, ADDED_TOKENS, EXPERTS_PER_TOKEN, HEAD_DIM, LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS, MAX_POSITIONS, NUM_EXPERTS, NUM_HEADS, NUM_KV_HEADS, train_tokenizer
+
+from .tiny_tokenizer import (
+    ADDED_TOKENS,
+    EXPERTS_PER_TOKEN,
+    HEAD_DIM,
+    IM_END,
+    IMAGE_PAD,
+    INIT_STD,
+    LINEAR_HEAD_DIM,
+    LINEAR_KEY_HEADS,
+    LINEAR_VALUE_HEADS,
+    MAX_POSITIONS,
+    NUM_EXPERTS,
+    NUM_HEADS,
+    NUM_KV_HEADS,
+    PAD_TOKEN,
+    VIDEO_PAD,
+    VISION_END,
+    VISION_START,
+    train_tokenizer,
+)
 
 TARGET_KINDS = ("qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-
 # Special tokens, appended after the BPE vocabulary in this order (Qwen's order, then DFlash's mask).
 PAD_TOKEN = "<|endoftext|>"
 

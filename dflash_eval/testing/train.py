@@ -44,12 +44,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .checkpoint_writer import design_spec, save_checkpoint
 from ..model.drafter import DFlashDrafter
 from ..model.drafting import block_token_ids
 from ..model.masks import block_layout, layer_masks
-from ..pipeline.prompts import DEMO_PROMPTS  # one list for the demo and the fixtures; re-exported
 from ..model.target import Target, capture_taps, lens_tokens
+from ..pipeline.prompts import DEMO_PROMPTS  # one list for the demo and the fixtures; re-exported
+from .checkpoint_writer import design_spec, save_checkpoint
 
 
 @dataclass

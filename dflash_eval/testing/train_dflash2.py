@@ -39,14 +39,21 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .checkpoint_writer import design_spec, save_checkpoint
-from .train import (TrainConfig, CheckpointSaves, lens_labels, mask_token_id, pack_sequences, greedy_sequences,
-                    optimizer_step)
 from ..model.dflash2 import teacher_forced_scores
 from ..model.drafter import DFlashDrafter
 from ..model.masks import layer_block_masks
 from ..model.target import Target
 from ..pipeline.prompts import DEMO_PROMPTS
+from .checkpoint_writer import design_spec, save_checkpoint
+from .train import (
+    CheckpointSaves,
+    TrainConfig,
+    greedy_sequences,
+    lens_labels,
+    mask_token_id,
+    optimizer_step,
+    pack_sequences,
+)
 
 
 @dataclass
