@@ -18,19 +18,19 @@ from .root import app
 @reports_input_errors
 def track(
     save_dir: list[Path] = typer.Argument(..., help="A training run's save folder (speculators <epoch>/, HF checkpoint-N/, SpecForge epoch_E_step_S/, any folder of checkpoint folders), or checkpoint folders one by one."),
-    target: opt.Target = None,
+    target: opt.target.type = opt.target.default,
     reference: Optional[str] = typer.Option(None, "--reference", help="The line to beat: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint path; evaluated once."),
-    prompts: opt.Prompts = None,
-    prompt_field: opt.PromptField = None,
+    prompts: opt.prompts.type = opt.prompts.default,
+    prompt_field: opt.prompt_field.type = opt.prompt_field.default,
     out: Path = typer.Option(..., "--out", "-o", help="Track folder (created; rerun the same command to continue it)."),
     watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
     interval: float = typer.Option(60.0, "--interval", parser=opt.finite_number(0, low_open=True), help="Seconds between polls with --watch."),
     settle: float = typer.Option(2.0, "--settle", parser=opt.finite_number(0), help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
     batch: int = typer.Option(8, "--batch", min=1, help="Checkpoints evaluated together on one target pass per prompt."),
     tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="Also write the scalars (tau, interval, reach per slot, repetition, gap) to this TensorBoard log folder."),
-    max_new_tokens: opt.MaxNewTokens = None,
-    limit: opt.Limit = None,
-    thinking: opt.Thinking = None,
+    max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,
+    limit: opt.limit.type = opt.limit.default,
+    thinking: opt.thinking.type = opt.thinking.default,
     final_block: opt.final_block.type = opt.final_block.default,
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
     tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
@@ -40,8 +40,8 @@ def track(
     cache_dir: opt.CacheDir = None,
     html: bool = typer.Option(True, "--html/--no-html", help="Rewrite DIR/track.html after every batch."),
     kernels: opt.kernels.type = opt.kernels.default,
-    seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # Typer copies list defaults
+    seed: opt.seed.type = opt.seed.default,
+    semantics: opt.semantics.type = opt.semantics.default,
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a track folder that dflash-eval wrote."),
     temperature: opt.temperature_offline.type = opt.temperature_offline.default,
     top_p: opt.top_p.type = opt.top_p.default,
@@ -59,8 +59,9 @@ def track(
     console = stdout_console()
     reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
-                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
-    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block, prompt_field=prompt_field,
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics,
+                                 prompt_field=prompt_field)
+    run_options = RunOptions(drafters=[], out=out, reference=reference, final_block=final_block,
                              anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
                              generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
                              top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,
