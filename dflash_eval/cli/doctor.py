@@ -27,7 +27,7 @@ def doctor(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
     device: opt.device.type = opt.device.default,
     dtype: opt.dtype.type = opt.dtype.default,
-    cache_dir: opt.CacheDir = None,
+    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
     seed: opt.seed.type = opt.seed.default,
     semantics: opt.semantics.type = opt.semantics.default,
     temperature: opt.temperature_offline.type = opt.temperature_offline.default,

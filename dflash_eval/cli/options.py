@@ -12,13 +12,14 @@ the same thing by them.
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from ..core.options_inputs import Inputs
-from ..core.options_run import REPLAY, Placement, Replay
+from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
+from ..core.options_output import Output
+from ..core.options_run import Numerics, Placement, Replay
 from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
 from ..core.sections import Flag
 
@@ -45,12 +46,6 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
 
 # the labelled groups of `--help` (the sections' own panels: core/options_work.py)
 DRAFTERS = "Drafters"
-OUTPUT = "Output"
-
-CacheDir = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).", rich_help_panel=OUTPUT)]
-NumericsCheck = Annotated[int, typer.Option(
-    "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).", rich_help_panel=REPLAY)]
 
 
 class Setting:
@@ -80,6 +75,12 @@ max_new_tokens = Setting(Inputs.flag("max_new_tokens"))
 thinking = Setting(Inputs.flag("thinking"))
 responses = Setting(Inputs.flag("responses"))
 semantics = Setting(Inputs.flag("semantics"))
+out = Setting(Output.flag("out"))
+out_track = Setting(Output.flag("out"), Output.TRACK_HELP["out"])
+overwrite = Setting(Output.flag("overwrite"))
+overwrite_track = Setting(Output.flag("overwrite"), Output.TRACK_HELP["overwrite"])
+cache_dir = Setting(Output.flag("cache_dir"))
+numerics_check = Setting(Numerics.flag("numerics_check"))
 mode = Setting(Replay.flag("mode"))
 final_block = Setting(Replay.flag("final_block"))
 kernels = Setting(Replay.flag("kernels"))

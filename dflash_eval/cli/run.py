@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -25,7 +24,7 @@ def run(
     reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path.", rich_help_panel=opt.DRAFTERS),
     prompts: opt.prompts.type = opt.prompts.default,
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed).", rich_help_panel=opt.OUTPUT),
+    out: opt.out.type = opt.out.default,
     max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,
     limit: opt.limit.type = opt.limit.default,
     thinking: opt.thinking.type = opt.thinking.default,
@@ -34,16 +33,16 @@ def run(
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
     tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
     generation_batch: opt.generation_batch.type = opt.generation_batch.default,
-    numerics_check: opt.NumericsCheck = 0,
+    numerics_check: opt.numerics_check.type = opt.numerics_check.default,
     responses: opt.responses.type = opt.responses.default,
     device: opt.device.type = opt.device.default,
     dtype: opt.dtype.type = opt.dtype.default,
-    cache_dir: opt.CacheDir = None,
+    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
     html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end.", rich_help_panel=opt.OUTPUT),
     kernels: opt.kernels.type = opt.kernels.default,
     seed: opt.seed.type = opt.seed.default,
     semantics: opt.semantics.type = opt.semantics.default,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched).", rich_help_panel=opt.OUTPUT),
+    overwrite: opt.overwrite.type = opt.overwrite.default,
     temperature: opt.temperature.type = opt.temperature.default,
     top_p: opt.top_p.type = opt.top_p.default,
     top_k: opt.top_k.type = opt.top_k.default,

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .options_inputs import MAX_NEW_TOKENS, PROMPTS, Inputs
-from .options_run import Placement, Replay
+from .options_output import Output
+from .options_run import Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
 
 _B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
@@ -84,7 +85,7 @@ class RunOptions:
     max_context: str = _L.max_context
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
-    numerics_check: int = 0
+    numerics_check: int = Numerics.numerics_check
     # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
     trained_taps: Path | None = None
 
@@ -93,6 +94,14 @@ class RunOptions:
     def inputs(self) -> Inputs:
         """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
         return Inputs.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+
+    @cached_property
+    def output(self) -> Output:
+        return Output.pick(self.__dict__)
+
+    @cached_property
+    def numerics(self) -> Numerics:
+        return Numerics.pick(self.__dict__)
 
     @cached_property
     def replay(self) -> Replay:
