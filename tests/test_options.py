@@ -13,7 +13,9 @@ import typer
 from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.options import RunOptions
-from dflash_eval.core.options_run import RUN_SECTIONS, Placement, Replay
+from dflash_eval.core.options_inputs import INPUT_SECTIONS, Inputs
+from dflash_eval.core.options_output import OUTPUT_SECTIONS, Output
+from dflash_eval.core.options_run import RUN_SECTIONS, Numerics, Placement, Replay
 from dflash_eval.core.options_work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
 
 COMMANDS = typer.main.get_command(app).commands
@@ -23,11 +25,21 @@ VARIANT_HELP = {("track", "temperature"): Sampling.OFFLINE_HELP["temperature"],
                 ("track", "draft_policy"): Sampling.OFFLINE_HELP["draft_policy"],
                 ("doctor", "temperature"): Sampling.OFFLINE_HELP["temperature"],
                 ("doctor", "draft_policy"): Sampling.OFFLINE_HELP["draft_policy"],
-                ("doctor", "draft_window"): Breakdown.DOCTOR_HELP["draft_window"]}
+                ("doctor", "draft_window"): Breakdown.DOCTOR_HELP["draft_window"],
+                ("track", "out"): Output.TRACK_HELP["out"], ("track", "overwrite"): Output.TRACK_HELP["overwrite"]}
 # a command's own flag of the same name: plan plans on a named accelerator (h200 by default) and refuses a
-# negative temperature at parse; trained-taps computes its reference taps in float32 by default
-OWN = {("plan", "accelerator"), ("plan", "temperature"), ("plan", "samples"), ("trained-taps", "dtype")}
-SECTIONS = WORK_SECTIONS + RUN_SECTIONS
+# negative temperature at parse; trained-taps computes its reference taps in float32 by default; plan needs a
+# target, counts the demo prompts and 256 tokens by default (no run folder to take them from) and says so;
+# trained-taps needs the target the data came from and reads its first 64 samples; demo generates 64 tokens;
+# diff's and show's --seed seed their own statistics and choice; inspect's target and rules are a view;
+# doctor, trained-taps, demo, merge and the exports write their own documents (--out optional or a file)
+OWN = {("doctor", "out"), ("trained-taps", "out"), ("trained-taps", "overwrite"), ("demo", "out"), ("merge", "out"),
+       ("merge", "overwrite"), ("export", "out"), ("export-serving", "out"),
+       ("demo", "max_new_tokens"), ("diff", "seed"), ("show", "seed"), ("inspect", "target"), ("inspect", "semantics"),
+       ("plan", "accelerator"), ("plan", "temperature"), ("plan", "samples"), ("trained-taps", "dtype"),
+       ("plan", "target"), ("plan", "prompts"), ("plan", "limit"), ("plan", "max_new_tokens"), ("plan", "thinking"),
+       ("trained-taps", "target"), ("trained-taps", "limit")}
+SECTIONS = WORK_SECTIONS + RUN_SECTIONS + INPUT_SECTIONS + OUTPUT_SECTIONS
 FLAGS = {flag.field: flag for section in SECTIONS for flag in section.FLAGS}
 
 
@@ -45,13 +57,16 @@ def test_every_command_takes_a_section_flag_as_the_section_declares_it():
         where = f"{name} {flag.flag}"
         assert tuple(param.opts) + tuple(param.secondary_opts) == tuple(
             n for names in flag.names for n in names.split("/")), where
-        assert param.default == flag.default, where
+        if flag.default is ...:
+            assert param.required, where
+        else:
+            assert param.default == flag.default, where
         assert param.help == VARIANT_HELP.get((name, param.name), flag.help), where
         assert getattr(param, "rich_help_panel", None) == flag.panel, where
         if flag.minimum is not None:
             assert param.min == flag.minimum, where
         seen += 1
-    assert seen >= 45  # run takes all 24, track 14, doctor 9, plan 3, trained-taps 2
+    assert seen >= 87  # run takes all 37, track 25, doctor 18, plan 3, trained-taps 3, demo 1
 
 
 def test_run_takes_every_flag_of_every_work_section():
@@ -61,10 +76,34 @@ def test_run_takes_every_flag_of_every_work_section():
 
 def test_run_options_defaults_are_the_sections_defaults():
     fields = {f.name: f.default for f in dataclasses.fields(RunOptions)}
-    for section in SECTIONS:
+    for section in WORK_SECTIONS + RUN_SECTIONS:
         for flag in section.FLAGS:
             assert fields[flag.field] == flag.default, flag.flag
     assert Batching().tap_chunk == TAP_CHUNK == fields["tap_chunk"]
+    # the inputs flags are None when not given (doctor --out RUN then takes the run's); the run defaults are the
+    # section's own, as RunOptions has them
+    assert RunOptions(drafters=[], out=Path("x")).inputs == Inputs() == Inputs.given(**Inputs.defaults())
+    # --out is required and --cache-dir's run default is the user's cache (core/options.default_cache_dir)
+    written = RunOptions(drafters=[], out=Path("x"), overwrite=True)
+    assert written.output == Output(out=Path("x"), overwrite=True, cache_dir=written.cache_dir)
+    assert written.numerics == Numerics() and fields["overwrite"] is False
+    assert (Inputs().prompts, Inputs().max_new_tokens) == (fields["prompts"], fields["max_new_tokens"]) == ("demo", 256)
+
+
+def test_the_inputs_flags_mean_the_run_defaults_when_not_given():
+    from dflash_eval.cli.options import shared_settings
+
+    given = dict(target=None, prompts=None, limit=None, seed=None, max_new_tokens=None, thinking=None, device="auto",
+                 dtype="auto", cache_dir=Path("c"), semantics=[])
+    options = RunOptions(drafters=[], out=Path("x"), **shared_settings(**given))
+    assert options.inputs == Inputs() and (options.seed, options.prompt_seed, options.prompts) == (0, None, "demo")
+    chosen = RunOptions(drafters=[], out=Path("x"), **shared_settings(**{
+        **given, "prompts": "hf:org/set", "limit": 5, "seed": 3, "max_new_tokens": 64, "thinking": False,
+        "semantics": ["a=vllm"], "prompt_field": "question", "responses": Path("r.jsonl")}))
+    assert (chosen.seed, chosen.prompt_seed, chosen.limit, chosen.max_new_tokens) == (3, 3, 5, 64)
+    assert chosen.inputs == Inputs(prompts="hf:org/set", prompt_field="question", limit=5, seed=3, max_new_tokens=64,
+                                   thinking=False, responses=Path("r.jsonl"), semantics=("a=vllm",))
+    assert chosen.semantics == ["a=vllm"] and chosen.inputs.bootstrap_seed == 3
 
 
 def test_run_options_hand_each_stage_its_section():
@@ -94,6 +133,8 @@ def test_run_options_hand_each_stage_its_section():
     (Placement(device_map="everywhere"), "--device-map", "unknown"),
     (Placement(max_memory="0=70GiB"), "--max-memory", "give --device-map too"),
     (Placement(device_map="auto", max_memory="70GiB"), "--max-memory", "expected DEVICE=AMOUNT"),
+    (Inputs(prompts="gsm8k", prompt_field="question"), "--prompt-field", "gsm8k builds its own prompts"),
+    (Output(cache_dir=Path("/dev/null/cache")), "--cache-dir", ""),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
     with pytest.raises(InputError) as refused:
@@ -114,6 +155,10 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     LongContext(context_tokens=8192), LongContext(context_tokens=512, max_context="truncate"),
     Replay(), Replay(mode="live", final_block="full", kernels="torch"),
     Placement(), Placement(device="cuda:1", dtype="bfloat16", device_map="auto", max_memory="0=70GiB", shard="1/4"),
+    Numerics(), Numerics(numerics_check=4),
+    Output(), Output(out=Path("o"), overwrite=True, cache_dir=Path("c")),
+    Inputs(), Inputs(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64, thinking=True,
+                     responses=Path("r.jsonl"), semantics=("vllm",)),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):
     assert type(section).from_provenance(section.provenance()) == section

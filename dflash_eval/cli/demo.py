@@ -19,7 +19,7 @@ def demo(
     out: Path = typer.Option(Path("reports/demo"), "--out", "-o", help="Where the demo run is written."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Generation cap per prompt."),
     html: bool = typer.Option(True, "--html/--no-html", help="Write OUT/report.html."),
-    cache_dir: opt.CacheDir = None,
+    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
 ) -> None:
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""

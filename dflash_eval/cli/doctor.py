@@ -18,18 +18,18 @@ from .root import app
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
-    target: opt.Target = None,
-    prompts: opt.Prompts = None,
-    prompt_field: opt.PromptField = None,
-    limit: opt.Limit = None,
-    max_new_tokens: opt.MaxNewTokens = None,
-    thinking: opt.Thinking = None,
+    target: opt.target.type = opt.target.default,
+    prompts: opt.prompts.type = opt.prompts.default,
+    prompt_field: opt.prompt_field.type = opt.prompt_field.default,
+    limit: opt.limit.type = opt.limit.default,
+    max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,
+    thinking: opt.thinking.type = opt.thinking.default,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
     device: opt.device.type = opt.device.default,
     dtype: opt.dtype.type = opt.dtype.default,
-    cache_dir: opt.CacheDir = None,
-    seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # Typer copies list defaults
+    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
+    seed: opt.seed.type = opt.seed.default,
+    semantics: opt.semantics.type = opt.semantics.default,
     temperature: opt.temperature_offline.type = opt.temperature_offline.default,
     top_p: opt.top_p.type = opt.top_p.default,
     top_k: opt.top_k.type = opt.top_k.default,
@@ -82,11 +82,10 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
     reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
                                  seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
-                                 dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+                                 dtype=dtype, cache_dir=cache_dir, semantics=semantics, prompt_field=prompt_field)
     if draft_policy == "both":
         raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
-                         prompt_field=prompt_field,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
                          depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
     if engines:

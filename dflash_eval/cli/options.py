@@ -1,22 +1,25 @@
 """The option bundle `run` and `doctor` (and later `track`) share: one name, one default, one help text per
-setting, defined once here and mapped onto `options.RunOptions` by `shared_settings`. The settings that
-shape the work (batching, sampling, serving, breakdown, long contexts) are declared in their sections
-(core/options_work.py); `option(flag)` turns a section's `Flag` into the Typer option, and a command's
-signature reads its default from the same place: `tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
+setting, mapped onto `options.RunOptions` by `shared_settings`. The settings are declared in their sections
+(core/options_inputs.py, core/options_work.py, core/options_run.py); `Setting(flag)` turns a section's
+`Flag` into the Typer option, and a command's signature reads its default from the same place:
+`tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
 
-Defaults are `None` where "the run default" depends on context (doctor --out RUN takes that run's
-settings); `shared_settings` then applies the run defaults, so both commands mean the same thing by them.
+The inputs flags default to `None` where "the run default" depends on context (doctor --out RUN takes that
+run's settings); `shared_settings` then applies the run defaults (`Inputs.given`), so every command means
+the same thing by them.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from ..core.options_run import REPLAY, Placement, Replay
+from ..core.options_inputs import Inputs
+from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
+from ..core.options_output import Output
+from ..core.options_run import Numerics, Placement, Replay
 from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
 from ..core.sections import Flag
 
@@ -43,38 +46,6 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
 
 # the labelled groups of `--help` (the sections' own panels: core/options_work.py)
 DRAFTERS = "Drafters"
-INPUTS = "Inputs (target, prompts, generation)"
-OUTPUT = "Output"
-
-SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
-                  "NAME=RULES for one; repeatable. "
-                  "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
-
-Target = Annotated[Optional[str], typer.Option(
-    "--target", "-t", help="Target folder or HF cache name (default: the verifier the drafters record).", rich_help_panel=INPUTS)]
-Prompts = Annotated[Optional[str], typer.Option(
-    "--prompts", "-p", help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH; from the Hugging Face cache the paper's "
-                            "sets (gsm8k, math500, aime24, aime25, livecodebench, swe-bench, mt-bench, alpaca; "
-                            "paper:NAME for only the paper's rows) or hf:REPO[:CONFIG][:SPLIT]; or long contexts: "
-                            "repo:PATH (a repository's "
-                            "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
-                            "sources) (`dflash-eval prompts list`; default demo).", rich_help_panel=INPUTS)]
-PromptField = Annotated[Optional[str], typer.Option(
-    "--prompt-field", help="With --prompts hf:REPO[:CONFIG][:SPLIT]: the column holding the prompt (a string, a list "
-                           "of user turns or a list of {role, content} messages; default: prompt, messages, question, "
-                           "problem, instruction or text, whichever the dataset has).", rich_help_panel=INPUTS)]
-Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="Only the first N prompts (with --seed: a seeded random N).", rich_help_panel=INPUTS)]
-Seed = Annotated[Optional[int], typer.Option(
-    "--seed", help="With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).", rich_help_panel=INPUTS)]
-MaxNewTokens = Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Generation cap (default 256).", rich_help_panel=INPUTS)]
-Thinking = Annotated[Optional[bool], typer.Option(
-    "--thinking/--no-thinking", help="Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next).", rich_help_panel=INPUTS)]
-CacheDir = Annotated[Optional[Path], typer.Option(
-    "--cache-dir", help="Continuation cache (default ~/.cache/dflash-eval or $DFLASH_EVAL_CACHE).", rich_help_panel=OUTPUT)]
-Semantics = Annotated[list[str], typer.Option("--semantics", help=SEMANTICS_HELP, rich_help_panel=REPLAY)]
-NumericsCheck = Annotated[int, typer.Option(
-    "--numerics-check", min=0, metavar="N", help="On the first N prompts also measure how far bf16 results move with the GEMM shapes: each continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in run.json provenance.numerics.measured (the run's own numbers unchanged).", rich_help_panel=REPLAY)]
 
 
 class Setting:
@@ -95,6 +66,21 @@ class Setting:
                                                       **extra)]
 
 
+target = Setting(Inputs.flag("target"))
+prompts = Setting(Inputs.flag("prompts"))
+prompt_field = Setting(Inputs.flag("prompt_field"))
+limit = Setting(Inputs.flag("limit"))
+seed = Setting(Inputs.flag("seed"))
+max_new_tokens = Setting(Inputs.flag("max_new_tokens"))
+thinking = Setting(Inputs.flag("thinking"))
+responses = Setting(Inputs.flag("responses"))
+semantics = Setting(Inputs.flag("semantics"))
+out = Setting(Output.flag("out"))
+out_track = Setting(Output.flag("out"), Output.TRACK_HELP["out"])
+overwrite = Setting(Output.flag("overwrite"))
+overwrite_track = Setting(Output.flag("overwrite"), Output.TRACK_HELP["overwrite"])
+cache_dir = Setting(Output.flag("cache_dir"))
+numerics_check = Setting(Numerics.flag("numerics_check"))
 mode = Setting(Replay.flag("mode"))
 final_block = Setting(Replay.flag("final_block"))
 kernels = Setting(Replay.flag("kernels"))
@@ -125,10 +111,10 @@ max_context = Setting(LongContext.flag("max_context"))
 
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,
-                    semantics) -> dict[str, Any]:
-    """The bundle's values as RunOptions fields, with the run defaults applied."""
-    from ..core.options import RunOptions, default_cache_dir
+                    semantics, prompt_field=None, responses=None) -> dict[str, Any]:
+    """The bundle's values as RunOptions fields, with the run defaults applied (core/options_inputs.Inputs)."""
+    from ..core.options import default_cache_dir
 
-    return dict(target=target, prompts=prompts or "demo", limit=limit, prompt_seed=seed, seed=seed or 0,
-                max_new_tokens=max_new_tokens or RunOptions.max_new_tokens, thinking=thinking, device=device,
-                dtype=dtype, cache_dir=cache_dir or default_cache_dir(), semantics=list(semantics))
+    inputs = Inputs.given(target=target, prompts=prompts, prompt_field=prompt_field, limit=limit, seed=seed,
+                          max_new_tokens=max_new_tokens, thinking=thinking, responses=responses, semantics=semantics)
+    return dict(inputs.run_fields(), device=device, dtype=dtype, cache_dir=cache_dir or default_cache_dir())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -21,29 +20,29 @@ from .root import app
 @reports_input_errors
 def run(
     drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several.", rich_help_panel=opt.DRAFTERS),
-    target: opt.Target = None,
+    target: opt.target.type = opt.target.default,
     reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path.", rich_help_panel=opt.DRAFTERS),
-    prompts: opt.Prompts = None,
-    prompt_field: opt.PromptField = None,
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (created; an interrupted run in it is resumed).", rich_help_panel=opt.OUTPUT),
-    max_new_tokens: opt.MaxNewTokens = None,
-    limit: opt.Limit = None,
-    thinking: opt.Thinking = None,
+    prompts: opt.prompts.type = opt.prompts.default,
+    prompt_field: opt.prompt_field.type = opt.prompt_field.default,
+    out: opt.out.type = opt.out.default,
+    max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,
+    limit: opt.limit.type = opt.limit.default,
+    thinking: opt.thinking.type = opt.thinking.default,
     mode: opt.mode.type = opt.mode.default,
     final_block: opt.final_block.type = opt.final_block.default,
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
     tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
     generation_batch: opt.generation_batch.type = opt.generation_batch.default,
-    numerics_check: opt.NumericsCheck = 0,
-    responses: Optional[Path] = typer.Option(None, "--responses", help="JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM).", rich_help_panel=opt.INPUTS),
+    numerics_check: opt.numerics_check.type = opt.numerics_check.default,
+    responses: opt.responses.type = opt.responses.default,
     device: opt.device.type = opt.device.default,
     dtype: opt.dtype.type = opt.dtype.default,
-    cache_dir: opt.CacheDir = None,
+    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
     html: bool = typer.Option(True, "--html/--no-html", help="Write DIR/report.html at the end.", rich_help_panel=opt.OUTPUT),
     kernels: opt.kernels.type = opt.kernels.default,
-    seed: opt.Seed = None,
-    semantics: opt.Semantics = [],  # Typer copies list defaults
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run folder that dflash-eval wrote (a foreign folder is never touched).", rich_help_panel=opt.OUTPUT),
+    seed: opt.seed.type = opt.seed.default,
+    semantics: opt.semantics.type = opt.semantics.default,
+    overwrite: opt.overwrite.type = opt.overwrite.default,
     temperature: opt.temperature.type = opt.temperature.default,
     top_p: opt.top_p.type = opt.top_p.default,
     top_k: opt.top_k.type = opt.top_k.default,
@@ -70,10 +69,10 @@ def run(
     console = stdout_console()
     reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
-                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics)
+                                 thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics,
+                                 prompt_field=prompt_field, responses=responses)
     options = RunOptions(drafters=list(drafter), out=out, reference=reference, mode=mode, final_block=final_block,
-                         prompt_field=prompt_field,
-                         anchor_batch=anchor_batch, tap_chunk=tap_chunk, responses=responses, kernels=kernels,
+                         anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
                          generation_batch=generation_batch, temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, shard=shard, device_map=device_map,
                          max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,

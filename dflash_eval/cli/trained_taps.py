@@ -40,7 +40,7 @@ def trained_taps(
     dtype: str = typer.Option("float32", "--dtype", help="Our reference taps: float32 (exact) or bfloat16; the noise floor's pass runs the other."),
     lock_timeout: float = typer.Option(10.0, "--lock-timeout", parser=opt.finite_number(0), help="Seconds to wait for a hidden-state file whose .lock a writer still holds."),
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
-    seed: opt.Seed = None,
+    seed: opt.seed.type = opt.seed.default,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write trained_taps.json and trained_taps.html here; with -d also run.json / samples.jsonl (drafters NAME@trained-taps and NAME@our-taps, for diff and report)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a folder dflash-eval wrote with other settings."),
     as_json: bool = typer.Option(False, "--json", help="The result document on stdout."),

@@ -111,9 +111,10 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
 
 
 @dataclasses.dataclass
-class Serving:
-    """What the serving decision needs, resolved up front: the draft lengths per drafter and the source of
-    step times (a file, a roofline accelerator, or none: live mode then measures them)."""
+class ServingPlan:
+    """What the serving decision needs, resolved up front from the Serving section's flags
+    (core/options_work.Serving): the draft lengths per drafter and the source of step times (a file, a
+    roofline accelerator, or none: live mode then measures them)."""
 
     draft_lengths: dict[str, tuple[int, ...]]
     step_times: dict[str, Any] | None = None  # drafter name -> core.speedup.StepTimes (file or roofline)
@@ -124,7 +125,7 @@ class Serving:
         return options.mode == "live" and any(self.draft_lengths.values()) and self.step_times is None
 
 
-def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
+def serving_inputs(options: RunOptions, inputs: Inputs) -> ServingPlan:
     from ..core.errors import InputError
     from ..core.speedup import read_step_times
 
@@ -139,7 +140,7 @@ def serving_inputs(options: RunOptions, inputs: Inputs) -> Serving:
     if options.serving.step_times is not None:
         file_times = read_step_times(options.serving.step_times)
         times = {e.name: file_times for e in inputs.entries}
-    return Serving(lengths, times, options.serving.provenance())
+    return ServingPlan(lengths, times, options.serving.provenance())
 
 
 def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
@@ -162,9 +163,9 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
 
 
 def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, folder: RunFolder, target,
-                     done_rows: list[dict[str, Any]], serving: Serving | None = None,
+                     done_rows: list[dict[str, Any]], serving: ServingPlan | None = None,
                      drafters: dict | None = None, report=None) -> dict[str, Any]:
-    serving = serving or Serving({e.name: () for e in inputs.entries})
+    serving = serving or ServingPlan({e.name: () for e in inputs.entries})
     from ..model.kernels import kernel_report, kernel_summary
 
     drafters = drafters or load_drafters(inputs.entries, target)

@@ -15,7 +15,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .options_run import Placement, Replay
+from .options_inputs import MAX_NEW_TOKENS, PROMPTS, Inputs
+from .options_output import Output
+from .options_run import Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
 
 _B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
@@ -34,11 +36,11 @@ class RunOptions:
     out: Path
     target: str | None = None
     reference: str | None = None  # "z-lab" or a checkpoint path
-    prompts: str = "demo"
+    prompts: str = PROMPTS
     limit: int | None = None
     prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
     prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
-    max_new_tokens: int = 256
+    max_new_tokens: int = MAX_NEW_TOKENS
     thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
     mode: str = _R.mode  # or "live"
     final_block: str = _R.final_block  # z-lab; "full" = vLLM
@@ -83,11 +85,24 @@ class RunOptions:
     max_context: str = _L.max_context
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
-    numerics_check: int = 0
+    numerics_check: int = Numerics.numerics_check
     # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
     trained_taps: Path | None = None
 
-    # the sections the stages read (core/options_work.py), built once from the fields above
+    # the sections the stages read (core/options_*.py), built once from the fields above
+    @cached_property
+    def inputs(self) -> Inputs:
+        """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
+        return Inputs.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+
+    @cached_property
+    def output(self) -> Output:
+        return Output.pick(self.__dict__)
+
+    @cached_property
+    def numerics(self) -> Numerics:
+        return Numerics.pick(self.__dict__)
+
     @cached_property
     def replay(self) -> Replay:
         return Replay.pick(self.__dict__)

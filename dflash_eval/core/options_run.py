@@ -1,5 +1,5 @@
 """The sections of how and where a run executes (core/sections.py): replay (the rules drafts are scored
-under) and placement (devices, one target over several, shards, torchrun). Beside core/options_work.py,
+under), placement (devices, one target over several, shards, torchrun) and the bf16 numerics check. Beside core/options_work.py,
 whose sections shape the work itself; `RunOptions` takes its defaults from both."""
 
 from __future__ import annotations
@@ -102,4 +102,20 @@ class Placement(Section):
         self.memory
 
 
-RUN_SECTIONS = (Replay, Placement)
+@dataclass(frozen=True)
+class Numerics(Section):
+    """`run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far the bf16 results move with
+    the GEMM shapes; recorded beside the run's numbers, never changing them."""
+
+    numerics_check: int = 0
+
+    FLAGS = (
+        setting("numerics_check", "--numerics-check", int, 0,
+                "On the first N prompts also measure how far bf16 results move with the GEMM shapes: each "
+                "continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in "
+                "run.json provenance.numerics.measured (the run's own numbers unchanged).", REPLAY, minimum=0,
+                metavar="N"),
+    )
+
+
+RUN_SECTIONS = (Replay, Placement, Numerics)

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import InputError
+from ..core.options_inputs import Inputs
 from ..formats import hf_cache
 from ..formats.benchmark_sets import BENCHMARK_SETS, PAPER_DRAW, PAPER_ROWS, BenchmarkSet, paper_indices
 
@@ -162,8 +163,7 @@ def _generic(source: str, field: str | None) -> list[list[PromptRow]]:
 
 def benchmark_conversations(source: str, field: str | None = None) -> list[list[PromptRow]]:
     """The conversations of a named set, a `paper:` draw or an `hf:` dataset, each a list of PromptRows."""
-    if field is not None and not source.startswith("hf:"):
-        raise InputError(None, f"--prompt-field picks the column of an hf:REPO dataset; {source} builds its own prompts")
+    Inputs(prompts=source, prompt_field=field).check()  # --prompt-field: hf: only (core/options_inputs.py)
     if source.startswith("hf:"):
         return _generic(source, field)
     name = source.removeprefix("paper:")

@@ -258,10 +258,7 @@ def check_options(options: RunOptions) -> Resolved:
 
     check_sampling_numbers(options)
     sampling_of(options).check()
-    if options.cache_dir is not None:
-        from ..core.paths import writable_dir
-
-        writable_dir(Path(options.cache_dir), "--cache-dir")
+    options.output.check()  # --cache-dir (core/options_output.py)
     shard = parse_shard(options.shard) if options.shard is not None else None
     options.placement.check()  # --device-map, --max-memory (core/options_run.py)
     max_memory = options.placement.memory

@@ -1,0 +1,101 @@
+"""The section of what a run evaluates on (core/sections.py): the target, the prompts (and the column of an
+hf: dataset), how many of them and which (--limit, --seed), the generation cap, the thinking flag, the
+continuations given (--responses) and the attention rules per drafter (--semantics).
+
+The flags default to None ("not given") where the run default depends on context: doctor --out RUN takes
+that run's settings, and only then `Inputs.given` applies the run defaults (demo prompts, 256 tokens), so
+run, doctor and track mean the same thing by them. The section's own field defaults are those run defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .errors import InputError
+from .options_run import REPLAY  # --semantics is listed with the scoring rules
+from .sections import Section, setting
+
+INPUTS = "Inputs (target, prompts, generation)"
+
+PROMPTS = "demo"
+MAX_NEW_TOKENS = 256
+
+SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
+                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "NAME=RULES for one; repeatable. "
+                  "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
+
+
+@dataclass(frozen=True)
+class Inputs(Section):
+    """The run's inputs, with the run defaults applied (`given`): `seed` is the --seed given (None: the first
+    N prompts; the bootstrap then seeds with 0, `bootstrap_seed`)."""
+
+    target: Optional[str] = None
+    prompts: str = PROMPTS
+    prompt_field: Optional[str] = None
+    limit: Optional[int] = None
+    seed: Optional[int] = None
+    max_new_tokens: int = MAX_NEW_TOKENS
+    thinking: Optional[bool] = None
+    responses: Optional[Path] = None
+    semantics: tuple[str, ...] = ()
+
+    FLAGS = (
+        setting("target", ("--target", "-t"), Optional[str], None,
+                "Target folder or HF cache name (default: the verifier the drafters record).", INPUTS),
+        setting("prompts", ("--prompts", "-p"), Optional[str], None,
+                "humaneval, mbpp, demo, FILE.jsonl, dir:PATH; from the Hugging Face cache the paper's "
+                "sets (gsm8k, math500, aime24, aime25, livecodebench, swe-bench, mt-bench, alpaca; "
+                "paper:NAME for only the paper's rows) or hf:REPO[:CONFIG][:SPLIT]; or long contexts: "
+                "repo:PATH (a repository's "
+                "files packed into prompts of --context-tokens) or stdlib (the Python standard library's "
+                "sources) (`dflash-eval prompts list`; default demo).", INPUTS),
+        setting("prompt_field", "--prompt-field", Optional[str], None,
+                "With --prompts hf:REPO[:CONFIG][:SPLIT]: the column holding the prompt (a string, a list "
+                "of user turns or a list of {role, content} messages; default: prompt, messages, question, "
+                "problem, instruction or text, whichever the dataset has).", INPUTS),
+        setting("limit", "--limit", Optional[int], None,
+                "Only the first N prompts (with --seed: a seeded random N).", INPUTS, minimum=1),
+        setting("seed", "--seed", Optional[int], None,
+                "With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).",
+                INPUTS),
+        setting("max_new_tokens", "--max-new-tokens", Optional[int], None, "Generation cap (default 256).", INPUTS,
+                minimum=1),
+        setting("thinking", "--thinking/--no-thinking", Optional[bool], None,
+                "Chat template thinking flag (default: off for Qwen3, on for Qwen3.5/3.6/Next).", INPUTS),
+        setting("responses", "--responses", Optional[Path], None,
+                "JSONL {\"id\", \"response\"}: continuations produced elsewhere (e.g. vLLM).", INPUTS),
+        setting("semantics", "--semantics", list[str], [], SEMANTICS_HELP, REPLAY),
+    )
+
+    @classmethod
+    def given(cls, **values: Any) -> "Inputs":
+        """The section from the flags as a command received them (None: not given), the run defaults applied."""
+        values = {k: v for k, v in values.items() if v is not None}
+        for unset_when_empty in ("prompts", "max_new_tokens"):  # as `prompts or "demo"` always read them
+            if not values.get(unset_when_empty, True):
+                del values[unset_when_empty]
+        values["semantics"] = tuple(values.get("semantics", ()))
+        return cls.pick(values)
+
+    @property
+    def bootstrap_seed(self) -> int:
+        """--seed also seeds the bootstrap; without it 0."""
+        return self.seed or 0
+
+    def run_fields(self) -> dict[str, Any]:
+        """The section as RunOptions' flat fields (--seed is both the subset's seed and the bootstrap's)."""
+        return dict(target=self.target, prompts=self.prompts, prompt_field=self.prompt_field, limit=self.limit,
+                    prompt_seed=self.seed, seed=self.bootstrap_seed, max_new_tokens=self.max_new_tokens,
+                    thinking=self.thinking, responses=self.responses, semantics=list(self.semantics))
+
+    def check(self) -> None:
+        """--prompt-field names a column of an hf: dataset; any other source builds its own prompts."""
+        if self.prompt_field is not None and not self.prompts.startswith("hf:"):
+            raise InputError(None, f"--prompt-field picks the column of an hf:REPO dataset; {self.prompts} builds "
+                                   "its own prompts")
+
+
+INPUT_SECTIONS = (Inputs,)
