@@ -13,7 +13,7 @@ import typer
 from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.options import RunOptions
-from dflash_eval.core.options_inputs import INPUT_SECTIONS, Inputs
+from dflash_eval.core.options_inputs import INPUT_SECTIONS, InputSettings
 from dflash_eval.core.options_output import OUTPUT_SECTIONS, Output
 from dflash_eval.core.options_run import RUN_SECTIONS, Numerics, Placement, Replay
 from dflash_eval.core.options_work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
@@ -82,12 +82,12 @@ def test_run_options_defaults_are_the_sections_defaults():
     assert Batching().tap_chunk == TAP_CHUNK == fields["tap_chunk"]
     # the inputs flags are None when not given (doctor --out RUN then takes the run's); the run defaults are the
     # section's own, as RunOptions has them
-    assert RunOptions(drafters=[], out=Path("x")).inputs == Inputs() == Inputs.given(**Inputs.defaults())
+    assert RunOptions(drafters=[], out=Path("x")).inputs == InputSettings() == InputSettings.given(**InputSettings.defaults())
     # --out is required and --cache-dir's run default is the user's cache (core/options.default_cache_dir)
     written = RunOptions(drafters=[], out=Path("x"), overwrite=True)
     assert written.output == Output(out=Path("x"), overwrite=True, cache_dir=written.cache_dir)
     assert written.numerics == Numerics() and fields["overwrite"] is False
-    assert (Inputs().prompts, Inputs().max_new_tokens) == (fields["prompts"], fields["max_new_tokens"]) == ("demo", 256)
+    assert (InputSettings().prompts, InputSettings().max_new_tokens) == (fields["prompts"], fields["max_new_tokens"]) == ("demo", 256)
 
 
 def test_the_inputs_flags_mean_the_run_defaults_when_not_given():
@@ -96,12 +96,12 @@ def test_the_inputs_flags_mean_the_run_defaults_when_not_given():
     given = dict(target=None, prompts=None, limit=None, seed=None, max_new_tokens=None, thinking=None, device="auto",
                  dtype="auto", cache_dir=Path("c"), semantics=[])
     options = RunOptions(drafters=[], out=Path("x"), **shared_settings(**given))
-    assert options.inputs == Inputs() and (options.seed, options.prompt_seed, options.prompts) == (0, None, "demo")
+    assert options.inputs == InputSettings() and (options.seed, options.prompt_seed, options.prompts) == (0, None, "demo")
     chosen = RunOptions(drafters=[], out=Path("x"), **shared_settings(**{
         **given, "prompts": "hf:org/set", "limit": 5, "seed": 3, "max_new_tokens": 64, "thinking": False,
         "semantics": ["a=vllm"], "prompt_field": "question", "responses": Path("r.jsonl")}))
     assert (chosen.seed, chosen.prompt_seed, chosen.limit, chosen.max_new_tokens) == (3, 3, 5, 64)
-    assert chosen.inputs == Inputs(prompts="hf:org/set", prompt_field="question", limit=5, seed=3, max_new_tokens=64,
+    assert chosen.inputs == InputSettings(prompts="hf:org/set", prompt_field="question", limit=5, seed=3, max_new_tokens=64,
                                    thinking=False, responses=Path("r.jsonl"), semantics=("a=vllm",))
     assert chosen.semantics == ["a=vllm"] and chosen.inputs.bootstrap_seed == 3
 
@@ -133,7 +133,7 @@ def test_run_options_hand_each_stage_its_section():
     (Placement(device_map="everywhere"), "--device-map", "unknown"),
     (Placement(max_memory="0=70GiB"), "--max-memory", "give --device-map too"),
     (Placement(device_map="auto", max_memory="70GiB"), "--max-memory", "expected DEVICE=AMOUNT"),
-    (Inputs(prompts="gsm8k", prompt_field="question"), "--prompt-field", "gsm8k builds its own prompts"),
+    (InputSettings(prompts="gsm8k", prompt_field="question"), "--prompt-field", "gsm8k builds its own prompts"),
     (Output(cache_dir=Path("/dev/null/cache")), "--cache-dir", ""),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
@@ -157,7 +157,7 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     Placement(), Placement(device="cuda:1", dtype="bfloat16", device_map="auto", max_memory="0=70GiB", shard="1/4"),
     Numerics(), Numerics(numerics_check=4),
     Output(), Output(out=Path("o"), overwrite=True, cache_dir=Path("c")),
-    Inputs(), Inputs(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64, thinking=True,
+    InputSettings(), InputSettings(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64, thinking=True,
                      responses=Path("r.jsonl"), semantics=("vllm",)),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):

@@ -5,7 +5,7 @@ setting, mapped onto `options.RunOptions` by `shared_settings`. The settings are
 `tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
 
 The inputs flags default to `None` where "the run default" depends on context (doctor --out RUN takes that
-run's settings); `shared_settings` then applies the run defaults (`Inputs.given`), so every command means
+run's settings); `shared_settings` then applies the run defaults (`InputSettings.given`), so every command means
 the same thing by them.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..core.options_inputs import Inputs
+from ..core.options_inputs import InputSettings
 from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
 from ..core.options_output import Output
 from ..core.options_run import Numerics, Placement, Replay
@@ -66,15 +66,15 @@ class Setting:
                                                       **extra)]
 
 
-target = Setting(Inputs.flag("target"))
-prompts = Setting(Inputs.flag("prompts"))
-prompt_field = Setting(Inputs.flag("prompt_field"))
-limit = Setting(Inputs.flag("limit"))
-seed = Setting(Inputs.flag("seed"))
-max_new_tokens = Setting(Inputs.flag("max_new_tokens"))
-thinking = Setting(Inputs.flag("thinking"))
-responses = Setting(Inputs.flag("responses"))
-semantics = Setting(Inputs.flag("semantics"))
+target = Setting(InputSettings.flag("target"))
+prompts = Setting(InputSettings.flag("prompts"))
+prompt_field = Setting(InputSettings.flag("prompt_field"))
+limit = Setting(InputSettings.flag("limit"))
+seed = Setting(InputSettings.flag("seed"))
+max_new_tokens = Setting(InputSettings.flag("max_new_tokens"))
+thinking = Setting(InputSettings.flag("thinking"))
+responses = Setting(InputSettings.flag("responses"))
+semantics = Setting(InputSettings.flag("semantics"))
 out = Setting(Output.flag("out"))
 out_track = Setting(Output.flag("out"), Output.TRACK_HELP["out"])
 overwrite = Setting(Output.flag("overwrite"))
@@ -112,9 +112,9 @@ max_context = Setting(LongContext.flag("max_context"))
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,
                     semantics, prompt_field=None, responses=None) -> dict[str, Any]:
-    """The bundle's values as RunOptions fields, with the run defaults applied (core/options_inputs.Inputs)."""
+    """The bundle's values as RunOptions fields, with the run defaults applied (core/options_inputs.InputSettings)."""
     from ..core.options import default_cache_dir
 
-    inputs = Inputs.given(target=target, prompts=prompts, prompt_field=prompt_field, limit=limit, seed=seed,
+    inputs = InputSettings.given(target=target, prompts=prompts, prompt_field=prompt_field, limit=limit, seed=seed,
                           max_new_tokens=max_new_tokens, thinking=thinking, responses=responses, semantics=semantics)
     return dict(inputs.run_fields(), device=device, dtype=dtype, cache_dir=cache_dir or default_cache_dir())

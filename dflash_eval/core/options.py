@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .options_inputs import MAX_NEW_TOKENS, PROMPTS, Inputs
+from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
 from .options_output import Output
 from .options_run import Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
@@ -91,9 +91,9 @@ class RunOptions:
 
     # the sections the stages read (core/options_*.py), built once from the fields above
     @cached_property
-    def inputs(self) -> Inputs:
+    def inputs(self) -> InputSettings:
         """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
-        return Inputs.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+        return InputSettings.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
 
     @cached_property
     def output(self) -> Output:

@@ -3,7 +3,7 @@ hf: dataset), how many of them and which (--limit, --seed), the generation cap, 
 continuations given (--responses) and the attention rules per drafter (--semantics).
 
 The flags default to None ("not given") where the run default depends on context: doctor --out RUN takes
-that run's settings, and only then `Inputs.given` applies the run defaults (demo prompts, 256 tokens), so
+that run's settings, and only then `InputSettings.given` applies the run defaults (demo prompts, 256 tokens), so
 run, doctor and track mean the same thing by them. The section's own field defaults are those run defaults."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab 
 
 
 @dataclass(frozen=True)
-class Inputs(Section):
+class InputSettings(Section):
     """The run's inputs, with the run defaults applied (`given`): `seed` is the --seed given (None: the first
     N prompts; the bootstrap then seeds with 0, `bootstrap_seed`)."""
 
@@ -71,7 +71,7 @@ class Inputs(Section):
     )
 
     @classmethod
-    def given(cls, **values: Any) -> "Inputs":
+    def given(cls, **values: Any) -> "InputSettings":
         """The section from the flags as a command received them (None: not given), the run defaults applied."""
         values = {k: v for k, v in values.items() if v is not None}
         for unset_when_empty in ("prompts", "max_new_tokens"):  # as `prompts or "demo"` always read them
@@ -98,4 +98,4 @@ class Inputs(Section):
                                    "its own prompts")
 
 
-INPUT_SECTIONS = (Inputs,)
+INPUT_SECTIONS = (InputSettings,)
