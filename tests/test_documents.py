@@ -5,7 +5,9 @@ in our code is a bug (exit 1, traceback saved), never reported as the user's edi
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import typing
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -13,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
+from dflash_eval.core import documents, results
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.json_types import check_json
 
@@ -130,3 +133,33 @@ def test_the_schema_page_is_what_the_typeddicts_say_now():
     assert (DOCS / "result-documents.md").read_text() == reference(), (
         "docs/result-documents.md is not what the TypedDicts declare: regenerate it with "
         "`python -m dflash_eval.core.document_reference > docs/result-documents.md`")
+
+
+def documented_run_keys() -> dict[str, set[str]]:
+    """run.json's keys as core/results.py's docstring lists them: the top level (indented 4) and, under each
+    top-level key, its own keys (indented 8; `a, b` names two). Prose under a key starts with a capital and
+    ends that key's list."""
+    text = results.__doc__.split("DIR/run.json", 1)[1].split("\nDIR/", 1)[0]
+    keys: dict[str, set[str]] = {"": set()}
+    parent = None
+    for line in text.splitlines():
+        if found := re.match(r"^ {4}([a-z_]\w*)\b", line):
+            parent = found.group(1)
+            keys[""].add(parent)
+            keys[parent] = set()
+        elif re.match(r"^ {8}[A-Z]", line):
+            parent = None
+        elif parent and (found := re.match(r"^ {8}([a-z_]\w*(?:, [a-z_]\w*)*)\b", line)):
+            keys[parent].update(found.group(1).split(", "))
+    return keys
+
+
+@pytest.mark.parametrize("where, document", [("", documents.RunDocument), ("provenance", documents.Provenance),
+                                             ("drafters", documents.DrafterDocument)])
+def test_the_schema_docstring_and_the_types_name_the_same_keys(where, document):
+    """The meaning of each field (core/results.py's docstring) and its type (core/documents.py) cannot drift
+    apart: a key added to one and not the other fails here. When this was first run, the docstring lacked
+    provenance.draft_lengths and merged_from, the drafters' breakdown_note and estimate, and doctor/incomplete."""
+    typed = set(typing.get_type_hints(document))
+    described = documented_run_keys()[where]
+    assert typed == described, {"typed only": sorted(typed - described), "described only": sorted(described - typed)}

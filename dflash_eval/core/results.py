@@ -13,6 +13,7 @@ DIR/run.json
         target           {"name", "path", "fingerprint", "snapshot", "model_type", "num_layers", "hidden_size", "vocab_size"}
         inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
                          target_config, target_weights, tokenizer_files, chat_template, responses_file
+        draft_lengths    --draft-lengths as given ("3,7,15" or "all"), null without it
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
         chat_template_hash  sha256 of the chat template string
         enable_thinking  the flag passed to the chat template
@@ -52,6 +53,7 @@ DIR/run.json
         trained_taps     (`trained-taps --out` folders only) {"data", "format", "split", "labels" ("stored teacher" or
                          "data tokens"), "anchors", "final_block", "verdict"}: the rows are training samples scored
                          teacher-forced (docs/trained-taps.md); drafters NAME@trained-taps and NAME@our-taps
+        merged_from      (merge only) the shard folders joined, in shard order
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
     drafters            one object per drafter, in command-line order:
@@ -97,6 +99,8 @@ DIR/run.json
                         keyword, number, string, operator, comment, word, special, other), metrics, counts.
                         Each split's counts add up exactly to `counts` (checked when written); live rows have
                         no marginal per part (breakdown_note says so); run.partial.json has no split
+        breakdown_note  why a split has no marginal per part (live rows hold no anchor_slot_correct)
+        estimate        (offline estimate) the additive EstimateSums; null otherwise
         draft_policy    (temperature > 0) "sample" or "argmax"; with --draft-policy both every drafter appears
                         twice, as NAME@sample and NAME@argmax
         At temperature > 0 a prompt's K samples are pooled into one unit (metrics.pool_samples): per-prompt
@@ -104,6 +108,8 @@ DIR/run.json
         true) replace metrics with estimates.summary: estimate, definition, tau_macro, tau_micro,
         tau_macro_ci, expected_steps, anchors, alpha (per slot), expected_reach, tau_per_anchor; counts and
         repetition are null and `estimate` holds the additive EstimateSums.
+    doctor              (after `doctor --out RUN`) the doctor's findings, as doctor.json holds them
+    incomplete          (run.partial.json only) {"done", "total"}: prompts finished so far, of all
 
 DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") at temperature > 0;
     an offline estimate's rows carry anchor_alphas (per anchor, per slot), anchor_expected_accepted and
