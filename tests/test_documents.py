@@ -90,6 +90,21 @@ def test_an_edited_run_json_field_is_refused_by_report_naming_it(tmp_path):
                                      "(found a string); edited by hand, damaged or written by another version?")
 
 
+@pytest.mark.parametrize("key", ["histogram", "steps", "reach"])
+def test_a_walk_metric_the_renderers_read_is_required(tmp_path, key):
+    """Found by test_fuzz: with `histogram` optional in a drafter's metrics, a run.json without it passed the reader
+    and `report` failed inside the renderer (exit 1, an internal error). A walk's metrics (WalkMetrics) now require
+    every key the renderers read; an estimate's (`estimate` true) are EstimateMetrics."""
+    folder = _folder(tmp_path)
+    run = json.loads((folder / "run.json").read_text())
+    del run["drafters"][0]["metrics"][key]
+    (folder / "run.json").write_text(json.dumps(run))
+    result = runner.invoke(app, ["report", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (f"error: {folder / 'run.json'}: drafters[0].metrics.{key} is missing; edited by "
+                                     "hand, damaged or written by another version?")
+
+
 def test_an_edited_samples_row_is_refused_naming_its_line_and_field(tmp_path):
     folder = _folder(tmp_path)
     lines = (folder / "samples.jsonl").read_text().splitlines()

@@ -33,29 +33,43 @@ class AcceptanceCountsDocument(TypedDict):
     marginal_total: list[int]
 
 
-class Metrics(TypedDict):
-    """results.metrics_summary (or estimates.summary, `estimate` true): the numbers shown for a drafter."""
+class WalkMetrics(TypedDict):
+    """results.metrics_summary: the numbers shown for a drafter whose walks were replayed or run (temperature 0,
+    or the live loop). Every key the renderers read is required: a file without one is refused when read."""
 
     tau_macro: Ratio
     tau_micro: Ratio
     tau_macro_ci: NotRequired[list[Number] | None]
     tau_macro_ci_note: NotRequired[str | None]
-    steps: NotRequired[int]
-    reach: NotRequired[list[Ratio]]
-    conditional: NotRequired[list[Ratio]]
-    marginal: NotRequired[list[Ratio]]
-    histogram: NotRequired[list[int]]
-    token_acceptance_rate: NotRequired[Ratio]
+    steps: int
+    reach: list[Ratio]
+    conditional: list[Ratio]
+    marginal: list[Ratio]
+    histogram: list[int]
+    token_acceptance_rate: Ratio
     prompts_without_steps: NotRequired[int]
     slot_counts: NotRequired[dict[str, list[list[int]]]]
-    # an offline estimate (temperature > 0, trajectory mode)
-    estimate: NotRequired[bool]
+
+
+class EstimateMetrics(TypedDict):
+    """estimates.summary (`estimate` true): an offline estimate's numbers (temperature > 0, trajectory mode)."""
+
+    estimate: bool
+    tau_macro: Ratio
+    tau_micro: Ratio
+    tau_macro_ci: NotRequired[list[Number] | None]
+    tau_macro_ci_note: NotRequired[str | None]
     definition: NotRequired[str]
     expected_steps: NotRequired[Number]
     anchors: NotRequired[int]
     alpha: NotRequired[list[Ratio]]
     expected_reach: NotRequired[list[Ratio]]
     tau_per_anchor: NotRequired[Ratio]
+
+
+# a drafter's metrics are one or the other; the checker takes the member whose required keys are all present
+# (an estimate's `estimate` key picks EstimateMetrics), else names the key WalkMetrics misses
+Metrics = EstimateMetrics | WalkMetrics
 
 
 class RepetitionCountsDocument(TypedDict):

@@ -128,8 +128,11 @@ def check_json(value: Any, annotation: Any, path: Path | str | None, field: str 
         raise InputError(path, f"{where} is {value}, not a finite number")
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
-        member = next(a for a in get_args(annotation) if _fits(value, a))
-        check_json(value, member, path, field)
+        # of the members with the value's shape, the first whose required keys are all there; when none has them
+        # all, the last such member, so that the error names the key it misses
+        members = [a for a in get_args(annotation) if _fits(value, a)]
+        complete = [a for a in members if not is_typeddict(a) or required_keys(a) <= value.keys()]
+        check_json(value, (complete or members[-1:])[0], path, field)
     elif is_typeddict(annotation):
         hints = field_types(annotation)
         for key in sorted(required_keys(annotation)):
