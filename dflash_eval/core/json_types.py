@@ -28,21 +28,9 @@ _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or 
 
 
 def _found(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    """What a JSON value is, in _NAMES' words; bool before int (a bool is an int to isinstance)."""
+    kind = next((k for k in (type(None), bool, int, float, str, list, dict) if isinstance(value, k)), None)
+    return _NAMES[kind] if kind else type(value).__name__
 
 
 def is_typeddict(annotation: Any) -> bool:
