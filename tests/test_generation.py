@@ -100,7 +100,7 @@ def _real_cache_bytes(cache) -> int:
 def test_cache_bytes_per_sequence_equal_the_real_cache(kind, dtype, test_bed):
     import torch
 
-    from dflash_eval.model.target import output_cache
+    from dflash_eval.model.hf_forward import output_cache
     from dflash_eval.pipeline.continuations import cache_bytes_per_sequence, cache_fixed_bytes
 
     target = load_target(str(test_bed[kind]), device="cpu", dtype=dtype)

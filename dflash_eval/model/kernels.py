@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ..core.errors import InputError
+from .hf_forward import cache_keyword, output_cache
 
 # Gated-DeltaNet operation -> the name of transformers' torch implementation, which is also the module global
 # (or, in some versions, the instance attribute named like the operation) the layer's forward calls.
@@ -151,20 +152,13 @@ class _Counting:
             self.recorder.calls.append(call)
 
 
-def _probe_input_device(model: nn.Module) -> torch.device:
-    from .target import input_device
-
-    return input_device(model)
-
-
 @torch.inference_mode()
 def _probe_forward(model: nn.Module) -> None:
     """A 3-token prefill with a cache and one cached decode step: the chunked and the recurrent delta rule, the
-    convolution over a sequence and its one-step update."""
-    from .target import cache_keyword, output_cache
-
+    convolution over a sequence and its one-step update. The inputs go where the input embedding is (the probe
+    is skipped when weights sit on the meta device, as offloaded ones do)."""
     base = getattr(model, "model", model)
-    device = _probe_input_device(model)
+    device = model.get_input_embeddings().weight.device
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = (torch.arange(1, 4, device=device) % vocab)[None]
     out = base(input_ids=ids, use_cache=True)

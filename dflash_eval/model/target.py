@@ -19,7 +19,6 @@ evaluate is transformers' own modeling code with fla, as on the GPU image (5.17,
 from __future__ import annotations
 
 import hashlib
-import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from torch import nn
 from ..core.errors import InputError, read_json_object
 from ..formats.files import resolve_local_or_cached
 from ..formats.validation import TargetInfo
+from .hf_forward import cache_keyword, output_cache
 from .kernels import decoder_layers, kernel_report, quiet_cpu_fallback_advice
 from .lm_head import greedy_ids
 
@@ -245,13 +245,6 @@ def input_device(model: nn.Module) -> torch.device:
     return torch.device("cpu" if where == "disk" else where)
 
 
-def output_cache(output):
-    """The cache a forward returned: `cache` on transformers >= 5.2x (reading `past_key_values` there logs a
-    deprecation), `past_key_values` on earlier 5.x."""
-    fields = getattr(type(output), "__dataclass_fields__", {})
-    return output.cache if "cache" in fields else output.past_key_values
-
-
 @dataclass
 class Capture:
     """What one tap pass over a sequence yields."""
@@ -284,11 +277,6 @@ def hooked_layers(target: Target, taps: list[int]):
     finally:
         for handle in handles:
             handle.remove()
-
-
-def cache_keyword(model: nn.Module) -> str:
-    """transformers >= 5.2x names the cache argument `cache`; earlier 5.x call it `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 @torch.inference_mode()

@@ -351,8 +351,8 @@ def generate_sampled(target: Target, prompt: list[int], max_new_tokens: int, sam
     """One sampled continuation, one prompt alone (the oracle `generate_sampled_batch` is tested against):
     the target token by token with its cache, each token drawn from `sampling_probs` of its logits (z-lab's
     processing) with `generator`; cut after the first stop token."""
+    from ..model.hf_forward import cache_keyword, output_cache
     from ..model.sampling import draw, sampling_probs
-    from ..model.target import cache_keyword, output_cache
 
     stops = set(stop_token_ids(target))
     ids = torch.tensor([prompt], device=target.device)
