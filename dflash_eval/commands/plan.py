@@ -46,6 +46,7 @@ class PlanSettings:
     doctor: bool = False  # also plan `doctor` on the first drafter
     context_variants: bool = True
     thinking: bool | None = None
+    numerics_check: int = 0  # run --numerics-check N: priced on the first N prompts
 
 
 @dataclass
@@ -204,6 +205,9 @@ def _memory(target: Model, drafters: list[Model], specs: list[DrafterSpec], leng
     worst = max((drafter_transient(spec, d.shape, T, anchors[d.path], sampled, e)
                  for d, spec in zip(drafters, specs)), key=lambda p: sum(p.values()))
     phases["drafter pass"] = {**resident, "taps of the prompt (all drafters' layers)": T * layers * s.hidden_size * e, **worst}
+    if st.numerics_check:  # the live loop: one sequence's cache and its snapshot, beside every resident model
+        phases["numerics check"] = {**resident, "cache and its snapshot (live loop)": 2 * R.cache_bytes(s, T, 1, e),
+                                    "verify logits (one block)": max(d.shape.block_size for d in drafters) * s.vocab_size * e}
     host = {}
     if doctor is not None:  # trajectories wait in host memory (pipeline.trajectories.OffloadedLayers)
         held, _ = doctor
@@ -245,6 +249,8 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
         per_drafter.append((sum(f for f, _ in passes), sum(t for _, t in passes)))
     out = {"weights": (0.0, 0.0), "generate": tuple(gen), "taps": tuple(taps),
            "drafter pass": (sum(f for f, _ in per_drafter), sum(t for _, t in per_drafter))}
+    if st.numerics_check:
+        out["numerics check"] = numerics_check_cost(s, drafters, lengths[:st.numerics_check], N, device, batches["anchor"])
     if doctor is not None:
         _, variants = doctor
         contexts = 2 if st.context_variants and st.temperature <= 0 else 0
@@ -254,6 +260,31 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
                          taps[1] * (1 + contexts) + gen[1] * contexts + t0 * (variants + contexts)
                          + lens / device.peak_flops)
     return out
+
+
+def numerics_check_cost(s: R.ModelShape, drafters: list[Model], lengths: list[int], N: int, device: R.Accelerator,
+                        anchors: dict[str, int]) -> tuple[float, float]:
+    """(FLOPs, seconds) of `run --numerics-check` on prompts of `lengths` tokens (pipeline/numerics.py): per
+    prompt its continuation generated alone (a prefill and N - 1 decode steps at batch 1), and per drafter
+    two replays (at the run's anchors per forward and at the other value) and one live loop. The live loop
+    is priced at tau = 1, its most steps (N, each committing one token): per step a drafter forward, the
+    cache's snapshot, a verify forward of B tokens and the re-run of the accepted token after the restore.
+    At the roof: on a 27B the forwards at batch 1 are memory-bound, ~11 ms each on an H200, while HF's
+    eager forwards take several times that, hence the ~2-3 min per prompt per drafter seen on a 27B."""
+    from ..core import roofline_sums as S
+
+    flops = seconds = 0.0
+    for P in lengths:
+        prefill = (R.forward_flops(s, 1, P, 0, 1), R.step_time(s, device, 1, P, 0, logit_positions=1))
+        for f, t in (prefill, S.decode_steps(s, device, 1, P, N - 1)):
+            flops, seconds = flops + f, seconds + t
+        for d in drafters:
+            A = anchors[d.path]
+            parts = [S.drafter_pass(d.shape, device, P, P + N, A), S.drafter_pass(d.shape, device, P, P + N, 1 if A > 1 else 2),
+                     prefill, S.drafter_steps(d.shape, device, P, N), S.cache_copies(s, device, P, N),
+                     S.forward_steps(s, device, 1, d.shape.block_size, P, N), S.forward_steps(s, device, 1, 1, P, N)]
+            flops, seconds = flops + sum(f for f, _ in parts), seconds + sum(t for _, t in parts)
+    return flops, seconds
 
 
 def plan(target: str, drafters: list[str], settings: PlanSettings, reference: str | None = None) -> Plan:
@@ -282,6 +313,11 @@ def plan(target: str, drafters: list[str], settings: PlanSettings, reference: st
              f"{settings.max_new_tokens} new tokens",
              f"usable memory: {device.memory_bytes / R.GIB:.0f} GiB - {RESERVE_BYTES / R.GIB:.0f} GiB reserved (CUDA context, allocator)"]
     host = None
+    if settings.numerics_check:
+        checked = min(settings.numerics_check, len(lengths))
+        notes.append(f"numerics check: {checked} prompt(s) x {len(models)} drafter(s), "
+                     f"{times['numerics check'][1] / 60:,.1f} min at the roof with the live loop at tau = 1; eager forwards "
+                     "at batch 1 take several times the roof (~2-3 min per prompt per drafter on a 27B)")
     if settings.doctor:
         host = _host(phases[-1].host_bytes, lengths, settings, doctor[0], len(specs[0].taps), tgt.shape.hidden_size)
         notes.append(host["note"])
