@@ -368,3 +368,23 @@ def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeyp
     target.device = torch.device("cuda:0")  # nothing runs: the rule reads the device's memory and the weights
     assert run_generation_budget(target, lengths, 24).to_dict() == doc["batches"]["generation_budget"]
     assert doc["batches"]["generation_budget"]["batch"] == len(lengths) == 12  # never more than the prompts
+
+
+def test_the_modelled_cold_run_in_performance_md_is_plans_own_figure(folders):
+    """docs/performance.md's cold 27B run on one H200 starts from `plan`'s minutes for HumanEval x 2048: its
+    rows are the plan's phases, and its batches the plan's generation batch."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    section = doc[doc.index("## A cold run of the 27B on one H200"):]
+    row = {name: float(re.search(rf"^\| (?:\*\*)?{re.escape(name)}[^|]*\| (?:\*\*)?([\d.]+)", section, re.M).group(1))
+           for name in ("generate", "tap pass", "drafter pass", "warm run at the roof")}
+    _, plan = plan_json("--target", str(folders["qwen3.6-27b"]), "--drafter", str(folders["qwen3.6-27b-dflash"]),
+                        "--prompts", "humaneval", "--max-new-tokens", "2048", "--accelerator", "h200")
+    phases = {p["name"]: p["seconds"] for p in plan["phases"]}
+    for name, phase in (("generate", "generate"), ("tap pass", "taps"), ("drafter pass", "drafter pass")):
+        assert row[name] == round(phases[phase], 1), name
+    assert row["warm run at the roof"] == round(phases["generate"] + phases["taps"] + phases["drafter pass"], 1)
+    G = plan["batches"]["generation"]
+    sizes = [min(G, 164 - i) for i in range(0, 164, G)]
+    assert f"generate: {len(sizes)} batches ({', '.join(map(str, sizes))})" in section
