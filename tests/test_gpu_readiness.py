@@ -487,3 +487,73 @@ def test_the_live_loop_waits_for_the_devices_its_models_use_only(monkeypatch):
     touched.clear()
     live._sync(live.cuda_indices(Placed("cpu"), Placed("cpu"), device=torch.device("cpu")))
     assert touched == []
+
+
+def test_no_drafter_is_on_the_targets_device_while_the_target_generates(trained, tmp_path, monkeypatch):
+    """The generation batch counts the target alone (continuations.run_generation_budget), so no drafter
+    may sit on the target's device while it generates: run, track and doctor (whose context variants
+    generate after its drafter is loaded) load the drafters in host memory and move them over after the
+    last generation. On the CPU every device is `cpu`, so the moves themselves are followed: each way a
+    drafter reaches the target's device (loaded there, `to_target_device`, back after `off_accelerator`)."""
+    from contextlib import contextmanager
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+    from dflash_eval.commands import doctor, evaluate, track
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.pipeline import continuations, scoring
+
+    there: set[int] = set()  # ids of the drafters on the target's device now
+    generated: list[int] = []  # drafters there at each generation call
+
+    def loading(real):
+        def load(entries, target, *, device=None):
+            drafters = real(entries, target, device=device)
+            if device is None:  # straight onto the target's device
+                there.update(id(d) for d in drafters.values())
+            return drafters
+        return load
+
+    def joining(real):
+        def join(drafters, target):
+            there.update(id(d) for d in drafters.values())
+            return real(drafters, target)
+        return join
+
+    real_off = scoring.off_accelerator
+
+    @contextmanager
+    def off(target, *drafters):
+        with real_off(target, *drafters):
+            there.difference_update(id(d) for d in drafters)
+            yield
+        there.update(id(d) for d in drafters)
+
+    real_generate = continuations.generate_greedy
+
+    def generate(*args, **kwargs):
+        generated.append(len(there))
+        return real_generate(*args, **kwargs)
+
+    for module in (evaluate, track):
+        monkeypatch.setattr(module, "load_drafters", loading(scoring.load_drafters))
+        monkeypatch.setattr(module, "to_target_device", joining(scoring.to_target_device))
+    monkeypatch.setattr(scoring, "load_drafters", loading(scoring.load_drafters))
+    monkeypatch.setattr(scoring, "off_accelerator", off)
+    monkeypatch.setattr(continuations, "generate_greedy", generate)
+    good, target = str(trained["qwen3"]["good"]), str(trained["qwen3"]["target"])
+    common = dict(target=target, limit=2, max_new_tokens=8, device="cpu")
+    evaluate.evaluate(RunOptions(drafters=[good], out=tmp_path / "run", cache_dir=tmp_path / "c1", **common))
+    assert generated and not any(generated) and there  # generated with none there; they joined afterwards
+    generated.clear()
+    there.clear()  # that run's drafters are gone
+    doctor.run_doctor(RunOptions(drafters=[good], out=tmp_path / "doc", cache_dir=tmp_path / "c2", **common))
+    assert len(generated) >= 3 and not any(generated)  # the base continuations and both context variants'
+    generated.clear()
+    there.clear()
+    done = CliRunner().invoke(app, ["track", good, "--target", target, "--out", str(tmp_path / "track"), "--limit", "2",
+                                    "--max-new-tokens", "8", "--device", "cpu", "--cache-dir", str(tmp_path / "c3"),
+                                    "--settle", "0.2"])
+    assert done.exit_code == 0, done.output
+    assert generated and not any(generated)
