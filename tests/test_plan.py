@@ -352,9 +352,10 @@ def test_run_and_plan_choose_one_generation_batch_and_predict_the_same_bytes_on_
     assert long_prompts == plan_budget(PUBLIC["qwen3.6-27b"], h100, doc["target"]["weight_bytes"], [2048] * 164, 2048)
 
 
-def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeypatch):
+def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeypatch, tmp_path):
     """The same on a real loaded target: plan from the test bed's config and tokenizer, run's rule on the
-    loaded bf16 model (its parameters counted), on a patched 80 GiB CUDA device."""
+    loaded bf16 model (its parameters counted), on a patched 80 GiB CUDA device; and on the same target
+    dispatched by accelerate (half its layers offloaded to disk), as --device-map places it."""
     from dflash_eval.core.options import RunOptions
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.continuations import run_generation_budget, template_ids, whole_prompt_set
@@ -364,10 +365,18 @@ def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeyp
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="bfloat16")
     prompts = whole_prompt_set(RunOptions(drafters=[], out=Path(".")))
     lengths = [len(template_ids(target.tokenizer, p, False)) for p in prompts]
+    layers = len(target.layers)
+    placed = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu",
+              **{f"model.layers.{i}": "cpu" if i < layers // 2 else "disk" for i in range(layers)}}
+    split = load_target(str(test_bed["qwen3"]), device="cpu", dtype="bfloat16", device_map=placed,
+                        offload_folder=str(tmp_path / "offload"))
+    assert {p.device.type for p in split.model.parameters()} == {"cpu", "meta"}
     _fake_cuda(monkeypatch, R.accelerator("h100").memory_bytes)
     target.device = torch.device("cuda:0")  # nothing runs: the rule reads the device's memory and the weights
     assert run_generation_budget(target, lengths, 24).to_dict() == doc["batches"]["generation_budget"]
     assert doc["batches"]["generation_budget"]["batch"] == len(lengths) == 12  # never more than the prompts
+    split.device = torch.device("cuda:0")
+    assert run_generation_budget(split, lengths, 24).to_dict() == doc["batches"]["generation_budget"]
 
 
 def test_the_modelled_cold_run_in_performance_md_is_plans_own_figure(folders):

@@ -335,7 +335,7 @@ def _host(needed: int, lengths: list[int], st: PlanSettings, held: int, taps: in
                            "fits": None, "fix": None}
     what = f"doctor keeps its trajectories in host memory (pageable): {needed / R.GIB:,.1f} GiB"
     if machine is None:
-        out["note"] = f"{what}; this machine's memory is unknown (no psutil, no /proc/meminfo)"
+        out["note"] = f"{what}; this machine's memory is unknown (no /proc/meminfo, no sysconf)"
         return out
     total, available = machine
     sequences = [n + st.max_new_tokens for n in lengths]

@@ -76,19 +76,21 @@ def doctor_host_fix(base: list[int], context: list[int], base_layers: int, conte
 
 
 def host_memory() -> tuple[int, int] | None:
-    """(total, available) bytes of this machine's memory: psutil when installed, else /proc/meminfo's
-    MemTotal and MemAvailable; None where neither answers."""
-    try:
-        import psutil
+    """(total, available) bytes of this machine's memory: /proc/meminfo's MemTotal and MemAvailable (what
+    the kernel can hand out without swapping, page cache included); elsewhere the physical and free pages
+    (os.sysconf); None where neither answers."""
+    import os
 
-        memory = psutil.virtual_memory()
-        return int(memory.total), int(memory.available)
-    except ImportError:
-        pass
     try:
-        fields = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines() if ":" in line)
+        with open("/proc/meminfo") as handle:
+            fields = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
         return int(fields["MemTotal"].split()[0]) * 1024, int(fields["MemAvailable"].split()[0]) * 1024
     except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_PHYS_PAGES") * page, os.sysconf("SC_AVPHYS_PAGES") * page
+    except (AttributeError, ValueError, OSError):
         return None
 
 
