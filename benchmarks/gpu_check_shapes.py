@@ -109,10 +109,11 @@ def part_phases(rehearse: bool, record, accelerator, peak_flops) -> list[tuple[s
     """The phases of a run, one summary table (also returned: (row, text) pairs)."""
     from dflash_eval.model.drafting import draft_logits
     from dflash_eval.model.engine import block_length, drafter_anchor_batch, replay
-    from dflash_eval.model.target import cached_step, capture_taps
+    from dflash_eval.model.target import cached_step, capture_taps, indexed_device
     from dflash_eval.pipeline.continuations import generation_batch_size, greedy_config, only_this_config
 
     device, dtype = accelerator(rehearse)
+    device = indexed_device(device)  # `cuda:0` as the run resolves it: generation counts the weights placed there
     peak = peak_flops(device)
     if rehearse:
         shape, vocab, T, prompt, gen_tokens = TINY, 1024, 96, 32, 16

@@ -132,7 +132,7 @@ def test_generation_batch_from_total_memory_on_a_27b_like_hybrid(monkeypatch):
     import torch
     from transformers import Qwen3_5TextConfig
 
-    from dflash_eval.pipeline.continuations import cache_bytes_per_sequence, generation_batch_for
+    from dflash_eval.pipeline.continuations import cache_bytes_per_sequence, cache_fixed_bytes, generation_budget
 
     config = Qwen3_5TextConfig(vocab_size=248320, hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
                                num_attention_heads=24, num_key_value_heads=4, head_dim=256, linear_num_value_heads=48,
@@ -143,8 +143,12 @@ def test_generation_batch_from_total_memory_on_a_27b_like_hybrid(monkeypatch):
     recurrent = 48 * 48 * 128 * 128 * 4
     assert 150e6 < recurrent < 152e6
     assert per_sequence == recurrent + 48 * 10240 * 4 * 2 + 16 * 2 * 4 * 256 * 2176 * 2
-    assert generation_batch_for(config, torch.bfloat16, [128] * 164, 2048, 141 * 10**9, 54 * 10**9) == 64
-    assert generation_batch_for(config, torch.bfloat16, [128] * 164, 2048, 80 * 10**9, 54 * 10**9) == 30  # (72 - 54) GB / 2 over ~300 MB
+    assert generation_budget(config, torch.bfloat16, [128] * 164, 2048, 141 * 10**9, 54 * 10**9).batch == 64
+    budget = generation_budget(config, torch.bfloat16, [128] * 164, 2048, 80 * 10**9, 54 * 10**9)
+    assert budget.batch == 30  # (72 - 54) GB / 2 over ~300 MB
+    fixed = cache_fixed_bytes(config)  # 48 x 8 bytes on transformers >= 5.25, nothing on 5.17
+    assert budget.predicted_bytes == 54 * 10**9 + 30 * (per_sequence + 248320 * 4 * 2) + fixed
+    assert generation_budget(config, torch.bfloat16, [128] * 10, 2048, 141 * 10**9, 54 * 10**9).batch == 10
 
 
 def test_a_shard_or_a_resume_gets_the_continuation_of_the_full_run_in_bf16(test_bed, tmp_path):

@@ -163,6 +163,50 @@ def test_offloaded_layers_are_handed_out_on_the_accelerator_and_stored_in_host_m
     assert sorted(layers) == [3, 7] and len(layers) == 2
 
 
+def test_offloaded_layers_stay_pageable_when_cuda_is_there(monkeypatch):
+    """Pinned host blocks are rounded up to a power of two (a 22-26 MB layer of a 27B trajectory takes 32
+    MiB: ~184 GiB instead of 126.5 for doctor on HumanEval x 2048): the layers stay in pageable memory,
+    exactly their bytes, with CUDA present (patched: nothing may be pinned on this machine)."""
+    from dflash_eval.pipeline.trajectories import OffloadedLayers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    layers = OffloadedLayers({3: torch.ones(5, 4), 7: torch.zeros(5, 4)}, torch.device("meta"))
+    assert not any(x.is_pinned() for x in layers.stored.values())
+    assert sum(x.nbytes for x in layers.stored.values()) == 2 * 5 * 4 * 4
+
+
+def test_doctor_host_figure_and_the_option_that_fits():
+    """Hand-computed: 3 prompts of 10, 20 and 30 tokens, 4 layers of H = 2 in bf16, a context variant of 2
+    layers at 12, 22 and 32 tokens."""
+    from dflash_eval.pipeline.trajectories import doctor_host_bytes, doctor_host_fix
+
+    base, context = [10, 20, 30], [12, 22, 32]
+    assert doctor_host_bytes(60, 4, 66, 2, 2) == (60 * 4 + 66 * 2) * 2 * 2 == 1488
+    assert doctor_host_fix(base, context, 4, 2, 2, 1488) is None
+    assert doctor_host_fix(base, context, 4, 2, 2, 1487) == "--no-context-variants"  # 960 bytes without them
+    assert doctor_host_fix(base, context, 4, 2, 2, 900) == "--limit 2"  # (30 x 4 + 34 x 2) x 4 = 752
+    assert doctor_host_fix(base, context, 4, 2, 2, 100) is None  # no single option: not even one prompt fits
+    assert doctor_host_fix([10, 10, 20, 20], [], 4, 2, 2, 400, samples=2) == "--limit 1"  # 2 samples per prompt
+
+
+def test_doctor_refuses_trajectories_past_the_machines_memory_by_name(trained, tmp_path, monkeypatch):
+    """Before its target pass, doctor compares its trajectories' host bytes (the figure `plan --doctor`
+    shows) with the memory available, and refuses by name, naming the option that fits."""
+    from dflash_eval.commands import doctor
+    from dflash_eval.core.errors import InputError
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.pipeline import trajectories
+
+    options = RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc", limit=2, max_new_tokens=12,
+                         target=str(trained["qwen3"]["target"]), cache_dir=tmp_path / "cache", device="cpu")
+    captured = []
+    monkeypatch.setattr(trajectories, "capture_trajectory", lambda *a, **k: captured.append(1))
+    monkeypatch.setattr(trajectories, "host_memory", lambda: (2 ** 40, 1000))
+    with pytest.raises(InputError, match=r"doctor's trajectories need .* GiB of host memory .* no single option fits"):
+        doctor.run_doctor(options)
+    assert not captured and not (tmp_path / "doc").exists()
+
+
 @pytest.mark.slow
 def test_no_deprecation_warning_from_our_calls_to_transformers(test_bed, drafter_dirs, tmp_path):
     """Warnings as errors, transformers' logger at warning level, in a fresh process (transformers warns
@@ -450,3 +494,130 @@ def test_a_failing_nccl_rank_aborts_its_group_at_once_and_raises_its_error(monke
     calls.clear()
     distributed._leave(dist, failed=False)  # a rank that finished leaves the ordinary way
     assert calls == [("destroy",)]
+
+
+def test_bare_cuda_resolves_to_an_indexed_device(monkeypatch):
+    """Tensors placed on `cuda` report `cuda:0`, and `torch.device("cuda") != torch.device("cuda:0")`:
+    every device resolved is indexed (patched torch.cuda, 8 GPUs, the current one 0 or 5)."""
+    from dflash_eval.model.target import indexed_device, input_device, resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    for current in (0, 5):
+        monkeypatch.setattr(torch.cuda, "current_device", lambda current=current: current)
+        assert resolve_device("cuda") == resolve_device("auto") == torch.device("cuda", current)
+        assert indexed_device("cuda") == torch.device(f"cuda:{current}")
+    assert resolve_device("cuda:3") == torch.device("cuda:3") and resolve_device("cpu") == torch.device("cpu")
+    assert indexed_device(torch.device("cpu")) == torch.device("cpu")
+
+    class Placed(torch.nn.Module):  # accelerate's record of an offloaded embedding, on a bare "cuda"
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(4, 2, device="meta")
+            self.hf_device_map = {"embed": "cuda"}
+
+        def get_input_embeddings(self):
+            return self.embed
+
+    assert input_device(Placed()) == torch.device("cuda:5")
+
+
+def test_the_live_loop_waits_for_the_devices_its_models_use_only(monkeypatch):
+    """A clock read in the live loop synchronises the GPUs the target's and drafter's weights (and the
+    inputs) live on, never every visible one: under torchrun each rank created a context on all 8 GPUs."""
+    from types import SimpleNamespace
+
+    from dflash_eval.model import live
+
+    touched = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: touched.append(index))
+
+    class Placed:  # a module whose tensors live on the given devices
+        def __init__(self, *devices):
+            self.tensors = [SimpleNamespace(device=torch.device(d)) for d in devices]
+
+        def parameters(self):
+            return iter(self.tensors)
+
+        def buffers(self):
+            return iter(())
+
+    split_target, drafter = Placed("cuda:2", "cuda:3", "cpu"), Placed("cuda:2")
+    indices = live.cuda_indices(split_target, drafter, device=torch.device("cuda:2"))
+    live._sync(indices)
+    assert touched == [2, 3]
+    touched.clear()
+    live._sync(live.cuda_indices(Placed("cpu"), Placed("cpu"), device=torch.device("cpu")))
+    assert touched == []
+
+
+def test_no_drafter_is_on_the_targets_device_while_the_target_generates(trained, tmp_path, monkeypatch):
+    """The generation batch counts the target alone (continuations.run_generation_budget), so no drafter
+    may sit on the target's device while it generates: run, track and doctor (whose context variants
+    generate after its drafter is loaded) load the drafters in host memory and move them over after the
+    last generation. On the CPU every device is `cpu`, so the moves themselves are followed: each way a
+    drafter reaches the target's device (loaded there, `to_target_device`, back after `off_accelerator`)."""
+    from contextlib import contextmanager
+
+    from typer.testing import CliRunner
+
+    from dflash_eval.cli import app
+    from dflash_eval.commands import doctor, evaluate, track
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.pipeline import continuations, scoring
+
+    there: set[int] = set()  # ids of the drafters on the target's device now
+    generated: list[int] = []  # drafters there at each generation call
+
+    def loading(real):
+        def load(entries, target, *, device=None):
+            drafters = real(entries, target, device=device)
+            if device is None:  # straight onto the target's device
+                there.update(id(d) for d in drafters.values())
+            return drafters
+        return load
+
+    def joining(real):
+        def join(drafters, target):
+            there.update(id(d) for d in drafters.values())
+            return real(drafters, target)
+        return join
+
+    real_off = scoring.off_accelerator
+
+    @contextmanager
+    def off(target, *drafters):
+        with real_off(target, *drafters):
+            there.difference_update(id(d) for d in drafters)
+            yield
+        there.update(id(d) for d in drafters)
+
+    real_generate = continuations.generate_greedy
+
+    def generate(*args, **kwargs):
+        generated.append(len(there))
+        return real_generate(*args, **kwargs)
+
+    for module in (evaluate, track):
+        monkeypatch.setattr(module, "load_drafters", loading(scoring.load_drafters))
+        monkeypatch.setattr(module, "to_target_device", joining(scoring.to_target_device))
+    monkeypatch.setattr(scoring, "load_drafters", loading(scoring.load_drafters))
+    monkeypatch.setattr(scoring, "off_accelerator", off)
+    monkeypatch.setattr(continuations, "generate_greedy", generate)
+    good, target = str(trained["qwen3"]["good"]), str(trained["qwen3"]["target"])
+    common = dict(target=target, limit=2, max_new_tokens=8, device="cpu")
+    evaluate.evaluate(RunOptions(drafters=[good], out=tmp_path / "run", cache_dir=tmp_path / "c1", **common))
+    assert generated and not any(generated) and there  # generated with none there; they joined afterwards
+    generated.clear()
+    there.clear()  # that run's drafters are gone
+    doctor.run_doctor(RunOptions(drafters=[good], out=tmp_path / "doc", cache_dir=tmp_path / "c2", **common))
+    assert len(generated) >= 3 and not any(generated)  # the base continuations and both context variants'
+    generated.clear()
+    there.clear()
+    done = CliRunner().invoke(app, ["track", good, "--target", target, "--out", str(tmp_path / "track"), "--limit", "2",
+                                    "--max-new-tokens", "8", "--device", "cpu", "--cache-dir", str(tmp_path / "c3"),
+                                    "--settle", "0.2"])
+    assert done.exit_code == 0, done.output
+    assert generated and not any(generated)

@@ -264,8 +264,9 @@ def test_does_not_fit_names_the_option_that_fits(folders):
 
 
 def test_doctor_keeps_its_trajectories_in_host_memory(folders):
-    """doctor on the 27B hybrid, HumanEval x 2048: ~18 layers of every trajectory wait in host memory
-    (the issue's ~67 GB, twice with the context variants), not on the H200."""
+    """doctor on the 27B hybrid, HumanEval x 2048: 18 layers of every trajectory wait in host memory, and
+    one context variant's 5 taps at a time (80.8 GiB, pageable: no power-of-two rounding), not on the H200;
+    plan compares the figure with this machine's memory (`host`)."""
     args = ["--target", str(folders["qwen3.6-27b"]), "--drafter", str(folders["qwen3.6-27b-dflash"]),
             "--prompts", "humaneval", "--max-new-tokens", "2048"]
     _, run = plan_json(*args)
@@ -273,7 +274,12 @@ def test_doctor_keeps_its_trajectories_in_host_memory(folders):
     doctor = doc["phases"][-1]
     assert code == 0 and doc["fits"] and doctor["name"] == "doctor"
     tokens = doc["prompts"]["mean_tokens"] * 164 + 164 * 2048
-    assert doctor["host_bytes"] == pytest.approx(2 * tokens * 18 * 5120 * 2, rel=1e-9)  # 18 layers, x 2: contexts
+    assert doctor["host_bytes"] == pytest.approx(tokens * (18 + 5) * 5120 * 2, rel=1e-9)  # base 18, a context's 5
+    assert 80 * R.GIB < doctor["host_bytes"] < 81 * R.GIB  # it was 126.5 GiB, ~184 GiB once pinned blocks rounded up
+    host = doc["host"]
+    assert host["doctor_bytes"] == doctor["host_bytes"] and host["machine_total_bytes"] > 0
+    assert host["fits"] == (host["doctor_bytes"] <= host["machine_available_bytes"])
+    assert (host["fix"] is None) == host["fits"]
     assert doctor["memory_bytes"] < run["phases"][1]["memory_bytes"]  # below the generation phase
     assert doctor["seconds"] > 10 * run["phases"][3]["seconds"]  # every variant is a drafter pass
 
@@ -288,3 +294,110 @@ def test_plan_bad_inputs_are_one_line(folders, tmp_path):
     ):
         result = runner.invoke(app, ["plan", *args])
         assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output, result.output
+
+
+class _Properties:
+    def __init__(self, total: int):
+        self.total_memory = total
+
+
+def _fake_cuda(monkeypatch, total: int, current: int = 0) -> None:
+    """torch.cuda as on a machine with 8 GPUs of `total` bytes each (nothing is placed on them)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: _Properties(total))
+
+
+def _meta_target(folder: Path, device: str):
+    """The target `run` would load from `folder` (bf16), built on the meta device (no weight read), its
+    inputs on `device` as `run` resolves it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from dflash_eval.formats.validation import TargetInfo
+    from dflash_eval.model.kernels import decoder_layers
+    from dflash_eval.model.target import Target
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True),
+                                                 dtype=torch.bfloat16)
+    return Target(model=model, tokenizer=None, name="27b", path=folder, device=torch.device(device),
+                  dtype=torch.bfloat16, info=TargetInfo("27b", 64, 5120, 248320), layers=decoder_layers(model))
+
+
+def test_run_and_plan_choose_one_generation_batch_and_predict_the_same_bytes_on_the_27b(folders, monkeypatch):
+    """Qwen3.6-27B's shape on an 80 GB H100, HumanEval x 2048 new tokens: `run` (its rule on the target it
+    loaded, here built on the meta device) and `plan` (config arithmetic) choose the same batch, 36 (bare
+    `cuda` once counted 0 bytes of weights and chose 64), and predict the same bytes, to the byte, whether the
+    device is named `cuda`, `cuda:0`, a torchrun rank's `cuda:3` or a --device-map's input device; 2048-token
+    prompts get 27. The plan's generate phase is that prediction plus the prefill's activations."""
+    from dflash_eval.commands.plan import PlanSettings
+    from dflash_eval.commands.plan import generation_budget as plan_budget
+    from dflash_eval.commands.plan_inputs import prompt_lengths
+    from dflash_eval.pipeline.continuations import generation_batch_size, run_generation_budget
+
+    h100 = R.accelerator("h100")
+    _fake_cuda(monkeypatch, h100.memory_bytes)
+    code, doc = plan_json("--target", str(folders["qwen3.6-27b"]), "--drafter", str(folders["qwen3.6-27b-dflash"]),
+                          "--prompts", "humaneval", "--max-new-tokens", "2048", "--accelerator", "h100")
+    planned = doc["batches"]["generation_budget"]
+    lengths, _ = prompt_lengths(folders["qwen3.6-27b"], PUBLIC["qwen3.6-27b"], PlanSettings(prompts="humaneval"))
+    for device in ("cuda", "cuda:0", "cuda:3"):
+        target = _meta_target(folders["qwen3.6-27b"], device)
+        budget = run_generation_budget(target, lengths, 2048)
+        assert budget.to_dict() == planned, device  # every figure, to the byte
+        assert generation_batch_size(target, lengths, 2048) == doc["batches"]["generation"] == 36
+    assert planned["resident_bytes"] == doc["target"]["weight_bytes"] == 53_791_996_928  # the target alone
+    generate = next(p for p in doc["phases"] if p["name"] == "generate")
+    assert generate["memory_bytes"] == planned["predicted_bytes"] + generate["parts"]["prefill activations"]
+    assert code == 0 and generate["memory_bytes"] <= doc["usable_bytes"]
+    long_prompts = run_generation_budget(_meta_target(folders["qwen3.6-27b"], "cuda"), [2048] * 164, 2048)
+    assert long_prompts.batch == 27
+    assert long_prompts == plan_budget(PUBLIC["qwen3.6-27b"], h100, doc["target"]["weight_bytes"], [2048] * 164, 2048)
+
+
+def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeypatch, tmp_path):
+    """The same on a real loaded target: plan from the test bed's config and tokenizer, run's rule on the
+    loaded bf16 model (its parameters counted), on a patched 80 GiB CUDA device; and on the same target
+    dispatched by accelerate (half its layers offloaded to disk), as --device-map places it."""
+    from dflash_eval.core.options import RunOptions
+    from dflash_eval.model.target import load_target
+    from dflash_eval.pipeline.continuations import run_generation_budget, template_ids, whole_prompt_set
+
+    code, doc = plan_json("--target", str(test_bed["qwen3"]), "--drafter", str(drafter_dirs["zlab"]),
+                          "--prompts", "demo", "--max-new-tokens", "24", "--accelerator", "h100")
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="bfloat16")
+    prompts = whole_prompt_set(RunOptions(drafters=[], out=Path(".")))
+    lengths = [len(template_ids(target.tokenizer, p, False)) for p in prompts]
+    layers = len(target.layers)
+    placed = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu",
+              **{f"model.layers.{i}": "cpu" if i < layers // 2 else "disk" for i in range(layers)}}
+    split = load_target(str(test_bed["qwen3"]), device="cpu", dtype="bfloat16", device_map=placed,
+                        offload_folder=str(tmp_path / "offload"))
+    assert {p.device.type for p in split.model.parameters()} == {"cpu", "meta"}
+    _fake_cuda(monkeypatch, R.accelerator("h100").memory_bytes)
+    target.device = torch.device("cuda:0")  # nothing runs: the rule reads the device's memory and the weights
+    assert run_generation_budget(target, lengths, 24).to_dict() == doc["batches"]["generation_budget"]
+    assert doc["batches"]["generation_budget"]["batch"] == len(lengths) == 12  # never more than the prompts
+    split.device = torch.device("cuda:0")
+    assert run_generation_budget(split, lengths, 24).to_dict() == doc["batches"]["generation_budget"]
+
+
+def test_the_modelled_cold_run_in_performance_md_is_plans_own_figure(folders):
+    """docs/performance.md's cold 27B run on one H200 starts from `plan`'s minutes for HumanEval x 2048: its
+    rows are the plan's phases, and its batches the plan's generation batch."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "performance.md").read_text()
+    section = doc[doc.index("## A cold run of the 27B on one H200"):]
+    row = {name: float(re.search(rf"^\| (?:\*\*)?{re.escape(name)}[^|]*\| (?:\*\*)?([\d.]+)", section, re.M).group(1))
+           for name in ("generate", "tap pass", "drafter pass", "warm run at the roof")}
+    _, plan = plan_json("--target", str(folders["qwen3.6-27b"]), "--drafter", str(folders["qwen3.6-27b-dflash"]),
+                        "--prompts", "humaneval", "--max-new-tokens", "2048", "--accelerator", "h200")
+    phases = {p["name"]: p["seconds"] for p in plan["phases"]}
+    for name, phase in (("generate", "generate"), ("tap pass", "taps"), ("drafter pass", "drafter pass")):
+        assert row[name] == round(phases[phase], 1), name
+    assert row["warm run at the roof"] == round(phases["generate"] + phases["taps"] + phases["drafter pass"], 1)
+    G = plan["batches"]["generation"]
+    sizes = [min(G, 164 - i) for i in range(0, 164, G)]
+    assert f"generate: {len(sizes)} batches ({', '.join(map(str, sizes))})" in section

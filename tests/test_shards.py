@@ -152,3 +152,51 @@ def test_a_shard_resumes_like_a_run_and_refuses_another_shard(trained, single, t
     merged = runner.invoke(app, ["merge", str(tmp_path / "s0"), str(out), "--out", str(tmp_path / "m"), "--no-html"])
     assert merged.exit_code == 0, merged.output
     _same_results(single / "one", tmp_path / "m")
+
+
+COUNTING = """
+import os
+if os.environ.get("RANK") is not None:  # a torchrun worker: count the rows each generate_greedy call makes
+    from dflash_eval.pipeline import continuations
+
+    real = continuations.generate_greedy
+
+    def counted(target, prompts, *args, **kwargs):
+        with open(os.path.join(os.environ["GENERATED_ROWS"], "rank-" + os.environ["RANK"]), "a") as out:
+            out.write(str(len(prompts)) + "\\n")
+        return real(target, prompts, *args, **kwargs)
+
+    continuations.generate_greedy = counted
+"""
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_torchrun_ranks_each_generate_about_one_nth_of_the_continuations(trained, tmp_path, ranks):
+    """The 12 demo prompts in 4 planned batches of 3 (--generation-batch 3): each of N gloo ranks generates
+    its share of the batches, 12 / N continuations (the rows each rank's target generated, counted from
+    outside by a sitecustomize hook, and its shard's run.json), and hands them to the ranks that evaluate
+    them; merged, the folder equals one process's. Each rank used to generate every batch its
+    length-balanced shard touched: all 12."""
+    one = runner.invoke(app, ["run", *_common(trained, tmp_path / "a"), "--generation-batch", "3",
+                              "--out", str(tmp_path / "one")])
+    assert one.exit_code == 0, one.output
+    out, hook, counts = tmp_path / "dp", tmp_path / "hook", tmp_path / "rows"
+    hook.mkdir()
+    counts.mkdir()
+    (hook / "sitecustomize.py").write_text(COUNTING)
+    path = os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, "GENERATED_ROWS": str(counts)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
+               str(29540 + ranks), "-m", "dflash_eval", "run", *_common(trained, tmp_path / "b"),  # a cache of their own
+               "--generation-batch", "3", "--out", str(out)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _same_results(tmp_path / "one", out)
+    rows = [sum(int(n) for n in (counts / f"rank-{r}").read_text().split()) if (counts / f"rank-{r}").exists() else 0
+            for r in range(ranks)]
+    assert rows == [12 // ranks] * ranks
+    work = [json.loads((Path(f"{out}.shards") / f"rank-{r}" / "run.json").read_text())["provenance"]["work"]
+            for r in range(ranks)]
+    assert [w["continuations_generated"] for w in work] == [12 // ranks] * ranks
+    assert sum(w["prompts_evaluated"] for w in work) == 12
+    assert json.loads((out / "run.json").read_text())["provenance"]["work"]["continuations_generated"] == 12

@@ -28,6 +28,7 @@ def plan(
     tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
     temperature: float = typer.Option(0.0, "--temperature", parser=finite_number(0), help="> 0: K sampled continuations per prompt."),
     samples: int = typer.Option(1, "--samples", min=1, help="At temperature > 0: samples per prompt."),
+    numerics_check: opt.numerics_check.type = opt.numerics_check.default,
     doctor: bool = typer.Option(False, "--doctor/--no-doctor", help="Also plan `doctor` on the first drafter."),
     context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="doctor's thinking-flipped and raw-prompt variants."),
     thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="Chat template thinking flag (default: the family's)."),
@@ -41,7 +42,7 @@ def plan(
 
     settings = PlanSettings(prompts=prompts, limit=limit, max_new_tokens=max_new_tokens, accelerator=accelerator,
                             generation_batch=generation_batch, anchor_batch=anchor_batch, tap_chunk=tap_chunk,
-                            temperature=temperature, samples=samples, doctor=doctor,
+                            temperature=temperature, samples=samples, doctor=doctor, numerics_check=numerics_check,
                             context_variants=context_variants, thinking=thinking)
     result = make_plan(target, list(drafter), settings, reference=reference)
     if as_json:

@@ -1,7 +1,9 @@
 """Data parallel under torchrun: `torchrun --nproc-per-node N -m dflash_eval run ...`.
 
 Each rank evaluates one shard of the prompts (`--shard rank/N`, balanced by length) on its own device
-(cuda:LOCAL_RANK on GPU, the CPU otherwise) into `OUT.shards/rank-R`, the ranks meet at a barrier
+(cuda:LOCAL_RANK on GPU, the CPU otherwise) into `OUT.shards/rank-R`; the continuations are generated once
+over all ranks, each rank taking whole batches of the run's generation plan and handing their texts to the
+ranks that evaluate them (`pipeline.continuations.generation_shared_by_ranks`), the ranks meet at a barrier
 (torch.distributed: nccl bound to the rank's device on GPU, gloo on CPU), and rank 0 merges the shard
 folders into OUT exactly as `dflash-eval merge` does, so OUT equals what one process would have written
 (metrics and rows). The shard folders stay: rerunning the same command resumes each rank where it stopped.
@@ -55,6 +57,7 @@ def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
     """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge;
     `report`: as evaluate's (the merged folder's report.html)."""
     from ..core.errors import InputError
+    from ..pipeline.continuations import generation_shared_by_ranks
     from .evaluate import evaluate
 
     rank, world = launched_ranks()
@@ -79,7 +82,8 @@ def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
     failed = True
     try:
         mine = dataclasses.replace(options, shard=f"{rank}/{world}", out=shard_folder(options.out, rank), device=device)
-        result = evaluate(mine, reporter)
+        with generation_shared_by_ranks():  # each planned batch generated once, by one rank (continuations.py)
+            result = evaluate(mine, reporter)
         dist.barrier()
         if rank == 0:
             from .merge import merge

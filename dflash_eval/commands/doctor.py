@@ -125,12 +125,13 @@ def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: di
     return out
 
 
-def _context_variants(target, drafter, prompts, inputs, options, layers, base, final_norm, hidden, reporter) -> list:
+def _context_variants(target, drafter, prompts, inputs, options, base, final_norm, hidden, reporter) -> list:
     """The configured drafter on continuations made with thinking flipped, and from the raw prompt text
     without the chat template: new continuations (cached) and one more target pass per prompt each. A win
     says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
     the paper")."""
     from ..pipeline.continuations import continuations_for, template_ids, whole_prompt_set
+    from ..pipeline.scoring import off_accelerator
     from ..pipeline.trajectories import capture_trajectory
 
     thinking = inputs.thinking
@@ -147,10 +148,13 @@ def _context_variants(target, drafter, prompts, inputs, options, layers, base, f
     out = []
     universe = whole_prompt_set(options)  # the run's plan: a variant's text is `run` with its thinking flag's
     for name, bug, how, check, group_thinking, template, ids in groups:
-        texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter, template=template,
-                                     universe=universe)
-        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], layers, sequence_chunk=options.batching.tap_chunk,
-                                           offload=True) for p in prompts]
+        with off_accelerator(target, drafter):  # the generation batch counts the target alone (scoring.py)
+            texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter,
+                                         template=template, universe=universe)
+        trajectories = None  # the previous group's taps leave host memory before this group's arrive
+        # only the drafter's own taps: the one variant scored here reads nothing else (doctor's host memory)
+        trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], drafter.spec.taps,
+                                           sequence_chunk=options.batching.tap_chunk, offload=True) for p in prompts]
         (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
                                       options.max_new_tokens, options.batching.anchor_batch)
         delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
@@ -267,6 +271,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
                                           universe=whole_prompt_set(options))
             texts = {(pid, 0): cont for pid, cont in greedy.items()}
 
+    _check_host_room(target, inputs, options, prompts, ids, texts, layers, spec)
     trajectories = []
     reporter.phase("target pass", len(texts))
     with kernels_context(target, options):
@@ -317,7 +322,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     summary["logit_lens"] = lens_check
     contexts = []
     if not sampled and options.context_variants:  # the same drafter on continuations made another way
-        contexts = _context_variants(target, drafter, prompts, inputs, options, layers, results[0], final_norm,
+        contexts = _context_variants(target, drafter, prompts, inputs, options, results[0], final_norm,
                                      info.hidden_size, reporter)
         summary["context_variants"] = [{k: v for k, v in c.items() if k != "per_prompt"} for c in contexts]
         wins = [c for c in contexts if c["delta"]["low"] > 0 and c["delta"]["p_value"] < 0.05
@@ -370,6 +375,34 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
                        **trained_passes},
             "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
+
+
+def _check_host_room(target, inputs, options, prompts, ids, texts, layers, spec) -> None:
+    """Refused by name before the target pass: trajectories that would not fit in this machine's available
+    memory (`doctor_host_bytes`, the figure `plan --doctor` shows: the base trajectories at their real
+    lengths, a context variant's at its prompt + --max-new-tokens), naming the option that fits."""
+    from ..pipeline.continuations import template_ids
+    from ..pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
+
+    machine = host_memory()
+    if machine is None:
+        return
+    samples = options.samples if options.temperature > 0 else 1
+    base = [len(ids[p.id]) + len(texts[(p.id, k)]) for p in prompts for k in range(samples)]
+    context = [max(len(template_ids(inputs.tokenizer, p, not inputs.thinking)),
+                   len(template_ids(inputs.tokenizer, p, inputs.thinking, "raw"))) + options.max_new_tokens
+               for p in prompts] if options.context_variants and samples == 1 and options.temperature <= 0 else []
+    element, hidden = target.dtype.itemsize, target.info.hidden_size  # the taps' element size and width
+    needed = doctor_host_bytes(sum(base), len(layers), sum(context), len(spec.taps), hidden, element)
+    available = machine[1]
+    if needed > available:
+        fix = doctor_host_fix(base, context, len(layers), len(spec.taps), hidden, available, samples=samples,
+                              element=element)
+        raise InputError(None, f"doctor's trajectories need {needed / 2**30:,.1f} GiB of host memory ({len(layers)} target "
+                               f"layers of {len(base)} sequences{', and a context variant' if context else ''}), and "
+                               f"this machine has {available / 2**30:,.1f} GiB available; "
+                               + (f"give {fix}" if fix else "no single option fits: use a machine with more memory")
+                               + " (`dflash-eval plan --doctor` shows the figure before a run)")
 
 
 def _kernel_comparison(target, trajectory, layers, fallback_ctx, capture_taps, kernel_report) -> dict[str, Any]:

@@ -19,7 +19,14 @@ from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
-from ..pipeline.scoring import check_kernels, kernels_context, load_drafters, plain_decoding_seconds, score_live
+from ..pipeline.scoring import (
+    check_kernels,
+    kernels_context,
+    load_drafters,
+    plain_decoding_seconds,
+    score_live,
+    to_target_device,
+)
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 
@@ -102,7 +109,8 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
 
         refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
         check_kernels(target, options)  # --kernels torch that cannot be honoured: refused before the folder opens
-        drafters = load_drafters(inputs.entries, target)
+        # checked as they load, in host memory: they join the accelerator after generation (scoring.py)
+        drafters = load_drafters(inputs.entries, target, device="cpu")
         done_rows = folder.open(options.overwrite)  # the folder's lock (taken by `check` when it existed)
         reporter.folder_open = True
         with kernels_context(target, options):
@@ -169,7 +177,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     serving = serving or ServingPlan({e.name: () for e in inputs.entries})
     from ..model.kernels import kernel_report, kernel_summary
 
-    drafters = drafters or load_drafters(inputs.entries, target)
+    drafters = drafters or load_drafters(inputs.entries, target, device="cpu")
     samples = range(options.samples)
     # held in memory: the file is only appended to
     all_rows = folder.keep_complete(done_rows, {(name, k) for name in drafters for k in samples})
@@ -188,6 +196,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     else:
         continuations, generated = ({}, 0) if sampled else continuations_for(
             target, pending, ids, options, inputs.thinking, inputs.responses, reporter, universe=whole_prompt_set(options))
+    drafters = to_target_device(drafters, target)  # generation is done: the target was all that was resident
     layers = sorted({t for d in drafters.values() for t in d.spec.taps})
     policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
                       for e in inputs.entries}

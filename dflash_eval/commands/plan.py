@@ -23,6 +23,7 @@ from ..core.batching import lm_head_pieces
 from ..core.options_work import TAP_CHUNK
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
+from ..pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
 from .doctor import LENS_LAYERS
 from .plan_inputs import Model, check_settings, drafter_spec, plan_target, prompt_lengths
 
@@ -45,6 +46,7 @@ class PlanSettings:
     doctor: bool = False  # also plan `doctor` on the first drafter
     context_variants: bool = True
     thinking: bool | None = None
+    numerics_check: int = 0  # run --numerics-check N: priced on the first N prompts
 
 
 @dataclass
@@ -72,6 +74,7 @@ class Plan:
     phases: list[Phase]
     fix: str | None
     notes: list[str]
+    host: dict[str, Any] | None = None  # --doctor: its host memory against this machine's (`_host`)
 
     @property
     def usable_bytes(self) -> int:
@@ -101,7 +104,7 @@ class Plan:
             "batches": self.batches, "phases": [p.to_dict() for p in self.phases],
             "peak_bytes": self.peak_bytes, "usable_bytes": self.usable_bytes, "reserve_bytes": RESERVE_BYTES,
             "seconds": sum(p.seconds for p in self.phases), "seconds_are": TIME_IS, "fits": self.fits, "fix": self.fix,
-            "notes": self.notes,
+            "notes": self.notes, "host": self.host,
         }
 
 
@@ -119,18 +122,19 @@ def activation_bytes_per_token(s: R.ModelShape, e: int = 2) -> int:
     return e * (4 * s.hidden_size + max(mlp, attention, linear))
 
 
-def generation_batch(config: dict, device: R.Accelerator, target_weight_bytes: int, lengths: list[int],
-                     max_new_tokens: int) -> int:
-    """The run's own rule (pipeline.continuations.generation_batch_for) on the transformers config of the
-    target (no weights), the accelerator's memory (the datasheet figure; CUDA reports slightly less) and
-    the bf16 weights."""
+def generation_budget(config: dict, device: R.Accelerator, target_weight_bytes: int, lengths: list[int],
+                      max_new_tokens: int, batch: int | None = None):
+    """The run's own rule and memory (pipeline.continuations.generation_budget, which `run` calls with the
+    loaded target's parameters) on the transformers config of the target (no weights), the accelerator's
+    memory (the datasheet figure; CUDA reports slightly less, so a run may choose one sequence fewer) and
+    the bf16 weights: the same batch and the same predicted bytes as `run` for the same figures."""
     import torch
     from transformers import AutoConfig
 
-    from ..pipeline.continuations import generation_batch_for
+    from ..pipeline.continuations import generation_budget as rule_of_run
 
     hf = AutoConfig.for_model(**config)
-    return generation_batch_for(hf, torch.bfloat16, lengths, max_new_tokens, device.memory_bytes, target_weight_bytes)
+    return rule_of_run(hf, torch.bfloat16, lengths, max_new_tokens, device.memory_bytes, target_weight_bytes, batch)
 
 
 def anchor_batch(spec: DrafterSpec, seq_len: int) -> int:
@@ -187,11 +191,13 @@ def _memory(target: Model, drafters: list[Model], specs: list[DrafterSpec], leng
     T = max(lengths) + N
     resident = {"target weights": target.weight_bytes, **{f"drafter {i + 1} ({Path(d.path).name})": d.weight_bytes
                                                    for i, d in enumerate(drafters)}}
-    G = st.generation_batch or generation_batch(target.config, device, target.weight_bytes, lengths, N)
-    G = min(G, len(lengths))  # a batch never holds more sequences than the run has (generation_plan)
+    budget = generation_budget(target.config, device, target.weight_bytes, lengths, N, st.generation_batch)
+    G, logits = budget.batch, budget.batch * s.vocab_size * 4 * 2
     phases = {"weights": dict(resident)}
-    phases["generate"] = {**resident, f"cache of {G} sequences x {T} tokens": R.cache_bytes(s, T, G, e),
-                          "step logits (fp32, twice)": G * s.vocab_size * 4 * 2,
+    # the drafters join the accelerator after generation (pipeline/scoring.py): the target alone is resident
+    phases["generate"] = {"target weights": budget.resident_bytes,
+                          f"cache of {G} sequences x {T} tokens": G * budget.sequence_bytes - logits + budget.fixed_bytes,
+                          "step logits (fp32, twice)": logits,
                           "prefill activations": G * max(lengths) * activation_bytes_per_token(s, e)}
     layers = len({t for spec in specs for t in spec.taps})
     phases["taps"] = {**resident, **tap_transient(s, T, layers, st.tap_chunk, sampled, e)}
@@ -199,19 +205,23 @@ def _memory(target: Model, drafters: list[Model], specs: list[DrafterSpec], leng
     worst = max((drafter_transient(spec, d.shape, T, anchors[d.path], sampled, e)
                  for d, spec in zip(drafters, specs)), key=lambda p: sum(p.values()))
     phases["drafter pass"] = {**resident, "taps of the prompt (all drafters' layers)": T * layers * s.hidden_size * e, **worst}
+    if st.numerics_check:  # the live loop: one sequence's cache and its snapshot, beside every resident model
+        phases["numerics check"] = {**resident, "cache and its snapshot (live loop)": 2 * R.cache_bytes(s, T, 1, e),
+                                    "verify logits (one block)": max(d.shape.block_size for d in drafters) * s.vocab_size * e}
     host = {}
     if doctor is not None:  # trajectories wait in host memory (pipeline.trajectories.OffloadedLayers)
         held, _ = doctor
         first, tokens = drafters[0], sum(n + N for n in lengths)
-        contexts = 2 if st.context_variants and not sampled else 0
+        contexts = st.context_variants and not sampled
         phases["doctor"] = {
             "target weights": target.weight_bytes, f"drafter 1 ({Path(first.path).name})": first.weight_bytes,
             "one trajectory's taps, read back and concatenated": 2 * T * len(specs[0].taps) * s.hidden_size * e,
             **({"final hidden states of every sequence": tokens * s.hidden_size * e} if sampled else {}),
             **drafter_transient(specs[0], first.shape, T, anchors[first.path], sampled, e)}
-        # every sequence's trajectory of `held` layers, plus one context variant's at a time
-        host["doctor"] = tokens * held * s.hidden_size * e * (2 if contexts else 1)
-    return phases, {"generation": G, "anchor": anchors, "longest_sequence": T, "host_bytes": host}
+        # every sequence's trajectory of `held` layers, plus one context variant's (the drafter's taps) at a time
+        host["doctor"] = doctor_host_bytes(tokens, held, tokens if contexts else 0, len(specs[0].taps), s.hidden_size, e)
+    return phases, {"generation": G, "generation_budget": budget.to_dict(), "anchor": anchors, "longest_sequence": T,
+                    "host_bytes": host}
 
 
 def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengths: list[int], st: PlanSettings,
@@ -239,6 +249,8 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
         per_drafter.append((sum(f for f, _ in passes), sum(t for _, t in passes)))
     out = {"weights": (0.0, 0.0), "generate": tuple(gen), "taps": tuple(taps),
            "drafter pass": (sum(f for f, _ in per_drafter), sum(t for _, t in per_drafter))}
+    if st.numerics_check:
+        out["numerics check"] = numerics_check_cost(s, drafters, lengths[:st.numerics_check], N, device, batches["anchor"])
     if doctor is not None:
         _, variants = doctor
         contexts = 2 if st.context_variants and st.temperature <= 0 else 0
@@ -248,6 +260,31 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
                          taps[1] * (1 + contexts) + gen[1] * contexts + t0 * (variants + contexts)
                          + lens / device.peak_flops)
     return out
+
+
+def numerics_check_cost(s: R.ModelShape, drafters: list[Model], lengths: list[int], N: int, device: R.Accelerator,
+                        anchors: dict[str, int]) -> tuple[float, float]:
+    """(FLOPs, seconds) of `run --numerics-check` on prompts of `lengths` tokens (pipeline/numerics.py): per
+    prompt its continuation generated alone (a prefill and N - 1 decode steps at batch 1), and per drafter
+    two replays (at the run's anchors per forward and at the other value) and one live loop. The live loop
+    is priced at tau = 1, its most steps (N, each committing one token): per step a drafter forward, the
+    cache's snapshot, a verify forward of B tokens and the re-run of the accepted token after the restore.
+    At the roof: on a 27B the forwards at batch 1 are memory-bound, ~11 ms each on an H200, while HF's
+    eager forwards take several times that, hence the ~2-3 min per prompt per drafter seen on a 27B."""
+    from ..core import roofline_sums as S
+
+    flops = seconds = 0.0
+    for P in lengths:
+        prefill = (R.forward_flops(s, 1, P, 0, 1), R.step_time(s, device, 1, P, 0, logit_positions=1))
+        for f, t in (prefill, S.decode_steps(s, device, 1, P, N - 1)):
+            flops, seconds = flops + f, seconds + t
+        for d in drafters:
+            A = anchors[d.path]
+            parts = [S.drafter_pass(d.shape, device, P, P + N, A), S.drafter_pass(d.shape, device, P, P + N, 1 if A > 1 else 2),
+                     prefill, S.drafter_steps(d.shape, device, P, N), S.cache_copies(s, device, P, N),
+                     S.forward_steps(s, device, 1, d.shape.block_size, P, N), S.forward_steps(s, device, 1, 1, P, N)]
+            flops, seconds = flops + sum(f for f, _ in parts), seconds + sum(t for _, t in parts)
+    return flops, seconds
 
 
 def plan(target: str, drafters: list[str], settings: PlanSettings, reference: str | None = None) -> Plan:
@@ -275,12 +312,42 @@ def plan(target: str, drafters: list[str], settings: PlanSettings, reference: st
     notes = [f"prompt lengths: {source}", f"times on {device.name}: {TIME_IS}; each continuation assumed to run to "
              f"{settings.max_new_tokens} new tokens",
              f"usable memory: {device.memory_bytes / R.GIB:.0f} GiB - {RESERVE_BYTES / R.GIB:.0f} GiB reserved (CUDA context, allocator)"]
+    host = None
+    if settings.numerics_check:
+        checked = min(settings.numerics_check, len(lengths))
+        notes.append(f"numerics check: {checked} prompt(s) x {len(models)} drafter(s), "
+                     f"{times['numerics check'][1] / 60:,.1f} min at the roof with the live loop at tau = 1; eager forwards "
+                     "at batch 1 take several times the roof (~2-3 min per prompt per drafter on a 27B)")
     if settings.doctor:
-        notes.append(f"doctor keeps its trajectories in host memory: {phases[-1].host_bytes / R.GIB:,.1f} GiB (pinned)")
-    result = Plan(tgt, models, device, settings, lengths, source, batches, phases, None, notes)
+        host = _host(phases[-1].host_bytes, lengths, settings, doctor[0], len(specs[0].taps), tgt.shape.hidden_size)
+        notes.append(host["note"])
+    result = Plan(tgt, models, device, settings, lengths, source, batches, phases, None, notes, host)
     if not result.fits:
         result.fix = _fix(tgt, models, specs, lengths, settings, device, doctor)
     return result
+
+
+def _host(needed: int, lengths: list[int], st: PlanSettings, held: int, taps: int, hidden: int) -> dict[str, Any]:
+    """doctor's host figure against this machine's memory (the run's machine may differ: the figure is in
+    the note), and the option that would fit (pipeline.trajectories.doctor_host_fix, doctor's own check)."""
+    machine = host_memory()
+    out: dict[str, Any] = {"doctor_bytes": needed, "machine_total_bytes": None, "machine_available_bytes": None,
+                           "fits": None, "fix": None}
+    what = f"doctor keeps its trajectories in host memory (pageable): {needed / R.GIB:,.1f} GiB"
+    if machine is None:
+        out["note"] = f"{what}; this machine's memory is unknown (no /proc/meminfo, no sysconf)"
+        return out
+    total, available = machine
+    sequences = [n + st.max_new_tokens for n in lengths]
+    contexts = st.context_variants and st.temperature <= 0
+    samples = st.samples if st.temperature > 0 else 1
+    fix = doctor_host_fix(sequences, sequences if contexts else [], held, taps, hidden, available, samples=samples)
+    fits = needed <= available
+    out.update(machine_total_bytes=total, machine_available_bytes=available, fits=fits, fix=None if fits else fix)
+    mine = f"this machine has {total / R.GIB:,.1f} GiB ({available / R.GIB:,.1f} available)"
+    out["note"] = (f"{what}; {mine}: fits" if fits else f"{what} DOES NOT FIT: {mine}; doctor refuses such a run "
+                   f"before its target pass; option that fits: {fix or 'none (a machine with more memory)'}")
+    return out
 
 
 def _fits(tgt, models, specs, lengths, st, device, doctor) -> bool:

@@ -46,6 +46,10 @@ def check_settings(target: str, drafters: list[str], settings, reference: str | 
                              anchor_batch=settings.anchor_batch, tap_chunk=settings.tap_chunk,
                              generation_batch=settings.generation_batch, temperature=settings.temperature,
                              samples=settings.samples, thinking=settings.thinking, device="cpu", cache_dir=None))
+    from ..pipeline.numerics import check_numerics_options
+
+    check_numerics_options(RunOptions(drafters=list(drafters), out=Path("."), numerics_check=settings.numerics_check,
+                                      temperature=settings.temperature))  # as run refuses it
     paths = [resolve_local_or_cached(d) for d in drafters]
     if reference == "z-lab":
         from ..formats.references import resolve_zlab_reference

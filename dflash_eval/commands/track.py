@@ -42,7 +42,7 @@ from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
-from ..pipeline.scoring import kernels_context, load_drafters
+from ..pipeline.scoring import kernels_context, load_drafters, to_target_device
 from ..pipeline.track_folder import CSV, TrackFolder, run_label, track_csv, track_row
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
@@ -265,7 +265,7 @@ class Tracker:
         items = [self._item(role, view, found) for role, view, found in batch]
         with kernels_context(target, run):
             for item in items:
-                item.drafters = load_drafters(item.view.entries, target)
+                item.drafters = load_drafters(item.view.entries, target, device="cpu")  # joins after generation
                 item.rows = item.folder.keep_complete(item.rows, {(n, k) for n in item.drafters
                                                                   for k in range(run.samples)})
                 item.complete = {r["prompt_id"] for r in item.rows}
@@ -282,6 +282,8 @@ class Tracker:
                                                       self.reporter, universe=universe)
                 found = {(pid, 0): cont for pid, cont in greedy.items()}
             self.continuations.update(found)
+            for item in items:  # generation is done: the target was all that was resident (scoring.py)
+                to_target_device(item.drafters, target)
             decode = piece_decoder(target.tokenizer)
             names = ", ".join(it.label for it in items)
             self.reporter.note(f"batch {self.batches}: {len(items)} drafter(s) ({names}), {len(needed)} prompts, "

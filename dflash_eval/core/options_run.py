@@ -112,8 +112,10 @@ class Numerics(Section):
     FLAGS = (
         setting("numerics_check", "--numerics-check", int, 0,
                 "On the first N prompts also measure how far bf16 results move with the GEMM shapes: each "
-                "continuation regenerated alone, drafts at another --anchor-batch, the live loop's walk; counts in "
-                "run.json provenance.numerics.measured (the run's own numbers unchanged).", REPLAY, minimum=0,
+                "continuation regenerated alone, drafts at another --anchor-batch, tau in the live loop vs the "
+                "replay with a paired interval; in run.json provenance.numerics.measured (the run's own numbers "
+                "unchanged). Costly: ~2-3 min per prompt per drafter on a 27B (plan --numerics-check N prices it).",
+                REPLAY, minimum=0,
                 metavar="N"),
     )
 

@@ -38,7 +38,10 @@ DIR/run.json
                             compared: 1, or 2 when the run's is 1), prompts, anchors, anchors_changed (any slot
                             differs), drafts (drafted slots), drafts_changed}
             live            {drafter: prompts, texts_equal (the live loop's text = the run's continuation),
-                            walks_equal (the replay's walk, anchors and committed lengths, = the live loop's)}
+                            per_prompt {prompt id: [replay steps, replay committed tokens, live steps, live
+                            committed tokens]}, steps_replay, steps_live, tau_replay, tau_live (tau macro of each
+                            side over the prompts with steps on both), delta_tau_live_minus_replay (estimate,
+                            low, high: paired bootstrap interval over those prompts, seed 0; p_value, n, total)}
         mode             "trajectory" (offline replay) or "live" (step-by-step loop)
         draft_window     --draft-window W: every drafter saw only the last W context rows before each anchor,
                          as SGLang serves --speculative-draft-window-size (masks.block_masks); null: all

@@ -80,3 +80,24 @@ def drafter_pass(d: R.DrafterShape, device: R.Accelerator, prompt: int, tokens: 
         seconds += R.drafter_step_time(d, device, rest, tokens - 1)
     context = R.drafter_context_flops(d, tokens)
     return flops + context, seconds + R.roofline_time(context, 0, device)
+
+
+def forward_steps(s: R.ModelShape, device: R.Accelerator, batch: int, query_tokens: int, context: int, steps: int,
+                  logit_positions: int | None = None) -> tuple[float, float]:
+    """`steps` target forwards of `batch` sequences, `query_tokens` new tokens each, at contexts context,
+    context + 1, ... (the live loop's verify and re-run forwards when each step commits one token)."""
+    return _series(lambda k: (R.forward_flops(s, batch, query_tokens, context + k, logit_positions),
+                              R.forward_bytes(s, batch, query_tokens, context + k, logit_positions=logit_positions)),
+                   device, steps)
+
+
+def drafter_steps(d: R.DrafterShape, device: R.Accelerator, context: int, steps: int) -> tuple[float, float]:
+    """`steps` drafter forwards of one block at visible contexts context, context + 1, ..., each projecting
+    one new context token (the live loop when each step commits one token)."""
+    return _series(lambda k: (R.drafter_flops(d, 1, context + k, 1), R.drafter_bytes(d, 1, context + k)), device, steps)
+
+
+def cache_copies(s: R.ModelShape, device: R.Accelerator, context: int, steps: int) -> tuple[float, float]:
+    """`steps` copies of one sequence's cache (read and written) at contexts context, context + 1, ...: the
+    live loop's snapshot before each verify (a hybrid target's cache cannot be cropped back)."""
+    return _series(lambda k: (0.0, 2 * R.cache_bytes(s, context + k)), device, steps)

@@ -52,11 +52,21 @@ class LiveResult:
         return self.tokens[self.prompt_len:]
 
 
-def _sync(device: torch.device) -> None:
-    """Wait for every GPU (a target split over devices runs its layers on several) before reading a clock."""
-    if device.type == "cuda":
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.synchronize(index)
+def cuda_indices(*modules: torch.nn.Module, device: torch.device | None = None) -> list[int]:
+    """The CUDA devices (indices) the modules' parameters and buffers live on, and `device`'s: what a
+    clock read after their work must wait for (a target split over GPUs runs its layers on several)."""
+    from .target import indexed_device
+
+    devices = {t.device for m in modules for t in (*m.parameters(), *m.buffers())}
+    devices |= {device} if device is not None else set()
+    return sorted({indexed_device(d).index for d in devices if d.type == "cuda"})
+
+
+def _sync(indices: list[int]) -> None:
+    """Wait for the devices the loop's models use before reading a clock: those alone, never every
+    visible GPU (under torchrun that made each rank create a context on all 8 GPUs, ~0.3-0.5 GB each)."""
+    for index in indices:
+        torch.cuda.synchronize(index)
 
 
 @torch.inference_mode()
@@ -78,6 +88,7 @@ def live_generate(
     shorter_final_block = final_block_rule(drafter.spec.semantics, shorter_final_block)  # vLLM: always full
     draft_sampling = sampling if draft_top_filters(drafter.spec.semantics) else replace(sampling, top_p=1.0, top_k=0)
     greedy = sampling.greedy
+    devices = cuda_indices(target.model, drafter, device=target.device)  # once: what every clock read waits for
     if not greedy and generator is None:
         raise ValueError("live_generate at temperature > 0 needs a generator (sampling.generator_for)")
     result = LiveResult(prompt_len=p, tokens=list(prompt))
@@ -88,7 +99,7 @@ def live_generate(
     tap_states, logits, cache = cached_step(target, torch.tensor(prompt), taps, None)
     logits = logits.to(home)
     vocab = logits.shape[-1]
-    _sync(target.device)
+    _sync(devices)
     result.prefill_seconds = time.perf_counter() - started
     ctx_rows = [drafter.context(tap_states)]  # context features for positions 0 .. anchor-1
     first = logits[-1].argmax(-1) if greedy else draw(sampling_probs(logits[-1:], sampling), generator)[0]
@@ -114,14 +125,14 @@ def live_generate(
                 q = to_target_vocab(drafter, sampling_probs(slot_logits, draft_sampling), vocab)
                 drafted = draw(q, generator)
         drafts = drafted.tolist()
-        _sync(target.device)
+        _sync(devices)
         drafted_at = time.perf_counter()
         snapshot = copy.deepcopy(cache)
         block = [result.tokens[a], *drafts]
         verify_started = time.perf_counter()
         verify_taps, verify_logits, cache = cached_step(target, torch.tensor(block), taps, cache)
         verify_logits = verify_logits.to(home)
-        _sync(target.device)
+        _sync(devices)
         verified_at = time.perf_counter()
         if greedy:
             posterior = verify_logits.argmax(-1).tolist()
@@ -147,7 +158,7 @@ def live_generate(
         if n + 1 < len(block):  # something was rejected: roll the cache back, re-run what was kept
             cache = snapshot
             _, _, cache = cached_step(target, torch.tensor(block[: n + 1]), taps, cache)
-        _sync(target.device)
+        _sync(devices)
         result.walk_anchors.append(a)
         result.walk_accept_lengths.append(len(committed))
         result.walk_drafts.append(drafts)

@@ -146,9 +146,24 @@ def check_prompt_lengths(path: Path, lengths: dict[str, int], max_new_tokens: in
                                    "shorten the prompt or lower --max-new-tokens")
 
 
+def indexed_device(device: torch.device | str) -> torch.device:
+    """`device` with its index: bare `cuda` becomes the current CUDA device (`cuda:0` unless set otherwise).
+
+    Why: tensors placed on `cuda` report `cuda:0`, and `torch.device("cuda:0") == torch.device("cuda")` is
+    False, so a bare `cuda` matches none of them (the generation batch once counted 0 bytes of weights and
+    chose 64 where the rule means 35 on a 27B on an 80 GB H100). Every device this package resolves
+    (`resolve_device`, torchrun's rank device, the provenance, plan's and the GPU check's figures) goes
+    through here, so `--device cuda`, `--device cuda:0`, `--device-map` and a rank name the device alike."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def resolve_device(device: str) -> torch.device:
+    """--device as an indexed device (`indexed_device`): auto -> the current CUDA device, or the CPU."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return indexed_device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     import re
 
     if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
@@ -157,7 +172,20 @@ def resolve_device(device: str) -> torch.device:
         raise InputError(None, f"--device {device} requested but torch sees no CUDA device")
     if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
         raise InputError(None, f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s)")
-    return torch.device(device)
+    return indexed_device(device)
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """The total memory of a CUDA device, as CUDA reports it (never the free memory of the moment)."""
+    return int(torch.cuda.get_device_properties(indexed_device(device)).total_memory)
+
+
+def parameter_bytes(*modules: nn.Module) -> int:
+    """Bytes of the distinct parameters of `modules`, wherever each is placed (a tied table once; a
+    parameter accelerate offloaded to `meta` by its shape and dtype). Buffers (RoPE frequencies, a few KB)
+    are left out, as plan's arithmetic (core/roofline.weight_bytes) leaves them out."""
+    distinct = {id(p): p for m in modules for p in m.parameters()}
+    return sum(p.nbytes for p in distinct.values())
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -242,7 +270,7 @@ def input_device(model: nn.Module) -> torch.device:
     where = placed[max(owners, key=len)]
     if isinstance(where, int):
         return torch.device(f"cuda:{where}")
-    return torch.device("cpu" if where == "disk" else where)
+    return indexed_device("cpu" if where == "disk" else where)
 
 
 @dataclass

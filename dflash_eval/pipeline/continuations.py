@@ -10,11 +10,13 @@ the most expensive step of a run on a large target.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -126,29 +128,77 @@ MAX_GENERATION_BATCH = 64
 CPU_GENERATION_BATCH = 8
 
 
-def generation_batch_for(config, dtype: torch.dtype, prompt_lengths: Sequence[int], max_new_tokens: int,
-                         device_bytes: int, weight_bytes: int) -> int:
-    """Prompts per generation batch on an accelerator of `device_bytes` holding `weight_bytes` of weights:
-    half of what is left after the weights (the rest for activations and the allocator), divided by one
-    sequence's cache at the longest prompt + max_new_tokens plus two fp32 rows of logits; 1..64. Decided
-    from the total memory, never the free memory of the moment, so that every process of a run (a shard,
-    a rank, a resume) cuts the same batches."""
+@dataclass(frozen=True)
+class GenerationBudget:
+    """The generation batch and the memory it predicts on an accelerator, from `generation_budget`: the one
+    rule `run` (`run_generation_budget`) and `plan` (commands/plan.py) both call, so that they choose the
+    same batch and predict the same bytes (tests/test_plan.py compares them on the 27B shape)."""
+
+    batch: int
+    device_bytes: int  # the accelerator's total memory
+    resident_bytes: int  # the weights resident during generation: every parameter of the target
+    sequence_bytes: int  # one sequence's cache at the longest prompt + max_new_tokens, and two fp32 rows of logits
+    sequences: int  # sequences in the plan (a batch never holds more)
+    longest: int  # tokens of the longest sequence: longest prompt + max_new_tokens
+    fixed_bytes: int = 0  # what the cache holds once, whatever its batch (`cache_fixed_bytes`)
+
+    @property
+    def predicted_bytes(self) -> int:
+        """The weights plus `batch` sequences' caches and logits and the cache's fixed bytes (plan adds the
+        prefill's activations)."""
+        return self.resident_bytes + self.batch * self.sequence_bytes + self.fixed_bytes
+
+    def to_dict(self) -> dict[str, int]:
+        return {**dataclasses.asdict(self), "predicted_bytes": self.predicted_bytes}
+
+    def describe(self) -> str:
+        gib = 2 ** 30
+        return (f"batch {self.batch}: half of 90% of {self.device_bytes / gib:,.1f} GiB less {self.resident_bytes / gib:,.1f} "
+                f"GiB of weights, over {self.sequence_bytes / 2 ** 20:,.0f} MiB per sequence ({self.longest} tokens of cache, "
+                f"two rows of logits); predicted {self.predicted_bytes / gib:,.1f} GiB before activations")
+
+
+def generation_budget(config, dtype: torch.dtype, prompt_lengths: Sequence[int], max_new_tokens: int,
+                      device_bytes: int, resident_bytes: int, batch: int | None = None) -> GenerationBudget:
+    """Prompts per generation batch on an accelerator of `device_bytes` holding `resident_bytes` of weights:
+    half of 90% of the memory less the weights (the other half for activations and the allocator), divided
+    by one sequence's cache at the longest prompt + max_new_tokens plus two fp32 rows of logits; 1..64 and
+    never more than the sequences planned. `batch` given (--generation-batch): that batch, priced alike.
+    Decided from the total memory, never the free memory of the moment, and from every parameter of the
+    target wherever it is placed, so that every process of a run (a shard, a rank, a resume, `--device cuda`,
+    `cuda:0` or `--device-map`) cuts the same batches."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    length = max(prompt_lengths, default=0) + max_new_tokens
-    per_sequence = cache_bytes_per_sequence(text, dtype, length) + text.vocab_size * 4 * 2
-    room = max(0, int(device_bytes * 0.9) - weight_bytes) // 2
-    return int(max(1, min(MAX_GENERATION_BATCH, room // max(1, per_sequence))))
+    longest = max(prompt_lengths, default=0) + max_new_tokens
+    per_sequence = cache_bytes_per_sequence(text, dtype, longest) + text.vocab_size * 4 * 2
+    fixed = cache_fixed_bytes(text)
+    if batch is None:
+        room = max(0, int(device_bytes * 0.9) - resident_bytes - fixed) // 2
+        batch = max(1, min(MAX_GENERATION_BATCH, room // max(1, per_sequence)))
+    batch = int(max(1, min(batch, len(prompt_lengths) or 1)))
+    return GenerationBudget(batch, int(device_bytes), int(resident_bytes), int(per_sequence), len(prompt_lengths),
+                            longest, fixed)
+
+
+def run_generation_budget(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int,
+                          batch: int | None = None) -> GenerationBudget | None:
+    """`generation_budget` for a loaded target on CUDA (None elsewhere): its device's total memory (an
+    indexed device, model/target.indexed_device) and every parameter of the target, wherever placed. The
+    drafters join the accelerator only after generation (evaluate, track, doctor), so the target is all
+    that is resident, and a run's batch does not depend on how many drafters it scores."""
+    from ..model.target import device_memory_bytes, indexed_device, parameter_bytes
+
+    device = indexed_device(target.device)
+    if device.type != "cuda":
+        return None
+    return generation_budget(target.model.config, target.dtype, prompt_lengths, max_new_tokens,
+                             device_memory_bytes(device), parameter_bytes(target.model), batch)
 
 
 def generation_batch_size(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int) -> int:
     """Prompts generated together when `--generation-batch` is not given: 8 on CPU (where batched output
-    equals one-at-a-time output: tests/test_generation.py), on CUDA `generation_batch_for` the device's
-    total memory and the weights on it."""
-    if target.device.type != "cuda":
-        return CPU_GENERATION_BATCH
-    weights = sum(t.nbytes for t in [*target.model.parameters(), *target.model.buffers()] if t.device == target.device)
-    total = torch.cuda.get_device_properties(target.device).total_memory
-    return generation_batch_for(target.model.config, target.dtype, prompt_lengths, max_new_tokens, total, weights)
+    equals one-at-a-time output: tests/test_generation.py), on CUDA `run_generation_budget`'s batch."""
+    budget = run_generation_budget(target, prompt_lengths, max_new_tokens)
+    return CPU_GENERATION_BATCH if budget is None else budget.batch
 
 
 def greedy_config(max_new_tokens: int, stops: Sequence[int], pad: int):
@@ -264,7 +314,8 @@ def _pid(item) -> str:
 
 def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template):
     """The generation plan of the run's prompt set (`universe` plus the prompts given): [(members, their
-    prompt ids)], every prompt tokenized as the run tokenizes it; and prompt id -> Prompt."""
+    prompt ids)], every prompt tokenized as the run tokenizes it; prompt id -> Prompt; and on an
+    accelerator the budget of each turn's batch (`run_generation_budget`)."""
     everyone = {p.id: p for p in (universe or [])} | {p.id: p for p in prompts}
     known = dict(ids)
     for prompt in everyone.values():
@@ -273,56 +324,134 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     by_turn: dict[int, dict] = {}  # a multi-turn set's turns are planned apart, each over its own turn (turns.py)
     for p in everyone.values():
         by_turn.setdefault(p.turn(), {}).update({item: len(known[_pid(item)]) for item in items_of(p)})
-    plan = []
+    plan, budgets = [], []
     for turn in sorted(by_turn):
         lengths = by_turn[turn]
-        batch = options.batching.generation_batch or generation_batch_size(target, list(lengths.values()), options.max_new_tokens)
+        given = options.batching.generation_batch
+        budget = run_generation_budget(target, list(lengths.values()), options.max_new_tokens, given)
+        budgets += [budget] if budget is not None else []
+        batch = budget.batch if budget is not None else given or CPU_GENERATION_BATCH
         plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
-    return plan, everyone
+    return plan, everyone, budgets
+
+
+_SHARED_BY_RANKS: list[object] = []  # the process groups sharing generation (commands/distributed.py), innermost last
+
+
+@contextmanager
+def generation_shared_by_ranks(group=None):
+    """Within the block, every call of `continuations_for` / `sampled_continuations_for` is collective over
+    the torch.distributed `group` (default: every rank; torchrun's ranks in commands/distributed.py): each
+    batch of the run's plan that any rank needs is generated once, by one rank (`share_batches`), and the
+    continuations reach the ranks that evaluate them. So each of N ranks generates about 1/N of the
+    continuations (its evaluation shard stays balanced by length), where each rank used to generate every
+    batch its shard touches: with neighbouring lengths on different ranks, all of them. Every rank must
+    make the same calls in the same order (they do: the same options, the same stages)."""
+    _SHARED_BY_RANKS.append(group)
+    try:
+        yield
+    finally:
+        _SHARED_BY_RANKS.pop()
+
+
+def share_batches(batches: int, ranks: int) -> list[int]:
+    """The rank that generates each of `batches` batches (in plan order): batch i to rank i mod N. Every
+    batch decodes up to the same --max-new-tokens steps, and a decode step costs about the same at any batch
+    size (it reads the weights once), so equal numbers of batches are equal work."""
+    return [index % ranks for index in range(batches)]
+
+
+def _exchange(group, value) -> list:
+    import torch.distributed as dist
+
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, value, group=group)
+    return gathered
 
 
 def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,
              generate):
-    """Cached or generated in planned batches: item -> continuation, and how many were generated. A key
-    holds `generation_settings`, the item (its text, and for samples the sampling and k) and its whole
-    batch (every member's text), so a cached continuation is only ever one made in the same batch: in bf16
-    the batch's padded shapes move near-tie argmaxes. Companions of a missing item are generated with it
-    (and cached), and the number of them is said."""
+    """Cached or generated in planned batches: item -> continuation, and how many were generated (here, for
+    any rank). A key holds `generation_settings`, the item (its text, and for samples the sampling and k)
+    and its whole batch (every member's text), so a cached continuation is only ever one made in the same
+    batch: in bf16 the batch's padded shapes move near-tie argmaxes. Companions of a missing item are
+    generated with it (and cached), and the number of them is said. Inside `generation_shared_by_ranks`
+    the batches any rank is missing are split among the ranks and the continuations exchanged."""
     cache = ContinuationCache(options.cache_dir)
-    plan, everyone = _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template)
+    plan, everyone, budgets = _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template)
     settings = generation_settings(target, options, thinking, template) if cache.directory is not None else ""
     wanted = {item for p in prompts for item in items_of(p)}
-    found, todo, work = {}, set(), []
-    for members, member_ids in plan:
+
+    def keys_of(members):
+        batch = sha256_text("\x1e".join(f"{everyone[_pid(m)].text}\x1d{item_key(m)}" for m in members))
+        return {m: ContinuationCache.key(settings, everyone[_pid(m)].text, item_key(m), batch) for m in members}
+
+    found, asked, keys = {}, {}, {}  # asked: plan index -> the items missing there (on any rank when shared)
+    for index, (members, _) in enumerate(plan):
         if wanted.isdisjoint(members):
             continue
-        batch = sha256_text("\x1e".join(f"{everyone[_pid(m)].text}\x1d{item_key(m)}" for m in members))
-        keys = {m: ContinuationCache.key(settings, everyone[_pid(m)].text, item_key(m), batch) for m in members}
-        missing = set()
+        keys[index] = keys_of(members)
         for m in wanted.intersection(members):
-            hit = cache.get(keys[m])
+            hit = cache.get(keys[index][m])
             if hit is None:
-                missing.add(m)
+                asked.setdefault(index, set()).add(m)
             else:
                 found[m] = hit
-        if missing:
-            work.append((members, member_ids, keys, missing))
-            todo |= missing
-    companions = sum(len(members) for members, *_ in work) - len(todo)
+    group = _SHARED_BY_RANKS[-1] if _SHARED_BY_RANKS else None
+    shared = bool(_SHARED_BY_RANKS)
+    mine = sorted(asked)
+    if shared:  # collective: every rank's missing items, the same plan on every rank, each batch to one rank
+        import torch.distributed as dist
+
+        digest = sha256_text(json.dumps([[str(m) for m in members] for members, _ in plan]))
+        everyone_asked = _exchange(group, (digest, {i: sorted(m) for i, m in asked.items()}))
+        if any(theirs != digest for theirs, _ in everyone_asked):
+            sizes = sorted({b.batch for b in budgets}) or [options.batching.generation_batch or CPU_GENERATION_BATCH]
+            raise InputError(None, f"torchrun ranks planned different generation batches (this rank: {sizes}); "
+                                   "GPUs of different memory choose different batches: give --generation-batch N")
+        asked = {}
+        for _, theirs in everyone_asked:
+            for index, items in theirs.items():
+                asked.setdefault(index, set()).update(tuple(m) if isinstance(m, list) else m for m in items)
+        indices = sorted(asked)
+        owners = share_batches(len(indices), dist.get_world_size(group))
+        rank = dist.get_rank(group)
+        mine = [i for i, owner in zip(indices, owners) if owner == rank]
+    todo = sum(len(asked[i]) for i in mine)
+    companions = sum(len(plan[i][0]) for i in mine) - todo
+    if shared and asked:
+        reporter.note(f"{phase}: this rank generates {todo} of the {sum(map(len, asked.values()))} continuations the "
+                      f"ranks are missing ({len(mine)} of {len(asked)} planned batches); the others come from the other ranks")
     if companions:  # a shard, rank or resume: the run's other prompts in the same batches
-        reporter.note(f"{phase}: {companions} companion(s) of the {len(todo)} asked for generated too, in the batches "
+        reporter.note(f"{phase}: {companions} companion(s) of the {todo} asked for generated too, in the batches "
                       "planned over the run's prompts, so that no continuation depends on --shard or a resume")
+    if todo and budgets:
+        reporter.note(f"{phase}: " + "; ".join(b.describe() for b in budgets))
     if todo and options.limit and target.dtype != torch.float32:
         reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")
-    reporter.phase(phase, len(todo))
-    for members, member_ids, keys, missing in work:
+    reporter.phase(phase, todo)
+    made = {}
+    for index in mine:
+        members, member_ids = plan[index]
+        keys.setdefault(index, keys_of(members))
         for m, cont in zip(members, generate(members, member_ids)):
-            if m in missing or cache.get(keys[m]) is None:
-                cache.put(keys[m], cont)
-            if m in missing:
-                found[m] = cont
+            if m in asked[index] or cache.get(keys[index][m]) is None:
+                cache.put(keys[index][m], cont)
+            if m in asked[index]:
+                made[m] = cont
                 reporter.advance(phase, _pid(m))
-    return found, len(todo)
+    if shared:  # every rank's continuations to every rank; each keeps (and caches) what it asked for
+        for theirs in _exchange(group, made):
+            for m, cont in theirs.items():
+                m = tuple(m) if isinstance(m, list) else m
+                if m in wanted and m not in found:
+                    found[m] = cont
+                    index = next(i for i in keys if m in keys[i])
+                    if cache.get(keys[index][m]) is None:
+                        cache.put(keys[index][m], cont)
+    else:
+        found.update(made)
+    return found, todo
 
 
 def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,

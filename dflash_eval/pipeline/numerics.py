@@ -11,8 +11,15 @@ this check says how much they would move if the shapes were different, on the us
   generated alone (batch of one);
 - anchor batch: each drafter's drafts replayed at the run's anchors per forward and at another value
   (one anchor per forward; two when the run's is one);
-- live: the replay's walk against the live loop's on the same prompt (and the live loop's text against
-  the continuation: where the text differs, so may the walk).
+- live: each drafter's tau in the replay against its tau in the live loop on the same prompts, with the
+  paired difference (live - replay) and its paired bootstrap interval over the checked prompts
+  (core/compare.paired_row: prompts resampled together, seed 0), and how many live texts equal the
+  continuation. Counting equal walks said nothing at benchmark lengths: over 2048 bf16 tokens a walk
+  almost never matches step for step, whatever the effect on tau, which is what a result reports.
+
+Cost (`plan --numerics-check N` prices it): per checked prompt one generation alone (batch 1, every new
+token), and per drafter two replays and one live loop (a verify and a re-run forward per step): ~2-3 min
+per prompt per drafter on a 27B target, ~25-35 min for `--numerics-check 12` with one drafter.
 
 Nothing here touches the run's own numbers or files: it reads the run's trajectory and continuation,
 generates alone without the cache, replays and loops without a random draw (greedy), and makes no tap
@@ -24,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core.compare import paired_row
 from ..core.errors import InputError
 
 
@@ -108,26 +116,45 @@ class NumericsCheck:
             a["drafts"] += slots
             a["drafts_changed"] += changed
             live = score_live(target, drafter, prompt_ids, options)
-            w = self.live.setdefault(name, dict.fromkeys(("prompts", "texts_equal", "walks_equal"), 0))
+            w = self.live.setdefault(name, {"prompts": 0, "texts_equal": 0, "per_prompt": {}})
             w["prompts"] += 1
             w["texts_equal"] += int(live.continuation == continuation)
-            w["walks_equal"] += int(live.walk_anchors == base.walk_anchors
-                                    and live.walk_accept_lengths == base.walk_accept_lengths)
+            # [replay steps, replay committed tokens, live steps, live committed tokens]: tau = committed / steps
+            w["per_prompt"][trajectory.id] = [len(base.walk_accept_lengths), sum(base.walk_accept_lengths),
+                                              len(live.walk_accept_lengths), sum(live.walk_accept_lengths)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompts_asked": self.limit, "generation": dict(self.generation),
                 "anchor_batch": {k: dict(v) for k, v in self.anchor_batch.items()},
-                "live": {k: dict(v) for k, v in self.live.items()}}
+                "live": {k: live_summary(v) for k, v in self.live.items()}}
+
+
+PAIRED = ("steps_replay", "steps_live", "tau_replay", "tau_live", "delta_tau_live_minus_replay")
+
+
+def live_summary(counts: dict[str, Any]) -> dict[str, Any]:
+    """A drafter's live-loop counts with the replay-vs-live figures derived from its per-prompt counts: tau
+    macro of each side over the prompts with steps on both (the same prompts), and the paired difference
+    live - replay with its paired bootstrap interval and permutation p (core/compare.paired_row, seed 0);
+    the figures are None when no prompt has steps on both sides."""
+    per_prompt = counts.get("per_prompt") or {}
+    row = paired_row({p: (v[0], v[1]) for p, v in per_prompt.items()}, {p: (v[2], v[3]) for p, v in per_prompt.items()})
+    figures = dict.fromkeys(PAIRED) if row is None else dict(zip(PAIRED, (
+        row["steps_a"], row["steps_b"], row["tau_macro_a"], row["tau_macro_b"], row["delta_tau_macro"])))
+    return {**{k: v for k, v in counts.items() if k not in PAIRED}, **figures}
 
 
 def merge_measured(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The shards' `measured` counts as one document (merge): every count summed over the shards that
-    measured (each checked its own first N prompts, so `prompts_asked` becomes N summed over them); the
-    anchors-per-forward values compared (`run`, `other`) are the same on every shard (from the shapes) and
-    kept; None when no shard measured."""
+    measured (each checked its own first N prompts, so `prompts_asked` becomes N summed over them), the
+    per-prompt live counts joined and the replay-vs-live figures computed again over all of them
+    (`live_summary`); the anchors-per-forward values compared (`run`, `other`) are the same on every shard
+    (from the shapes) and kept; None when no shard measured."""
     parts = [p for p in parts if p]
     if not parts:
         return None
+    parts = [{**p, "live": {k: {f: x for f, x in v.items() if f not in PAIRED} for k, v in p.get("live", {}).items()}}
+             for p in parts]
 
     def add(a: Any, b: Any, key: str) -> Any:
         if isinstance(a, dict):
@@ -139,4 +166,4 @@ def merge_measured(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     out = parts[0]
     for part in parts[1:]:
         out = add(out, part, "")
-    return out
+    return {**out, "live": {k: live_summary(v) for k, v in out.get("live", {}).items()}}

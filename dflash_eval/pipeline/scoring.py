@@ -1,6 +1,10 @@
 """Stage 3, scoring: one drafter on one prompt. In trajectory mode the drafter replays every anchor of
 the captured trajectory (engine.replay: exact at temperature 0); in live mode it runs the real
-step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from. The drafters are loaded here, onto the target's device.
+step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from.
+The drafters are loaded here, and join the target's device only once its continuations are generated
+(`load_drafters(..., device="cpu")` then `to_target_device`; `off_accelerator` around a later generation):
+the generation batch counts the target alone (continuations.run_generation_budget), so it is the same
+whichever drafters a command scores.
 """
 
 from __future__ import annotations
@@ -14,12 +18,34 @@ from ..model.live import LiveResult, live_generate
 from .trajectories import Trajectory
 
 
-def load_drafters(entries: list, target) -> dict:
-    """Each checkpoint as a native drafter on the target's device, with the target's tables attached."""
+def load_drafters(entries: list, target, *, device=None) -> dict:
+    """Each checkpoint as a native drafter in the target's dtype on `device` (default the target's), every
+    weight checked as it loads (model.drafter.load_drafter), with the target's tables attached."""
     from ..model.drafter import load_drafter
 
-    return {e.name: load_drafter(e.spec, weight_files(e.path), device=target.device, dtype=target.dtype)
+    where = target.device if device is None else device
+    return {e.name: load_drafter(e.spec, weight_files(e.path), device=where, dtype=target.dtype)
             .attach_target(target.embed_tokens, target.lm_head) for e in entries}
+
+
+def to_target_device(drafters: dict, target) -> dict:
+    """The drafters moved onto the target's device (their weights copied exactly), after generation."""
+    for drafter in drafters.values():
+        drafter.to(target.device)
+    return drafters
+
+
+@contextlib.contextmanager
+def off_accelerator(target, *drafters):
+    """The drafters in host memory during the block (a generation: continuations.run_generation_budget
+    counts the target alone), back on the target's device after it."""
+    for drafter in drafters:
+        drafter.to("cpu")
+    try:
+        yield
+    finally:
+        for drafter in drafters:
+            drafter.to(target.device)
 
 
 def kernels_context(target, options: RunOptions):

@@ -107,10 +107,13 @@ def render_numerics(console: Console, prov: dict) -> None:
                   f"{safe(g['tokens_before_first_difference'])}/{safe(g['tokens'])} tokens before the first difference")
     for name, a in measured["anchor_batch"].items():
         w = measured["live"].get(name, {})
+        d = w.get("delta_tau_live_minus_replay")
+        live = (f"tau replay {fixed_digits(w['tau_replay'], 3)} vs live {fixed_digits(w['tau_live'], 3)}, live - replay "
+                f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] (paired bootstrap, {safe(d['n'])} prompts)"
+                if d else "tau replay vs live: no prompt with steps on both")
         console.print(f"  {safe(name)}: drafts changed at --anchor-batch {safe(a['other'])} vs {safe(a['run'])}: "
-                      f"{safe(a['drafts_changed'])}/{safe(a['drafts'])}; replay vs live walks equal "
-                      f"{safe(w.get('walks_equal'))}/{safe(w.get('prompts'))} (live text = continuation "
-                      f"{safe(w.get('texts_equal'))}/{safe(w.get('prompts'))})")
+                      f"{safe(a['drafts_changed'])}/{safe(a['drafts'])}; {live}; live text = continuation "
+                      f"{safe(w.get('texts_equal'))}/{safe(w.get('prompts'))}")
 
 
 SUMMARY_HEADERS = ("tau macro [95% CI]\n(z-lab: mean of\nper-prompt means)", "tau micro\n(vLLM: 1 + accepted\n/ steps)",
