@@ -59,7 +59,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
-_BMM_OUT_DTYPE = "dtype" in torch.ops.aten.bmm.overloads()  # torch.bmm(..., out_dtype=): one GEMM, fp32 out
+BMM_HAS_OUT_DTYPE = "dtype" in torch.ops.aten.bmm.overloads()  # torch.bmm(..., out_dtype=): one GEMM, fp32 out
 
 
 def fp32_products(a: torch.Tensor, b: torch.Tensor, *, device_gemm: bool | None = None) -> torch.Tensor:
@@ -75,7 +75,7 @@ def fp32_products(a: torch.Tensor, b: torch.Tensor, *, device_gemm: bool | None 
     if a.dtype not in LOW_PRECISION:
         return torch.bmm(a, b)  # fp32 (or an fp64 reference) already
     if device_gemm is None:
-        device_gemm = a.device.type == "cuda" and _BMM_OUT_DTYPE
+        device_gemm = a.device.type == "cuda" and BMM_HAS_OUT_DTYPE
     if device_gemm:
         return torch.bmm(a, b, out_dtype=torch.float32)
     return torch.bmm(a.float(), b.float())
