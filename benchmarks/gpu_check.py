@@ -8,7 +8,9 @@ budget or a lease ending keeps what it had measured):
   bed         the tiny hybrid test bed and a trained drafter, built on the CPU with fla unbound (`import fla`
               fails in this process, so transformers binds the torch fallback: no fla kernel ever sees a
               CPU tensor);
-  kernels     on the accelerator: the kernel bound per Gated-DeltaNet layer, taps fla vs torch fallback,
+  kernels     on the accelerator: the function each Gated-DeltaNet operation called and how often (a probe
+              forward, model/kernels.py; the rehearsal fails when the stub fla was never called), taps fla vs
+              torch fallback,
               `evaluate()` in bf16 with fla vs fp32 with the torch fallback on the same prompts (taus,
               continuation agreement), and the replay's walks vs the live loop's in bf16 with fla;
   throughput  the tap pass on random-weight hybrid targets of real shapes (9B-like, then 27B-like);
@@ -127,19 +129,24 @@ def part_kernels(out: Path, rehearse: bool, record: Record) -> None:
 
     device, _ = accelerator(rehearse)
     from dflash_eval.commands.evaluate import RunOptions, evaluate
-    from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+    from dflash_eval.model.kernels import kernel_calls, kernel_report, torch_fallback_kernels
     from dflash_eval.model.target import capture_taps, load_target
 
     bed = _bed(out)
     target_dir, drafter = bed["target"], bed["drafter"]
     gpu = load_target(target_dir, device=device.type, dtype="bfloat16")
-    report = kernel_report(gpu.model)
+    report = kernel_report(gpu.model)  # what the probe forward saw called, per op (model/kernels.py)
     record("bound kernels", sorted({k.function for k in report}))
+    record("kernels called (probe: calls per op over all layers)", kernel_calls(report))
     record("accelerated ops", f"{sum(k.accelerated for k in report)} of {len(report)}")
+    if rehearse and not any(k.accelerated for k in report):
+        raise SystemExit("gpu_check: the stub fla was never called, so this rehearsal would prove nothing about fla "
+                         f"(transformers routes CPU inputs elsewhere?): {kernel_calls(report)}")
     ids = torch.tensor(gpu.tokenizer("def fizzbuzz(n):\n    for i in range(1, n + 1):\n" * 3)["input_ids"])
     taps = list(range(gpu.info.num_layers))
     fla = capture_taps(gpu, ids, taps)
     with torch_fallback_kernels(gpu.model):
+        record("kernels called under --kernels torch", kernel_calls(kernel_report(gpu.model)))
         fallback = capture_taps(gpu, ids, taps)
     a, b = fla.taps.float(), fallback.taps.float()
     record("taps fla vs fallback (bf16): max rel diff",

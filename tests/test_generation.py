@@ -98,13 +98,29 @@ def test_cache_bytes_per_sequence_equal_the_real_cache(kind, dtype, test_bed):
     import torch
 
     from dflash_eval.model.target import output_cache
-    from dflash_eval.pipeline.continuations import cache_bytes_per_sequence
+    from dflash_eval.pipeline.continuations import cache_bytes_per_sequence, cache_fixed_bytes
 
     target = load_target(str(test_bed[kind]), device="cpu", dtype=dtype)
-    for length in (7, 33):
+    for length, batch in ((7, 1), (33, 1), (9, 3)):
         with torch.inference_mode():
-            out = target.model(input_ids=torch.arange(1, length + 1)[None], use_cache=True)
-        assert cache_bytes_per_sequence(target.model.config, target.dtype, length) == _real_cache_bytes(output_cache(out))
+            out = target.model(input_ids=torch.arange(1, length + 1).repeat(batch, 1), use_cache=True)
+        per_sequence = cache_bytes_per_sequence(target.model.config, target.dtype, length)
+        assert batch * per_sequence + cache_fixed_bytes(target.model.config) == _real_cache_bytes(output_cache(out))
+
+
+def test_the_fixed_cache_bytes_are_transformers_per_layer_token_counter():
+    """transformers 5.25 added, per Gated-DeltaNet layer, a 0-dim int64 `cumulative_length_linear` (8 bytes per
+    layer per cache, whatever the batch); 5.17 (the GPU image's) holds no such tensor."""
+    import transformers
+    from packaging.version import Version
+    from transformers import Qwen3_5TextConfig
+
+    from dflash_eval.pipeline.continuations import cache_fixed_bytes, linear_layer_fixed_bytes
+
+    expected = 8 if Version(transformers.__version__) >= Version("5.25") else 0
+    assert linear_layer_fixed_bytes() == expected
+    config = Qwen3_5TextConfig(num_hidden_layers=8, layer_types=["linear_attention"] * 6 + ["full_attention"] * 2)
+    assert cache_fixed_bytes(config) == 6 * expected
 
 
 def test_generation_batch_from_total_memory_on_a_27b_like_hybrid(monkeypatch):

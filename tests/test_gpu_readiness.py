@@ -206,20 +206,21 @@ print("clean")
 
 STUB_SCRIPT = """
 import sys, torch
-from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+from dflash_eval.model.kernels import kernel_report, kernel_summary, torch_fallback_kernels
 from dflash_eval.model.target import capture_taps, load_target
 import fla.ops.gated_delta_rule as stub
 for kind in ("qwen3_5_text", "qwen3_next"):
     target = load_target(sys.argv[1] + "/" + kind, device="cpu", dtype="float32", allow_accelerated_on_cpu=True)
-    bound = {k.operation: k.function for k in kernel_report(target.model)}
+    bound = kernel_summary(kernel_report(target.model))
     assert bound["chunk_gated_delta_rule"] == "fla.ops.gated_delta_rule.chunk_gated_delta_rule", bound
-    assert bound["recurrent_gated_delta_rule"] == "fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule", bound
     ids = torch.tensor(target.tokenizer("def add(a, b):\\n    return a + b\\n" * 3)["input_ids"])
     try:
         fla = capture_taps(target, ids, [1, 3, 5])
         step = capture_taps(target, ids, [1, 3, 5], sequence_chunk=1)  # the recurrent (decode) kernel
     except RuntimeError as exc:
         print("refused:", exc); sys.exit(3)
+    # the probe's decode step reached the recurrent kernel (a CPU-refusing stub stops it at the prefill)
+    assert bound["recurrent_gated_delta_rule"] == "fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule", bound
     with torch_fallback_kernels(target.model):
         ref = capture_taps(target, ids, [1, 3, 5])
     torch.testing.assert_close(fla.taps, ref.taps, rtol=1e-3, atol=1e-3)
@@ -249,6 +250,58 @@ def test_the_stub_fla_is_bound_where_the_real_one_is_and_computes_the_fallbacks_
     assert refused.returncode == 3 and "Triton kernel launched on CPU tensors" in refused.stdout, refused.stderr[-2000:]
 
 
+EMULATED_DISPATCH_SCRIPT = """
+import json, sys, torch
+from pathlib import Path
+from dflash_eval.core.options import RunOptions
+from dflash_eval.model.kernels import kernel_report, kernel_summary, torch_fallback_kernels
+from dflash_eval.model.target import load_target
+from dflash_eval.pipeline.continuations import generation_settings
+import fla.ops.gated_delta_rule as stub
+bed, drafter, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+target = load_target(bed + "/qwen3_5_text", device="cpu", dtype="float32", allow_accelerated_on_cpu=True)
+options = RunOptions(drafters=[drafter], target=bed + "/qwen3_5_text", out=out, cache_dir=out.parent / "cache")
+fla = kernel_summary(kernel_report(target.model))
+fla_key = generation_settings(target, options, False, "chat")
+before = dict(stub.CALLS)
+with torch_fallback_kernels(target.model):
+    torch_names = kernel_summary(kernel_report(target.model))
+    torch_key = generation_settings(target, options, False, "chat")
+    target.model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]))
+after = dict(stub.CALLS)
+# the whole run with --kernels torch: generation, taps and the drafter's walk, with fla never called
+from dflash_eval import evaluate
+evaluate(RunOptions(drafters=[drafter], target=bed + "/qwen3_5_text", out=out, limit=2, max_new_tokens=8,
+                    cache_dir=out.parent / "cache", device="cpu", kernels="torch"))
+run = json.loads((out / "run.json").read_text())
+print(json.dumps({"fla": fla, "torch": torch_names, "keys_differ": fla_key != torch_key, "before": before,
+                  "after": after, "end": dict(stub.CALLS), "provenance": run["provenance"]["kernels"]}))
+"""
+
+
+@pytest.mark.slow
+def test_emulated_gpu_dispatch_names_fla_and_kernels_torch_stops_calling_it(test_bed, trained, tmp_path):
+    """transformers >= 5.25 dispatches a Gated-DeltaNet operation to fla by the device of its inputs (and from
+    5.25 wraps it in a `kernels` Func module); the stub fla routes CPU inputs to itself as a GPU's are routed.
+    The report names fla because fla is what the probe saw called; under `--kernels torch` fla's call count
+    stays where it was through a forward and a whole run, the report and the run's provenance name the torch
+    implementation, and the continuation cache keys of the two differ."""
+    import json
+
+    script = subprocess.run([sys.executable, "-c", EMULATED_DISPATCH_SCRIPT, str(test_bed["qwen3"].parent),
+                             str(trained["qwen3_5_text"]["good"]), str(tmp_path / "run")], capture_output=True,
+                            text=True, timeout=600, env=_stub_env(DFLASH_EVAL_STUB_FLA_ON_CPU="1"))
+    assert script.returncode == 0, script.stderr[-3000:]
+    seen = json.loads(script.stdout.strip().splitlines()[-1])
+    assert seen["fla"]["chunk_gated_delta_rule"] == "fla.ops.gated_delta_rule.chunk_gated_delta_rule"
+    assert seen["fla"]["recurrent_gated_delta_rule"] == "fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule"
+    assert seen["before"]["chunk_gated_delta_rule"] > 0  # the probe reached the stub: it is really routed
+    assert all(name.startswith("transformers.models.qwen3_5.") for name in seen["torch"].values())
+    assert seen["keys_differ"]
+    assert seen["after"] == seen["before"] == seen["end"]  # --kernels torch: not one more call into fla
+    assert seen["provenance"] == seen["torch"]
+
+
 @pytest.mark.slow
 def test_gpu_check_rehearsal_runs_every_part_end_to_end(tmp_path):
     """`bash benchmarks/gpu_check.sh --rehearse`: every part in its own process on the CPU with the stub fla,
@@ -270,6 +323,14 @@ def test_gpu_check_rehearsal_runs_every_part_end_to_end(tmp_path):
     assert all(f.startswith("transformers.") for f in parts["bed"]["figures"]["cpu kernels"])
     kernels = parts["kernels"]["figures"]
     assert "fla.ops.gated_delta_rule.chunk_gated_delta_rule" in kernels["bound kernels"]
+    called = kernels["kernels called (probe: calls per op over all layers)"]
+    assert called["chunk_gated_delta_rule"]["fla.ops.gated_delta_rule.chunk_gated_delta_rule"] > 0
+    assert called["recurrent_gated_delta_rule"]["fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule"] > 0
+    assert not any(name.startswith("fla.") for per in kernels["kernels called under --kernels torch"].values()
+                   for name in per)
+    # the fla-vs-fallback difference is measured, not 0 by construction (the stub computes in float32, the
+    # fallback in the model's bf16 around it)
+    assert kernels["taps fla vs fallback (bf16): max rel diff"] > 0
     for key in ("tau bf16-fla", "tau fp32-torch", "tau bf16-fla-live", "continuations bf16+fla vs fp32+torch",
                 "walks replay vs live (bf16+fla)"):
         assert key in kernels and key in done.stdout

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from dflash_eval.core.errors import InputError
-from dflash_eval.model.kernels import kernel_report
+from dflash_eval.model.kernels import OPERATIONS, kernel_report
 from dflash_eval.model.target import capture_taps, load_target, target_info
 
 KINDS = ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"]
@@ -44,17 +44,19 @@ def test_taps_come_back_in_the_order_asked(test_bed):
 
 
 @pytest.mark.parametrize("kind,hybrid", [("qwen3", False), ("qwen3_5", True), ("qwen3_5_text", True), ("qwen3_next", True)])
-def test_kernel_report_names_the_bound_function_per_gated_deltanet_layer(test_bed, kind, hybrid):
+def test_kernel_report_names_the_function_that_ran_per_gated_deltanet_layer(test_bed, kind, hybrid):
+    """The probe forward (a prefill and one decode step) reaches every operation of every Gated-DeltaNet layer;
+    with no fla on this machine, each ran transformers' torch implementation, once per forward that needs it."""
     model = AutoModelForCausalLM.from_pretrained(test_bed[kind])
     report = kernel_report(model)
     assert bool(report) == hybrid
     if hybrid:
-        gdn_layers = {k.layer for k in report}
         types = model.config.get_text_config().layer_types
-        assert gdn_layers == {i for i, kind_ in enumerate(types) if kind_ == "linear_attention"}
-        chunk = [k for k in report if k.operation == "chunk_gated_delta_rule"]
-        # no fla on this machine: every layer runs transformers' torch fallback
-        assert all(k.function.endswith("torch_chunk_gated_delta_rule") and not k.accelerated for k in chunk)
+        assert {k.layer for k in report} == {i for i, kind_ in enumerate(types) if kind_ == "linear_attention"}
+        for k in report:
+            assert not k.accelerated and k.calls >= 1, k
+            assert k.function.startswith("transformers.models.") and k.function.endswith("." + OPERATIONS[k.operation])
+        assert kernel_report(model) is report  # remembered while the binding stays
 
 
 def test_target_info_reads_vlm_wrapper_text_config(test_bed):
@@ -67,17 +69,28 @@ def test_missing_target_is_one_clear_error(tmp_path):
         load_target(str(tmp_path / "nope"))
 
 
+# transformers >= 5.25 sends an operation to fla only for inputs on the devices it lists; a stand-in that plays
+# fla on a machine where the CPU stands for the accelerator adds "cpu" there when transformers imports it
+ROUTE_CPU_TO_FLA = """
+import sys
+hub = sys.modules.get("transformers.integrations.hub_kernels")
+if hub is not None and hasattr(hub, "_PACKAGE_SUPPORTED_DEVICES"):
+    hub._PACKAGE_SUPPORTED_DEVICES["fla"] = (*hub._PACKAGE_SUPPORTED_DEVICES.get("fla", ()), "cpu")
+"""
+
+
 def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, tmp_path):
     """fla cannot be installed on a CPU machine, so a stand-in package with fla's import path and
-    function names plays it (its kernels raise, as triton's do without CUDA). transformers binds it at
-    import time exactly as it would bind the real one; load_target must refuse, naming the function."""
+    function names plays it (its kernels raise, as triton's do without CUDA), routed to as transformers
+    routes the real one on a GPU. The probe reaches it (and catches the crash); load_target must refuse,
+    naming the function, and the switch to the torch fallback must make a CPU forward work."""
     import subprocess
     import sys
     import textwrap
 
     package = tmp_path / "fla" / "ops" / "gated_delta_rule"
     package.mkdir(parents=True)
-    (tmp_path / "fla" / "__init__.py").write_text("")
+    (tmp_path / "fla" / "__init__.py").write_text(ROUTE_CPU_TO_FLA)
     (tmp_path / "fla" / "ops" / "__init__.py").write_text("")
     (package / "__init__.py").write_text(textwrap.dedent("""
         def chunk_gated_delta_rule(*args, **kwargs):
@@ -99,6 +112,12 @@ def test_cpu_run_with_fla_kernels_bound_is_refused_before_it_crashes(test_bed, t
             assert not any(k.accelerated for k in kernel_report(model))
             model(torch.tensor([[1, 2, 3, 4]]))
         assert kernel_report(model)[0].accelerated
+        try:
+            model(torch.tensor([[1, 2, 3, 4]]))
+        except RuntimeError as exc:
+            assert "triton kernel launched without CUDA" in str(exc)
+        else:
+            raise AssertionError("the stand-in fla was not called")
         try:
             load_target({str(test_bed["qwen3_5_text"])!r}, device="cpu")
         except InputError as exc:

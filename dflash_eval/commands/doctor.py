@@ -244,7 +244,8 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
                   + (f", plus {len(prompts)} for each of {n_contexts} context variants (thinking flipped, raw prompt: "
                      f"new continuations): {len(prompts) * (1 + n_contexts)} in all" if n_contexts else ""))
     info = target_info(target_path)
-    target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+    target = load_target(str(target_path), device=options.device, dtype=options.dtype,
+                         allow_accelerated_on_cpu=options.kernels == "torch")
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
@@ -255,15 +256,16 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     ids = inputs.prompt_ids()
     thinking = inputs.thinking
     sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
-    if sampled:
-        from ..pipeline.continuations import sampled_continuations_for
+    with kernels_context(target, options):  # --kernels torch generates too, as in `run`: the same cache entries
+        if sampled:
+            from ..pipeline.continuations import sampled_continuations_for
 
-        texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
-                                             universe=whole_prompt_set(options))
-    else:  # the run's generation plan: the same continuations as `run` on these prompts
-        greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
-                                      universe=whole_prompt_set(options))
-        texts = {(pid, 0): cont for pid, cont in greedy.items()}
+            texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
+                                                 universe=whole_prompt_set(options))
+        else:  # the run's generation plan: the same continuations as `run` on these prompts
+            greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
+                                          universe=whole_prompt_set(options))
+            texts = {(pid, 0): cont for pid, cont in greedy.items()}
 
     trajectories = []
     reporter.phase("target pass", len(texts))
@@ -277,7 +279,9 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     for traj in trajectories:  # before any drafter runs
         check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
 
-    kernels = _kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
+    kernels = (_kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
+               if options.kernels != "torch" else
+               {"compared": False, "detail": "--kernels torch: every pass ran the torch fallback"})
     drafter = load_drafters([entry], target)[entry.name]
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)

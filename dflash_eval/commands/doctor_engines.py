@@ -198,13 +198,14 @@ def _engines(options, reporter=None) -> dict[str, Any]:
     inputs = prepare_inputs(options, one_drafter=True)
     entry, prompts = inputs.entries[0], inputs.prompts
     info = target_info(inputs.target_path)
-    target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype)
+    target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
+                         allow_accelerated_on_cpu=options.kernels == "torch")
     reporter.note(f"doctor --engines: {len(prompts)} target passes, then the drafter under each engine's rules")
-    texts, _ = continuations_for(target, prompts, inputs.prompt_ids(), options, inputs.thinking, None, reporter,
-                                 universe=whole_prompt_set(options))
     ids = inputs.prompt_ids()
     trajectories = []
-    with kernels_context(target, options):
+    with kernels_context(target, options):  # --kernels torch generates too, as in `run`
+        texts, _ = continuations_for(target, prompts, ids, options, inputs.thinking, None, reporter,
+                                     universe=whole_prompt_set(options))
         for prompt in prompts:
             trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[prompt.id],
                                                    sorted(set(entry.spec.taps)), sequence_chunk=options.batching.tap_chunk,

@@ -5,10 +5,15 @@ Why hooks and not `output_hidden_states`: HF's tuple holds L+1 full-sequence sta
 layer that DFlash taps. A hook on decoder layer t returns exactly "the output of layer t" (z-lab id t,
 speculators id t+1), for the chosen layers only.
 
-Why the kernel report: transformers binds the Gated-DeltaNet functions at import time, regardless of the
-device. With flash-linear-attention (triton) importable on a CPU run, hybrid targets crash deep inside a
-kernel; and CPU (torch fallback) and GPU (fla) states differ numerically. So we say, per layer, which
-function is bound, and refuse the CPU+fla combination up front with a clear message.
+Why the kernel report: transformers binds the Gated-DeltaNet functions at import time; up to 5.2x it calls
+fla whatever the device, so with flash-linear-attention (triton) importable a CPU run of a hybrid target
+crashes deep inside a kernel; and CPU (torch fallback) and GPU (fla) states differ numerically. So we say, per
+layer, which function runs (model/kernels.py probes it), and refuse the CPU+fla combination up front.
+
+Why `use_kernels=False`: from 5.25, with the `kernels` package installed, `from_pretrained` kernelizes by
+default, replacing RMSNorm, activations, RoPE and the Gated-DeltaNet layers on CUDA with code downloaded from
+the Hugging Face Hub (some with trust_remote_code), and refusing the meta device outright. The target we
+evaluate is transformers' own modeling code with fla, as on the GPU image (5.17, where the default is off).
 """
 
 from __future__ import annotations
@@ -191,12 +196,13 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True,
+                                                     use_kernels=False, **extra)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
-    refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
-    if dev.type == "cpu":
+    if dev.type == "cpu":  # before the probe forward, which is the first to reach the fallback
         quiet_cpu_fallback_advice()
+    refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
     if device_map is not None:  # dispatched: inputs, taps and drafters live where the input embedding is
         dev = input_device(model)
     model.eval().requires_grad_(False)
@@ -207,11 +213,15 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
 
 
 def refuse_accelerated_on_cpu(model: nn.Module, path: Path, dev: torch.device, allowed: bool) -> None:
-    """One line instead of a Triton crash: a Gated-DeltaNet layer bound to an fla kernel on a CPU run."""
+    """One line instead of a Triton crash: a Gated-DeltaNet layer that calls an fla kernel on a CPU run (the
+    probe forward reaches the kernel; its crash is caught and named). Only CPU runs are probed here: on a GPU
+    the report is taken where provenance needs it, under the run's `--kernels` choice."""
+    if dev.type == "cuda" or allowed:
+        return
     accelerated = [k for k in kernel_report(model) if k.accelerated]
-    if accelerated and dev.type != "cuda" and not allowed:
+    if accelerated:
         k = accelerated[0]
-        raise InputError(path, f"Gated-DeltaNet layer {k.layer} is bound to the kernel {k.function}, which needs CUDA, "
+        raise InputError(path, f"Gated-DeltaNet layer {k.layer} calls the kernel {k.function}, which needs CUDA, "
                                "but this run is on CPU; run with --device cuda, or uninstall flash-linear-attention/triton "
                                "for a CPU run (torch fallback)")
 

@@ -117,6 +117,28 @@ def cache_bytes_per_sequence(config, dtype: torch.dtype, length: int) -> int:
     return kv + linear * (conv + recurrent)
 
 
+def linear_layer_fixed_bytes() -> int:
+    """Bytes one Gated-DeltaNet layer's cache holds once, whatever the batch and length: from transformers
+    5.25 a 0-dim int64 tensor `cumulative_length_linear` (the tokens its conv state has seen, created in
+    `cache_utils.LinearAttentionCacheLayerMixin.__init__`), 8 bytes; on earlier 5.x nothing. Read off
+    transformers' own class, so a version that adds or drops such a field stays exact."""
+    try:
+        from transformers.cache_utils import LinearAttentionLayer
+    except ImportError:  # no linear-attention cache in this transformers
+        return 0
+    layer = LinearAttentionLayer()
+    values = [v for value in vars(layer).values() for v in (value.values() if isinstance(value, dict) else [value])]
+    return sum(v.nbytes for v in values if torch.is_tensor(v))
+
+
+def cache_fixed_bytes(config) -> int:
+    """Bytes a generation cache holds once (not per sequence): `linear_layer_fixed_bytes` per Gated-DeltaNet
+    layer. A cache of G sequences at `length` tokens holds G x cache_bytes_per_sequence + this."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types = list(getattr(text, "layer_types", None) or [])
+    return sum(1 for t in types if t == "linear_attention") * linear_layer_fixed_bytes()
+
+
 MAX_GENERATION_BATCH = 64
 CPU_GENERATION_BATCH = 8
 
