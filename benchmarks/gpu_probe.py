@@ -23,7 +23,8 @@ key, 20-60 s each on a cold cache; `import fla`, ~16 s), checked before the part
               left out) and their share of the measured peak
   drafter     one drafter pass over every anchor of the same 2550 tokens (the engine's replay), FLOPs and
               share likewise; the fp32 attention scores' GPU path against upcast operands
-  kernels     which kernels the Gated-DeltaNet layers run per operation (`model/kernels.kernel_report`),
+  kernels     which function each Gated-DeltaNet operation called and how often (`model/kernels.kernel_report`:
+              a probe forward counting the calls; the rehearsal fails when the stub fla was never called),
               and the taps with fla against the torch fallback on the same tokens
 
 Everything lands in DIR/probe.json (rewritten after every figure, so a run cut short keeps what it measured;
@@ -401,26 +402,20 @@ class Probe:
                                       "upcast_max_abs_vs_fp64": float((upcast.double() - exact).abs().max())})
 
     def kernels(self) -> None:
-        import dataclasses
 
-        from dflash_eval.model.kernels import kernel_report, torch_fallback_kernels
+        from dflash_eval.model.kernels import kernel_calls, kernel_report, kernel_summary, torch_fallback_kernels
         from dflash_eval.model.target import capture_taps
 
-        report = kernel_report(self.target.model)
-        per_operation: dict[str, dict] = {}
-        for entry in report:
-            fields = dataclasses.asdict(entry)
-            op = per_operation.setdefault(fields.pop("operation"), {"layers": 0})
-            op["layers"] += 1
-            fields.pop("layer", None)
-            for key, value in fields.items():  # the function bound (and, where kernel_report counts, its calls)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    op[key] = op.get(key, 0) + value
-                else:
-                    op.setdefault(key, value)
-        self.s.record("kernels per operation", per_operation)
+        report = kernel_report(self.target.model)  # a probe forward counting the calls (model/kernels.py)
+        self.s.record("kernels called per operation (calls over all layers)", kernel_calls(report))
+        self.s.record("accelerated", {"operations": kernel_summary(report),
+                                      "layer_operations": f"{sum(k.accelerated for k in report)} of {len(report)}"})
+        if self.rehearse and not any(k.accelerated for k in report):
+            raise RuntimeError(f"the stub fla was never called, so this rehearsal proves nothing about fla: "
+                               f"{kernel_calls(report)}")
         taps = list(self.drafter.spec.taps)
         with torch_fallback_kernels(self.target.model):
+            self.s.record("kernels called under the torch fallback", kernel_calls(kernel_report(self.target.model)))
             seconds = self.timed(lambda: setattr(self, "fallback", capture_taps(self.target, self.tokens, taps)))
         a, b = self.capture.taps.float(), self.fallback.taps.float()
         self.s.record("taps fla vs torch fallback", {
