@@ -22,8 +22,8 @@ The rule (`anchor_batch`), per device kind, for a sequence of T tokens and a dra
   scores, but never under 256 rows (16 anchors at B = 16), below which the GEMMs lose more than the cache
   gains. On a GPU the scores live in device memory whatever the chunk, so rows alone decide.
 - Memory: one chunk's attention scores in up to four copies (fp32 products, the fp32 scores, their fp32
-  softmax and its bf16 cast: at most 10 bytes live per element, SCORE_BYTES = 16 budgeted) within a fixed budget (CPU 1 GiB, GPU 4 GiB), so a long context
-  gets fewer anchors, never an out-of-memory.
+  softmax and its bf16 cast: at most 10 bytes live per element, SCORE_BYTES = 16 budgeted) within a fixed
+  budget (CPU 1 GiB, GPU 4 GiB), so a long context gets fewer anchors, never an out-of-memory.
 
 Measured (docs/performance.md, benchmarks/real_vocab.py): at the 0.6B-like shape on the CPU the rule gives
 32 anchors at 512 tokens, 31 at 1,024 and 16 at 2,048, within 1% of the best batch measured at 512 and 2,048.

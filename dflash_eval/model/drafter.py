@@ -67,8 +67,8 @@ def fp32_products(a: torch.Tensor, b: torch.Tensor, *, device_gemm: bool | None 
 
     Why: attention scores must not be rounded to bf16 before the softmax. FlashAttention and SDPA's fused
     kernels, vLLM, SGLang and z-lab's SDPA path keep raw scores in fp32; a bf16 GEMM output rounds each score
-    to 8 significant bits (an error of ~0.05 on a score of 20, a 5% move of its probability), 3.6-17.5x the
-    attention error of fp32 scores (issue 47). On CUDA, low-precision operands run one tensor-core GEMM with
+    to 8 significant bits (an error of ~0.05 on a score of 20, a 5% move of its probability): 3.6-17.5x the
+    attention error of fp32 scores (issue 47; 7.6x in tests/test_block_attention.py's case). On CUDA, low-precision operands run one tensor-core GEMM with
     an fp32 output (`torch.bmm(..., out_dtype=torch.float32)`, `device_gemm` forces it, e.g. on the meta
     device); elsewhere the operands are upcast first, exact since a bf16 or fp16 value is an fp32 value.
     Either way each product of two bf16 values is exact in fp32 and the sum is accumulated in fp32."""
@@ -95,16 +95,15 @@ def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: 
     ctx_mask, block_mask = masks
     score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for an fp64 reference
     scores = torch.empty(A, h, L, C + L, dtype=score_dtype, device=q.device)  # one softmax over both parts
-    # context products: one GEMM per head over all of the chunk's slots, [h, A*L, d] x [h, d, C], scaled
-    # straight into the scores (no pass of their own), then masked in place
+    # context products: one GEMM per head over all of the chunk's slots, [h, A*L, d] x [h, d, C]; each part
+    # scaled and masked in place, then copied into the one tensor (in-place steps autograd supports: the
+    # fixture trainers train through this path)
     products = fp32_products(q.transpose(0, 1).reshape(h, A * L, d), k_ctx.transpose(1, 2))
-    torch.mul(products.view(h, A, L, C).transpose(0, 1), scale, out=scores[..., :C])
+    products = products.view(h, A, L, C).transpose(0, 1).mul_(scale)
+    scores[..., :C].copy_(products.masked_fill_(~ctx_mask[:, None], float("-inf")))
+    products = fp32_products(q.reshape(A * h, L, d), k.reshape(A * h, L, d).transpose(1, 2)).view(A, h, L, L)
+    scores[..., C:].copy_(products.mul_(scale).masked_fill_(~block_mask[:, None], float("-inf")))
     del products
-    products = fp32_products(q.reshape(A * h, L, d), k.reshape(A * h, L, d).transpose(1, 2))
-    torch.mul(products.view(A, h, L, L), scale, out=scores[..., C:])
-    del products
-    scores[..., :C].masked_fill_(~ctx_mask[:, None], float("-inf"))
-    scores[..., C:].masked_fill_(~block_mask[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     del scores
     return torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
