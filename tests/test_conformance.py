@@ -27,6 +27,9 @@ import pytest
 import reference_code as ref
 import torch
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 MAX_NEW_TOKENS = 40
 BLOCK_SIZE = 4
 TRAIN_STEPS = 100  # full attention, 12 x 48 tokens: tau ~3.1 with B = 4 (not saturated: acceptance varies)

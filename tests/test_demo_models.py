@@ -16,6 +16,9 @@ from dflash_eval import demo
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.model.target import load_target, target_info
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 MAX_TOTAL_BYTES = 20 * 1024 * 1024
 
 

@@ -19,6 +19,9 @@ from dflash_eval.model.target import capture_taps, load_target
 from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids, stop_token_ids
 from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 MAX_NEW = 40
 # Prompts the fixture drafters never saw: acceptance drops and drafts get rejected, which exercises the
 # live loop's cache restore (the training prompts alone are accepted almost everywhere).

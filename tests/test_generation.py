@@ -12,6 +12,9 @@ from dflash_eval.model.target import load_target
 from dflash_eval.pipeline.continuations import generate_greedy
 from dflash_eval.pipeline.prompts import DEMO_PROMPTS, Prompt, prompt_ids
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5_text"])
 def test_batched_generation_equals_one_prompt_at_a_time(kind, test_bed):

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 ROOT = Path(__file__).resolve().parents[1]
 STUB = ROOT / "dflash_eval" / "testing" / "stub_fla"
 

@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from dflash_eval.cli import app
 from dflash_eval.commands.doctor_norm import agreement_tables, norm_case, norm_convention_check
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 runner = CliRunner()
 PROMPTS, TOKENS = 8, 24
 

@@ -109,6 +109,7 @@ def test_public_shapes_known_figures():
     assert 2.5e9 < active < 3.5e9  # "A3B": about 3B active parameters
 
 
+@pytest.mark.compat
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"])
 def test_test_bed_targets_parameters_and_cache_bytes_are_exact(kind, test_bed):
     """The real model's parameters and the real cache's nbytes after a forward, fp32 and bf16."""

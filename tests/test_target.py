@@ -10,6 +10,9 @@ from dflash_eval.core.errors import InputError
 from dflash_eval.model.kernels import OPERATIONS, kernel_report
 from dflash_eval.model.target import capture_taps, load_target, target_info
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 KINDS = ["qwen3", "qwen3_5", "qwen3_5_text", "qwen3_next"]
 
 
@@ -164,3 +167,30 @@ def test_cpu_runs_do_not_advise_installing_flash_linear_attention():
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forward ok" in done.stdout
     assert "falling back to its reference PyTorch implementation" not in done.stderr
+
+
+def test_kernels_torch_is_refused_by_name_where_a_wrapper_hides_the_torch_implementation(test_bed, monkeypatch):
+    """A future transformers that wraps an operation so that its torch implementation cannot be reached: the
+    switch is refused in one line naming the operation, the wrapper and transformers' version, and nothing
+    is left swapped."""
+    import sys as _sys
+
+    from dflash_eval.model.kernels import OPERATIONS, fallback_routes, torch_fallback_kernels, transformers_version
+
+    model = AutoModelForCausalLM.from_pretrained(test_bed["qwen3_5_text"])
+    module = _sys.modules[type(model.model.layers[0].linear_attn).__module__]
+    registry = {"chunk": getattr(module, OPERATIONS["chunk_gated_delta_rule"])}
+
+    class Opaque:  # reaches the real operation through a table the search cannot see
+        def __call__(self, *args, **kwargs):
+            return registry["chunk"](*args, **kwargs)
+
+    monkeypatch.setattr(module, OPERATIONS["chunk_gated_delta_rule"], Opaque())
+    with pytest.raises(InputError, match=rf"--kernels torch: transformers {transformers_version()} binds the "
+                                         r"Gated-DeltaNet operation chunk_gated_delta_rule as a .*Opaque"):
+        fallback_routes(model)
+    bound = {name: getattr(module, name) for name in OPERATIONS.values()}
+    with pytest.raises(InputError):
+        with torch_fallback_kernels(model):
+            pass
+    assert {name: getattr(module, name) for name in OPERATIONS.values()} == bound

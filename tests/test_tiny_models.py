@@ -19,6 +19,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5ForConditio
 
 from dflash_eval.testing import tiny, tiny_tokenizer
 
+# transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
+pytestmark = pytest.mark.compat
+
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Write a python function to identify non-prime numbers."},

@@ -138,3 +138,21 @@ def test_pytest_benchmark_of_the_system_stays_out_of_the_suite():
     """The bootstrap venv sees the system's site-packages; their pytest-benchmark warned on every xdist run."""
     options = re.search(r'^addopts = "(.*)"', (ROOT / "pyproject.toml").read_text(), flags=re.M).group(1)
     assert "-p no:benchmark" in options.split(" -") or "-p no:benchmark" in options
+
+
+@pytest.mark.compat
+def test_the_transformers_under_test_is_inside_the_supported_range_the_docs_state():
+    """pyproject.toml is the one home of the supported range; this suite runs at both of its ends in CI (the
+    fresh resolve and scripts/compat.sh's lower bound), each run checks its own version is inside, and
+    docs/install.md states the same range."""
+    from packaging.specifiers import SpecifierSet
+
+    text = (ROOT / "pyproject.toml").read_text()
+    declared = re.search(r'"transformers(>=[0-9.]+,<[0-9.]+)"', text)
+    assert declared, "pyproject.toml declares no transformers range"
+    assert md.version("transformers") in SpecifierSet(declared.group(1)), (md.version("transformers"), declared.group(1))
+    assert f"`transformers{declared.group(1)}`" in (ROOT / "docs" / "install.md").read_text()
+    lower = declared.group(1).split(",")[0][2:]
+    compat = (ROOT / "scripts" / "compat.sh").read_text()
+    assert 'transformers==$oldest' in compat and "-m compat" in compat
+    assert f"{lower}.0" in (ROOT / "docs" / "install.md").read_text()  # the version compat.sh installs, named

@@ -19,7 +19,7 @@ from ..pipeline.document import PartialSchedule, assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
-from ..pipeline.scoring import kernels_context, load_drafters, plain_decoding_seconds, score_live
+from ..pipeline.scoring import check_kernels, kernels_context, load_drafters, plain_decoding_seconds, score_live
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 
@@ -101,6 +101,7 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
         from ..model.drafter import refuse_nonfinite
 
         refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
+        check_kernels(target, options)  # --kernels torch that cannot be honoured: refused before the folder opens
         drafters = load_drafters(inputs.entries, target)
         done_rows = folder.open(options.overwrite)  # the folder's lock (taken by `check` when it existed)
         reporter.folder_open = True

@@ -28,6 +28,15 @@ def kernels_context(target, options: RunOptions):
     return torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()
 
 
+def check_kernels(target, options: RunOptions) -> None:
+    """`--kernels torch` on a transformers that hides an operation's torch implementation: refused by name right
+    after the target loads, before a run folder is opened (and, with --overwrite, emptied)."""
+    if options.kernels == "torch":
+        from ..model.kernels import fallback_routes
+
+        fallback_routes(target.model)
+
+
 def at_draft_length(drafter, k: int):
     """The same drafter (same weights, shared) drafting a block of k + 1 slots, as a server with
     num_speculative_tokens = k runs it: the engine and the live loop read the block size from the spec.
