@@ -4,8 +4,12 @@
 # every figure written to $OUT/PART.json as it is measured, and the summary table printed at the end
 # whatever happened to the parts. Exit status: 0 when every part finished.
 #
-#   bash benchmarks/gpu_check.sh              on a CUDA machine (installs fla from wheels/, no index needed)
-#   bash benchmarks/gpu_check.sh --rehearse   every part on the CPU at tiny shapes with the stub fla package
+#   bash benchmarks/gpu_check.sh                on a CUDA machine, with the environment's packages as they are
+#   bash benchmarks/gpu_check.sh --install-fla  where fla is absent: the bundled wheels (wheels/, fla 0.6.0) into
+#                                               $OUT/work/site, on PYTHONPATH for this run only
+#   bash benchmarks/gpu_check.sh --rehearse     every part on the CPU at tiny shapes with the stub fla package
+# The first check on a new machine is benchmarks/gpu_probe.sh (8 minutes cold, three files); this one is the
+# longer, second one.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -22,8 +26,9 @@ if ! "$python" -c "import torch" >/dev/null 2>&1; then
        "(bash scripts/bootstrap.sh makes .venv) or give the interpreter: PYTHON=/path/to/python bash $0" >&2
   exit 2
 fi
-rehearse=""
+rehearse="" install=""
 [[ "${1:-}" == "--rehearse" ]] && rehearse="--rehearse"
+[[ "${1:-}" == "--install-fla" ]] && install="yes"
 OUT="${OUT:-$here/out}"
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
@@ -34,9 +39,14 @@ if [[ -n "$rehearse" ]]; then
   # the stub stands where the installed fla would: transformers binds it at import, like the real kernels
   export PYTHONPATH="$root/dflash_eval/testing/stub_fla${PYTHONPATH:+:$PYTHONPATH}"
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
-else
-  timeout 30 "$python" -m pip install --quiet --no-index --no-deps "$here"/wheels/*.whl \
-    || echo "gpu_check: installing the fla wheels failed; the parts run with whatever is installed"
+elif [[ -n "$install" ]]; then  # never over the environment's own packages
+  if "$python" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('fla') else 1)"; then
+    echo "gpu_check: fla is installed; --install-fla leaves it as it is"
+  elif timeout 30 "$python" -m pip install --quiet --no-index --no-deps --target "$OUT/work/site" "$here"/wheels/*.whl; then
+    export PYTHONPATH="$OUT/work/site${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    echo "gpu_check: installing the fla wheels failed; the parts run with whatever is installed"
+  fi
 fi
 timeout 15 "$python" -c "import torch, transformers; import importlib.util as u; \
 print('torch', torch.__version__, 'transformers', transformers.__version__, \

@@ -12,7 +12,7 @@ placeholders filled the way a user would fill them:
   checkpoint there (speculators format, recording the README's target as its verifier, as a trained one
   does); `track DIR` gets a checkpoint series, `served BEFORE AFTER` two vLLM /metrics dumps written from
   the run given with `--run` (made first when missing), `served --per-request FILE` that run's walks as
-  vLLM response bodies, `--prompts FILE.jsonl` a prompts file, `repo:PATH` a small repository (`~` is the
+  vLLM response bodies (`--non-speculative FILE`: its texts as bodies without speculation), `--prompts FILE.jsonl` a prompts file, `repo:PATH` a small repository (`~` is the
   test's home), `paper:NAME` and `hf:REPO` the paper's sets in the Hugging Face cache;
 - paths into the checkout (`dflash_eval/demo/models/target`) resolve as they do from its root;
 - sizes shrink to the test bed's (`SHRINK`, `ADDED`), and `--watch` is dropped (`DROPPED` says why).
@@ -273,6 +273,9 @@ def prepared(sandbox: Sandbox, command: Command, target: str) -> tuple[list[str]
             fill_run(sandbox, value, target)
         if name == "--per-request":
             fill_per_request(sandbox, value, next((v for n, v in items if n == "--run"), None), target)
+        if name == "--non-speculative":
+            fill_per_request(sandbox, value, next((v for n, v in items if n == "--run"), None), target,
+                             speculative=False)
         out += [name] if value is None else [name, value] if name else [value]
     for name, value in ADDED.get(sub[0] if sub else "", {}).items():
         if name in options and not given & set(options[name].opts):
@@ -326,9 +329,11 @@ def fill_prompts(sandbox: Sandbox, value: str) -> None:
         sandbox.filled.append("the paper's sets in the HF cache")
 
 
-def fill_per_request(sandbox: Sandbox, value: str, run: str | None, target: str) -> None:
+def fill_per_request(sandbox: Sandbox, value: str, run: str | None, target: str, speculative: bool = True) -> None:
     """`served --per-request FILE --run RUN:DRAFTER`: the run's walks as vLLM chat responses with detailed
-    per-request spec-decode metrics, one request a line, as a client logging the server's bodies writes them."""
+    per-request spec-decode metrics, one request a line, as a client logging the server's bodies writes them;
+    `--non-speculative FILE` (speculative False): the same texts as the server answers without speculation
+    (`metrics.speculative_decoding` null)."""
     if sandbox.path(value).exists() or not run:
         return
     from dflash_eval.testing import served_payloads as P
@@ -345,12 +350,13 @@ def fill_per_request(sandbox: Sandbox, value: str, run: str | None, target: str)
             continue
         accepted = [n - 1 for n in row["walk_accept_lengths"]]
         body = P.vllm_chat_response("served-model", "".join(row["continuation_pieces"]), row["continuation_ids"],
-                                    row["prompt_len"], P.vllm_spec_metrics(accepted, k, detailed=True))
+                                    row["prompt_len"], P.vllm_spec_metrics(accepted, k, detailed=True)
+                                    if speculative else None)
         lines.append(P.starlette_json({"id": row["prompt_id"], "response": body,
                                        "request": {"model": "served-model", "temperature": 0.0,
                                                    "max_tokens": cap}}))
     sandbox.path(value).write_text("\n".join(lines) + "\n")
-    sandbox.filled.append(f"vLLM per-request responses {value}")
+    sandbox.filled.append(f"vLLM per-request responses {value}" + ("" if speculative else " (no speculation)"))
 
 
 def fill_run(sandbox: Sandbox, value: str, target: str) -> None:

@@ -77,7 +77,7 @@ def test_a_file_built_from_the_offline_walks_reconciles_exactly(demo_run, tmp_pa
         assert [e["delta"] for e in data["prompts"]] == [0.0] * 4
         assert data["paired_delta"]["estimate"] == 0.0
         assert all(e["text"]["status"] == "greedy" for e in data["prompts"])
-        assert not data["not_greedy"] and not data["parted"] and not data["below_offline"]
+        assert not data["differs_from_offline"] and not data["parted"] and not data["below_offline"]
         assert all(row["gap"] == 0.0 for row in data["histogram_shift"])
     sg = as_json(reconcile(sglang, run, "--json"))["prompts"][0]
     # SGLang's own length counts the prefill token: completion tokens / steps, above our tau
@@ -112,10 +112,14 @@ def test_each_injected_difference_is_found_and_named(demo_run, tmp_path):
     assert lower["walk"]["parted_at"] == first and data["parted"] == [rows[0]["prompt_id"]]
     assert lower["blocks"] and lower["blocks"][0]["step"] == first and lower["blocks"][0]["served_accepted"] == low[first]
     bad = by[rows[2]["prompt_id"]]
-    assert data["not_greedy"] == [rows[2]["prompt_id"]] and bad["text"]["token"] == 5
+    assert data["differs_from_offline"] == [rows[2]["prompt_id"]] and bad["text"]["token"] == 5
     shown = reconcile(write(tmp_path, lines), run)
-    assert f"NOT GREEDY: prompt {rows[2]['prompt_id']}: the served text leaves the target's greedy continuation at " \
-           "token 5" in shown.stdout
+    assert f"differs from the offline greedy text: prompt {rows[2]['prompt_id']}: the served text differs from the " \
+           "offline greedy text at token 5" in shown.stdout
+    # a server's kernels can do that alone: what is known is said, never "not lossless", and the pairing that
+    # can judge it is offered
+    assert "lossless" not in shown.stdout.replace("to judge losslessness", "") and "NOT GREEDY" not in shown.stdout
+    assert "to judge losslessness give --non-speculative FILE" in shown.stdout
     assert f"walks part: prompt {rows[0]['prompt_id']}: the walks part at step {first}" in shown.stdout
     assert "the server accepts less than offline beyond noise on: " + rows[0]["prompt_id"] in shown.stdout
 
@@ -174,3 +178,77 @@ def test_impossible_sglang_numbers_are_refused_by_name(demo_run, tmp_path):
     body["meta_info"]["spec_num_correct_drafts"] += 1000
     result = reconcile(write(tmp_path, [json.dumps({"id": row["prompt_id"], "response": body})]), run)
     assert result.exit_code == 2 and "line 1" in result.output and "spec_num_correct_drafts" in result.output
+
+
+def plain_line(row, ids=None, engine="vllm", key=True):
+    """The same server's response with speculative decoding off, as it serializes it: vLLM's chat response with
+    `metrics.speculative_decoding` None, SGLang's /generate without the spec_* fields."""
+    ids = row["continuation_ids"] if ids is None else ids
+    text = "".join(row["continuation_pieces"])
+    if engine == "vllm":
+        body = P.vllm_chat_response("demo", text, ids, row["prompt_len"], None)
+        line = {"response": body, "request": {"model": "demo", "temperature": 0.0, "max_tokens": 40}}
+    else:
+        line = {"response": P.sglang_generate_response(text, ids, [], K, row["prompt_len"])}
+    if key:
+        line["id"] = row["prompt_id"]
+    return P.starlette_json(line)
+
+
+def test_the_same_servers_non_speculative_text_judges_losslessness(demo_run, tmp_path):
+    """Kernel numerics move the server's greedy text off the offline one (prompt 0: the server's own greedy
+    text, with or without speculation, differs at token 3); speculation changes prompt 2's text (at token
+    6, where its non-speculative text holds the offline token). Only the second is named as changed by
+    speculation; the first is lossless and said to differ from the offline text."""
+    run, rows = demo_run
+    kernel = list(rows[0]["continuation_ids"])
+    kernel[3] = (kernel[3] + 1) % 1000  # the server's kernels, speculative or not
+    changed = list(rows[2]["continuation_ids"])
+    changed[6] = (changed[6] + 1) % 1000  # speculation only
+    speculative = [vllm_line(rows[0], ids=kernel, detailed=False), vllm_line(rows[1]), vllm_line(rows[2], ids=changed)]
+    for engine in ("vllm", "sglang"):
+        plain = [plain_line(rows[0], ids=kernel, engine=engine), plain_line(rows[1], engine=engine),
+                 plain_line(rows[2], engine=engine), plain_line(rows[3], engine=engine)]
+        paths = [write(tmp_path, speculative, "spec.jsonl"), "--run", str(run), "--non-speculative",
+                 str(write(tmp_path, plain, f"plain-{engine}.jsonl"))]
+        data = as_json(runner.invoke(app, ["served", "--per-request", *paths, "--json"]))
+        ids = [r["prompt_id"] for r in rows]
+        assert data["differs_from_offline"] == [ids[0], ids[2]]
+        judged = data["non_speculative"]
+        assert judged["lossless"] == [ids[0], ids[1]] and judged["changed"] == [ids[2]]
+        assert judged["matched"] == 4 and not judged["unmatched"] and not judged["requests_without_reference"]
+        by = {e["prompt"]: e for e in data["prompts"]}
+        assert by[ids[2]]["plain"]["token"] == 6 and by[ids[2]]["plain"]["plain_token"] == rows[2]["continuation_ids"][6]
+        shown = runner.invoke(app, ["served", "--per-request", *paths], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, shown.output
+        assert f"CHANGED BY SPECULATION: prompt {ids[2]}: the speculative text leaves the same server's non-speculative " \
+               "greedy text at token 6" in shown.stdout
+        assert "2 of 3 prompts lossless" in shown.stdout and f"prompt {ids[0]}: the served text differs from the " \
+               "offline greedy text at token 3" in shown.stdout
+        assert "CHANGED BY SPECULATION: prompt " + ids[0] not in shown.stdout
+        assert "to judge losslessness give" not in shown.stdout
+
+
+def test_a_non_speculative_file_that_is_not_one_is_refused_by_name(demo_run, tmp_path):
+    run, rows = demo_run
+    spec = write(tmp_path, [vllm_line(rows[0])], "spec.jsonl")
+
+    def judged(lines, *extra):
+        return runner.invoke(app, ["served", "--per-request", str(spec), "--run", str(run), "--non-speculative",
+                                   str(write(tmp_path, lines, "plain.jsonl")), *extra])
+
+    speculative_too = judged([vllm_line(rows[0])])
+    assert speculative_too.exit_code == 2 and "plain.jsonl: line 1: metrics.speculative_decoding.num_spec_steps = " \
+        in speculative_too.output and "speculative decoding off" in speculative_too.output
+    sglang = P.starlette_json({"id": rows[0]["prompt_id"], "response": P.sglang_generate_response(
+        "x", rows[0]["continuation_ids"], walk(rows[0]), K, rows[0]["prompt_len"])})
+    assert "meta_info.spec_verify_ct" in judged([sglang]).output
+    sampled = json.loads(plain_line(rows[0]))
+    sampled["request"]["temperature"] = 0.7
+    result = judged([json.dumps(sampled)])
+    assert result.exit_code == 2 and "line 1: temperature 0.7: the non-speculative reference must be greedy" in result.output
+    twice = judged([plain_line(rows[0]), plain_line(rows[0])])
+    assert twice.exit_code == 2 and "both match prompt" in twice.output
+    alone = runner.invoke(app, ["served", str(spec), "--non-speculative", str(spec)])
+    assert alone.exit_code == 2 and "--non-speculative pairs with --per-request" in alone.output
+    assert "Traceback" not in speculative_too.output + result.output + alone.output

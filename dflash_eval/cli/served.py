@@ -25,6 +25,10 @@ def served(
     per_request: Optional[Path] = typer.Option(None, "--per-request", help="A JSONL of server responses, one request "
                                                "a line (vLLM metrics.speculative_decoding, CompletionOutput dumps, "
                                                "SGLang meta_info), reconciled prompt by prompt with --run."),
+    non_speculative: Optional[Path] = typer.Option(
+        None, "--non-speculative", help="With --per-request: the same server's greedy responses to the same prompts "
+        "with speculative decoding off (a JSONL as --per-request's); each speculative text is judged lossless or "
+        "changed against it."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document (tau, per_position, ...)."),
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write a self-contained HTML page."),
 ) -> None:
@@ -36,10 +40,13 @@ def served(
 
     if html is not None:
         output_path(html, "--html-file", reads=[*(dumps or []), *([per_request] if per_request else []),
+                                           *([non_speculative] if non_speculative else []),
                                            *([side_folder(run)] if run else [])])
     if per_request is not None:
-        _per_request(per_request, dumps, run, as_json, html)
+        _per_request(per_request, dumps, run, as_json, html, non_speculative)
         return
+    if non_speculative is not None:
+        raise fail("--non-speculative pairs with --per-request FILE --run RUN: it judges each speculative request")
     if not dumps:
         raise fail("give a /metrics dump (or two, or a bench result), or --per-request FILE with --run RUN")
     result = compose(list(dumps), model=model, run=run)
@@ -56,7 +63,8 @@ def served(
             stdout_console().print(safe_line(f"written: {path}"))
 
 
-def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path]) -> None:
+def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path],
+                 non_speculative: Optional[Path] = None) -> None:
     """served --per-request FILE --run RUN (commands/served_requests.py composes, render/served_requests.py shows)."""
     from ..commands.served_requests import reconcile
     from ..render.served_requests import render_requests, render_requests_html
@@ -65,7 +73,7 @@ def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Opt
         raise fail("--per-request reads a file of responses; give the /metrics dumps in another call")
     if run is None:
         raise fail("--per-request needs --run RUN: the offline run of the same prompts and target")
-    result = reconcile(path, run)
+    result = reconcile(path, run, non_speculative)
     page = render_requests_html(result) if html is not None else None
     if as_json:
         typer.echo(json.dumps(result, indent=1))

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.options import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
-from ..pipeline.document import assemble
+from ..pipeline.document import PartialSchedule, assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
 from ..pipeline.run_folder import RunFolder
@@ -216,6 +216,7 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             run["provenance"]["numerics"]["measured"] = numerics.to_dict()
         return run
 
+    partials = PartialSchedule()
     reporter.phase("prompts", len(pending))
     for prompt in pending:
         cont = continuations.get(prompt.id)
@@ -249,8 +250,9 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         complete.add(prompt.id)
         if isinstance(reporter, Progress):
             reporter.evaluated = len(complete)
-        if prompt is not pending[-1]:  # what report/show/diff render, with a banner, if the run stops here
-            folder.write_partial(document(final=False), len(complete), len(inputs.prompts))
+        if prompt is not pending[-1] and partials.due():  # what report/show/diff render, with a banner, if the
+            # run stops here: after the first prompt, then periodically (document.PartialSchedule)
+            partials.write(lambda: folder.write_partial(document(final=False), len(complete), len(inputs.prompts)))
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()

@@ -8,9 +8,11 @@ prompt token ids through the target's chat template); unmatched requests are cou
 requests for one prompt are refused (never one picked). Per prompt, on the numbers core/served_requests.py
 defines:
 
-1. the served text against the target's greedy continuation, first (at temperature 0 speculative
-   decoding must be lossless: a served text that is not the greedy one is named, with the first token
-   where it leaves it);
+1. the served text against the offline greedy continuation, first: a text that differs is named with the
+   first token where it does. That alone does not judge losslessness: a server's kernels (fused attention,
+   its GEMM shapes, bf16) can leave HF's eager greedy text without any speculation. What judges it is the
+   same server's greedy text with speculative decoding off (`--non-speculative FILE`): a speculative text
+   that leaves it is named as changed by speculation;
 2. served tau against offline tau, and over prompts the paired delta with its interval and p;
 3. with per-step arrays (`detailed`) and greedy serving, the served walk against the offline walk step by
    step, and the first step where they part (up to the first differing token; the last step may count
@@ -27,7 +29,7 @@ from ..core import compare as C
 from ..core import served_requests as R
 from ..core.errors import InputError
 from ..core.samples import walk_blocks
-from ..formats.served_responses import read_requests
+from ..formats.served_responses import read_plain_outputs, read_requests
 
 BLOCKS_SHOWN = 3  # offline blocks listed per prompt that falls short
 
@@ -104,20 +106,52 @@ def _text_against(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str,
         common = min(len(served_text), len(offline_text))
         at = next((i for i in range(common) if served_text[i] != offline_text[i]), None)
         if at is None:
-            return {"status": "greedy", "detail": "the served text is the greedy text (compared as text)",
+            return {"status": "greedy", "detail": "the served text is the offline greedy text (compared as text)",
                     "compared": common}
-        return {"status": "differs", "detail": f"the served text leaves the target's greedy text at character {at}: "
-                                               "not lossless at temperature 0", "character": at}
+        return {"status": "differs", "detail": f"the served text differs from the offline greedy text at character "
+                                               f"{at}", "character": at}
     else:
         return {"status": "unknown", "detail": "the response holds no output text or token ids"}
     at = R.first_token_difference(served, offline)
     if at is None:
-        return {"status": "greedy", "detail": "the served tokens are the greedy continuation"
+        return {"status": "greedy", "detail": "the served tokens are the offline greedy continuation"
                 + ("" if len(served) == len(offline) else f" ({len(served)} served, {len(offline)} offline tokens)"),
                 "compared": min(len(served), len(offline))}
     return {"status": "differs", "token": at, "served_token": served[at], "offline_token": offline[at],
-            "detail": f"the served text leaves the target's greedy continuation at token {at} (served id {served[at]}, "
-                      f"greedy id {offline[at]}): not lossless at temperature 0"}
+            "detail": f"the served text differs from the offline greedy text at token {at} (served id {served[at]}, "
+                      f"offline id {offline[at]})"}
+
+
+def _against_plain(r: R.ServedRequest, plain: R.ServedOutput | None, prompts: _Prompts) -> dict[str, Any] | None:
+    """The speculative text against the same server's non-speculative greedy text of the prompt: what judges
+    losslessness (both through the server's kernels, so kernel numerics alone cannot part them, except
+    where a verify step's shapes move a near-tie: named by the first token where they part)."""
+    if plain is None:
+        return None
+    if r.temperature:
+        return {"status": "sampled", "detail": f"temperature {r.temperature}: not compared with the greedy text"}
+    if r.output_ids is not None and plain.output_ids is not None:
+        served, reference = list(r.output_ids), list(plain.output_ids)
+        at = R.first_token_difference(served, reference)
+        if at is None:
+            return {"status": "lossless", "compared": min(len(served), len(reference)),
+                    "detail": "the speculative tokens are the same server's non-speculative greedy tokens"
+                    + ("" if len(served) == len(reference) else f" ({len(served)} and {len(reference)} tokens)")}
+        return {"status": "changed", "token": at, "served_token": served[at], "plain_token": reference[at],
+                "detail": f"the speculative text leaves the same server's non-speculative greedy text at token {at} "
+                          f"(speculative id {served[at]}, non-speculative id {reference[at]})"}
+    a = r.output_text if r.output_text is not None else (
+        prompts.tokenizer().decode(list(r.output_ids), skip_special_tokens=True) if r.output_ids is not None else None)
+    b = plain.output_text if plain.output_text is not None else prompts.tokenizer().decode(
+        list(plain.output_ids), skip_special_tokens=True)
+    if a is None:
+        return {"status": "unknown", "detail": "the response holds no output text or token ids"}
+    at = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    if at is None:
+        return {"status": "lossless", "compared": min(len(a), len(b)),
+                "detail": "the speculative text is the same server's non-speculative greedy text (compared as text)"}
+    return {"status": "changed", "character": at,
+            "detail": f"the speculative text leaves the same server's non-speculative greedy text at character {at}"}
 
 
 def _walk_check(r: R.ServedRequest, walk: list[int], text: dict[str, Any], k_offline: int) -> dict[str, Any] | None:
@@ -155,8 +189,28 @@ def _walk_check(r: R.ServedRequest, walk: list[int], text: dict[str, Any], k_off
     return out
 
 
-def reconcile(path: Path, run: str) -> dict[str, Any]:
-    """The one document `served --per-request` prints (`--json`) and renders."""
+def _pair_plain(plain_path: Path | None, prompts: _Prompts) -> tuple[dict[str, R.ServedOutput], list[dict]]:
+    """The non-speculative responses by the run's prompt (matched as the requests are), and the unmatched."""
+    if plain_path is None:
+        return {}, []
+    by_prompt: dict[str, R.ServedOutput] = {}
+    unmatched = []
+    for output in read_plain_outputs(plain_path):
+        pid, why = prompts.match(output)
+        if pid is None:
+            unmatched.append({"request": output.label(), "why": why})
+        elif pid in by_prompt:
+            raise InputError(plain_path, f"{by_prompt[pid].label()} and {output.label()} both match prompt {pid!r}: "
+                                         "keep one response per prompt")
+        else:
+            by_prompt[pid] = output
+    return by_prompt, unmatched
+
+
+def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict[str, Any]:
+    """The one document `served --per-request` prints (`--json`) and renders. `non_speculative`: the same
+    server's responses to the same prompts with speculative decoding off, the reference that judges
+    losslessness (the offline text differs from any server's for kernel reasons alone)."""
     from .diff import load_side
 
     requests = read_requests(path)
@@ -178,6 +232,7 @@ def reconcile(path: Path, run: str) -> dict[str, Any]:
             raise InputError(path, f"{matched[pid].label()} and {r.label()} both match prompt {pid!r}: keep one "
                                    "request per prompt")
         matched[pid], how[pid] = r, why
+    plain, plain_unmatched = _pair_plain(non_speculative, prompts)
     rows, served_pp, offline_pp = [], {}, {}
     pooled_served: dict[int, int] = {}
     pooled_offline = [0] * (k_offline + 1)
@@ -197,6 +252,8 @@ def reconcile(path: Path, run: str) -> dict[str, Any]:
                  "offline": {"steps": len(walk), "accepted": sum(walk), "tau": R.tau(len(walk), sum(walk)),
                              "histogram": offline_hist},
                  "text": text, "walk": _walk_check(r, walk, text, k_offline), "notes": list(r.notes)}
+        if non_speculative is not None:
+            entry["plain"] = _against_plain(r, plain.get(pid), prompts)
         if r.num_spec_tokens and r.draft_tokens is not None and r.draft_tokens != r.steps * r.num_spec_tokens:
             entry["notes"].append(f"{r.draft_tokens} drafted tokens in {r.steps} steps of k = {r.num_spec_tokens}: the "
                                   "draft length varied (dynamic speculation) or grammar invalidated drafts")
@@ -226,7 +283,12 @@ def reconcile(path: Path, run: str) -> dict[str, Any]:
             "prompts": rows, "paired_delta": paired, "notes": notes,
             "histogram_shift": R.histogram_shift([pooled_served.get(n, 0) for n in range(max(pooled_served) + 1)],
                                                  pooled_offline) if pooled_served else None,
-            "not_greedy": [e["prompt"] for e in rows if e["text"]["status"] == "differs"],
+            "differs_from_offline": [e["prompt"] for e in rows if e["text"]["status"] == "differs"],
+            "non_speculative": None if non_speculative is None else {
+                "file": str(non_speculative), "matched": len(plain), "unmatched": plain_unmatched,
+                "requests_without_reference": [e["prompt"] for e in rows if e.get("plain") is None],
+                "lossless": [e["prompt"] for e in rows if (e.get("plain") or {}).get("status") == "lossless"],
+                "changed": [e["prompt"] for e in rows if (e.get("plain") or {}).get("status") == "changed"]},
             "parted": [e["prompt"] for e in rows if e["walk"] and e["walk"].get("parted_at") is not None],
             "below_offline": [e["prompt"] for e in rows if e["gap"] and e["gap"]["below"]],
             "definitions": {e: R.DEFINITIONS[e] for e in engines}}

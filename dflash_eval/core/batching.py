@@ -21,9 +21,9 @@ The rule (`anchor_batch`), per device kind, for a sequence of T tokens and a dra
   the chunk's scores several times; past the last-level cache each pass goes to memory. CPU: 32 MiB of fp32
   scores, but never under 256 rows (16 anchors at B = 16), below which the GEMMs lose more than the cache
   gains. On a GPU the scores live in device memory whatever the chunk, so rows alone decide.
-- Memory: one chunk's attention scores in up to four copies (scores, masked and concatenated, their fp32
-  softmax: SCORE_BYTES = 16 per element) within a fixed budget (CPU 1 GiB, GPU 4 GiB), so a long context
-  gets fewer anchors, never an out-of-memory.
+- Memory: one chunk's attention scores in up to four copies (fp32 products, the fp32 scores, their fp32
+  softmax and its bf16 cast: at most 10 bytes live per element, SCORE_BYTES = 16 budgeted) within a fixed
+  budget (CPU 1 GiB, GPU 4 GiB), so a long context gets fewer anchors, never an out-of-memory.
 
 Measured (docs/performance.md, benchmarks/real_vocab.py): at the 0.6B-like shape on the CPU the rule gives
 32 anchors at 512 tokens, 31 at 1,024 and 16 at 2,048, within 1% of the best batch measured at 512 and 2,048.
@@ -42,7 +42,8 @@ MIB = 2 ** 20
 GIB = 2 ** 30
 
 MAX_ANCHOR_BATCH = 1024
-SCORE_BYTES = 16  # bytes per attention-score element of one chunk: bf16 scores, masked + concatenated, fp32 softmax
+SCORE_BYTES = 16  # bytes per attention-score element of one chunk: at most 10 live (fp32 products, fp32 scores,
+# their fp32 softmax and its cast to the values' dtype: model/drafter.block_attention), 16 budgeted
 ROWS = {"cpu": 512, "gpu": 8192}  # block slots (anchors x B) per drafter forward
 MIN_ROWS = {"cpu": 256, "gpu": 8192}  # the cache never cuts a chunk below this
 CACHE = {"cpu": 32 * MIB, "gpu": None}  # one fp32 copy of a chunk's attention scores (None: no cache term)

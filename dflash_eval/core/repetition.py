@@ -203,52 +203,70 @@ def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Seque
     draft, ref = [int(x) for x in block[:m]], [int(x) for x in reference[:m]]
     if draft == ref:  # a detector fires only on a slot where the draft differs from the target: none here
         return BlockFlags()
-    hits: dict[str, tuple[set[int], list[str]]] = {}
+    # Each walk step of every prompt and drafter passes here (hundreds per prompt on a long continuation), so
+    # work that cannot change the verdict is skipped: the reference is measured only where the draft shows a
+    # pattern, and a reason's text is written only for a detector that fires.
+    hits: dict[str, tuple[set[int], list]] = {}
 
-    def hit(name: str, slots, reason: str) -> None:
+    def hit(name: str, slots, reason) -> None:  # reason: a function giving the text, called if it fires
         entry = hits.setdefault(name, (set(), []))
         entry[0].update(slots)
         entry[1].append(reason)
 
-    for period in range(1, t.max_period + 1):
-        target_span = _coverage(ref, period)
-        for start, length in _stretches(draft, period):
-            long_enough = length >= t.min_run if period == 1 else length // period >= t.min_repeats
-            if long_enough and length - target_span >= t.min_excess:
-                unit, where = draft[start:start + period], f"slots {start + 1}..{start + length}"
+    if len(set(draft)) < m:  # run, period, n-gram and unique all need some token twice in the draft
+        for period in range(1, t.max_period + 1):
+            stretches = [(start, length) for start, length in _stretches(draft, period)
+                         if (length >= t.min_run if period == 1 else length // period >= t.min_repeats)]
+            if not stretches:
+                continue
+            target_span = _coverage(ref, period)
+            for start, length in stretches:
+                if length - target_span < t.min_excess:
+                    continue
+                unit = draft[start:start + period]
+                shown = pieces[start:start + period] if pieces is not None else None
                 if period == 1:
-                    shown = _quoted(unit, pieces[start:start + 1] if pieces is not None else None)
                     hit("run", range(start, start + length),
-                        f"{shown} x{length} at {where} (target's longest run: {target_span})")
+                        lambda u=unit, s=shown, a=start, n=length, ts=target_span:
+                        f"{_quoted(u, s)} x{n} at slots {a + 1}..{a + n} (target's longest run: {ts})")
                 else:
-                    shown = _quoted(unit, pieces[start:start + period] if pieces is not None else None)
-                    hit("period", range(start, start + length), f"{shown} x{length // period} at {where} "
-                        f"(target's longest span with period {period}: {target_span})")
-    n = t.ngram
-    extra, target_extra = repeated_ngrams(draft, n), repeated_ngrams(ref, n)
-    if extra - target_extra >= t.min_ngram_excess:
-        grams, target_counts = _grams(draft, n), Counter(_grams(ref, n))
-        counts = Counter(grams)
-        hit("ngram", (i + j for i, g in enumerate(grams) if counts[g] > max(target_counts[g], 1)
-                      for j in range(n)), f"{extra} repeated {n}-grams (target's text: {target_extra})")
-    if m >= t.min_unique_length:
-        distinct, target_distinct = len(set(draft)), len(set(ref))
-        if distinct <= t.max_unique_ratio * m and target_distinct - distinct >= t.unique_margin * m:
-            counts, target_counts = Counter(draft), Counter(ref)
-            hit("unique", (i for i, x in enumerate(draft) if counts[x] > max(target_counts[x], 1)),
-                f"{distinct} distinct tokens in {m} slots (target's text: {target_distinct})")
+                    hit("period", range(start, start + length),
+                        lambda u=unit, s=shown, a=start, n=length, p=period, ts=target_span:
+                        f"{_quoted(u, s)} x{n // p} at slots {a + 1}..{a + n} (target's longest span with period "
+                        f"{p}: {ts})")
+        n = t.ngram
+        grams = _grams(draft, n)
+        extra = len(grams) - len(set(grams))
+        if extra >= t.min_ngram_excess:  # the reference's own repeats only lower the excess
+            target_extra = repeated_ngrams(ref, n)
+            if extra - target_extra >= t.min_ngram_excess:
+                target_counts, counts = Counter(_grams(ref, n)), Counter(grams)
+                hit("ngram", (i + j for i, g in enumerate(grams) if counts[g] > max(target_counts[g], 1)
+                              for j in range(n)),
+                    lambda e=extra, te=target_extra: f"{e} repeated {n}-grams (target's text: {te})")
+        if m >= t.min_unique_length:
+            distinct, target_distinct = len(set(draft)), len(set(ref))
+            if distinct <= t.max_unique_ratio * m and target_distinct - distinct >= t.unique_margin * m:
+                counts, target_counts = Counter(draft), Counter(ref)
+                hit("unique", (i for i, x in enumerate(draft) if counts[x] > max(target_counts[x], 1)),
+                    lambda d=distinct, td=target_distinct: f"{d} distinct tokens in {m} slots (target's text: {td})")
     if prev_block is not None:
         k = min(len(prev_block), len(prev_reference), m)
         if k >= t.min_same_draft:
             prev_draft = [int(x) for x in prev_block[:k]]
-            shifts = _rotations(prev_draft, draft[:k]) - _rotations([int(x) for x in prev_reference[:k]], ref[:k])
+            shifts = _rotations(prev_draft, draft[:k])
             if shifts:
-                shown = _quoted(prev_draft, prev_pieces[:k] if prev_pieces is not None else None)
-                hit("same_draft", range(k), f"previous draft again (rotation {min(shifts)} of {shown})")
+                shifts -= _rotations([int(x) for x in prev_reference[:k]], ref[:k])
+            if shifts:
+                shown = prev_pieces[:k] if prev_pieces is not None else None
+                hit("same_draft", range(k),
+                    lambda: f"previous draft again (rotation {min(shifts)} of {_quoted(prev_draft, shown)})")
+    if not hits:
+        return BlockFlags()
     wrong = {i for i in range(m) if draft[i] != ref[i]}
     fired = {name: entry for name, entry in hits.items() if entry[0] & wrong}
     return BlockFlags(**{name: True for name in fired},
-                      reasons=tuple(f"{name}: {r}" for name in DETECTORS if name in fired for r in fired[name][1]),
+                      reasons=tuple(f"{name}: {r()}" for name in DETECTORS if name in fired for r in fired[name][1]),
                       slots=tuple(sorted({i + 1 for slots, _ in fired.values() for i in slots})))
 
 

@@ -63,6 +63,25 @@ class ServedRequest:
         return f"line {self.line}" + (f" (id {self.key!r})" if self.key else "")
 
 
+@dataclass(frozen=True)
+class ServedOutput:
+    """One response of the same server with speculative decoding off: the text greedy decoding gave there
+    (`served --per-request ... --non-speculative FILE`), paired with the speculative request of its prompt."""
+
+    line: int  # 1-based line of the file
+    engine: str  # "vllm" or "sglang"
+    key: str | None = None
+    prompt_text: str | None = None
+    messages: tuple | None = None
+    prompt_ids: tuple[int, ...] | None = None
+    output_ids: tuple[int, ...] | None = None
+    output_text: str | None = None
+    temperature: float | None = None
+
+    def label(self) -> str:
+        return f"line {self.line}" + (f" (id {self.key!r})" if self.key else "")
+
+
 def check_request(r: ServedRequest) -> None:
     """The invariants of one request (served_checks.py), raised with the field named."""
     what = r.label()

@@ -15,6 +15,9 @@ write:
 - SGLang 0.5.23 `/generate` (`{"text", "output_ids", "meta_info": {...}}`, ORJSONResponse) and its OpenAI
   endpoints (`sglext.spec_tokens_details`, `return_spec_tokens_details`).
 
+`--non-speculative` reads the same kinds of lines from the server without speculation
+(`read_plain_outputs`: output text or ids and the prompt; a body that counts verify steps is refused).
+
 Every request passes served_requests.check_request; a line that is none of these, or holds impossible
 numbers, is refused: one line naming the file, the line and the field, exit 2.
 """
@@ -26,7 +29,7 @@ from typing import Any
 
 from ..core import served_checks as checks
 from ..core.errors import InputError, loads, read_text_file
-from ..core.served_requests import ServedRequest, check_request
+from ..core.served_requests import ServedOutput, ServedRequest, check_request
 
 
 def _ints(value, what: str) -> tuple[int, ...] | None:
@@ -126,6 +129,53 @@ def _sglang_metrics(m: dict, where: str) -> dict[str, Any]:
                       "tau here is 1 + spec_num_correct_drafts / spec_verify_ct",)}
 
 
+def _speculation_in(body: dict) -> str | None:
+    """The field that says a response was decoded speculatively (verify steps counted), or None."""
+    meta = body.get("meta_info")
+    if isinstance(meta, dict) and meta.get("spec_verify_ct"):
+        return f"meta_info.spec_verify_ct = {meta['spec_verify_ct']}"
+    ext = body.get("sglext")
+    if isinstance(ext, dict) and ext.get("spec_tokens_details"):
+        return "sglext.spec_tokens_details"
+    metrics = body.get("metrics")
+    if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict) \
+            and metrics["speculative_decoding"].get("num_spec_steps"):
+        return f"metrics.speculative_decoding.num_spec_steps = {metrics['speculative_decoding']['num_spec_steps']}"
+    for holder in [body, *(body.get(k)[0] for k in ("choices", "outputs")
+                           if isinstance(body.get(k), list) and body.get(k) and isinstance(body.get(k)[0], dict))]:
+        spec = holder.get("spec_decode_metrics")
+        if isinstance(spec, dict) and (spec.get("num_spec_steps") or any(spec.get("histogram") or [])):
+            return "spec_decode_metrics"
+    return None
+
+
+def parse_plain_body(body: dict, where: str) -> dict[str, Any]:
+    """A response body of the server without speculative decoding: its engine, output and prompt ids
+    (ValueError naming the field when broken, or when the body counts speculative verify steps)."""
+    speculative = _speculation_in(body)
+    if speculative is not None:
+        raise ValueError(f"{speculative}: this response was decoded speculatively; --non-speculative takes the same "
+                         "server's responses with speculative decoding off")
+    if isinstance(body.get("meta_info"), dict):  # SGLang /generate
+        return {"engine": "sglang", "output_ids": _ints(body.get("output_ids"), "output_ids"),
+                "output_text": body.get("text") if isinstance(body.get("text"), str) else None,
+                "prompt_ids": _ints(body.get("prompt_token_ids"), "prompt_token_ids")}
+    choice = body
+    for key in ("choices", "outputs"):
+        if isinstance(body.get(key), list):
+            if len(body[key]) != 1:
+                raise ValueError(f"has {len(body[key])} {key}: compare one sequence per request")
+            choice = body[key][0] if isinstance(body[key][0], dict) else {}
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    text = message.get("content", choice.get("text"))
+    fields = {"engine": "vllm", "output_text": text if isinstance(text, str) else None,
+              "output_ids": _ints(choice.get("token_ids"), "choices[0].token_ids"),
+              "prompt_ids": _ints(body.get("prompt_token_ids", choice.get("prompt_token_ids")), "prompt_token_ids")}
+    if isinstance(body.get("prompt"), str):
+        fields["prompt_text"] = body["prompt"]
+    return fields
+
+
 def parse_body(body: dict, where: str) -> dict[str, Any]:
     """A response body's engine, metrics, output and prompt ids (ValueError naming the field when broken)."""
     if isinstance(body.get("meta_info"), dict):  # SGLang /generate
@@ -180,10 +230,9 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
     return fields
 
 
-def read_requests(path: Path) -> list[ServedRequest]:
-    """Every line of the file as a ServedRequest; InputError naming the file and line otherwise."""
-    text = read_text_file(path, "a JSONL of server responses, one request a line")
-    out = []
+def _lines(path: Path, what: str):
+    """(line number, the line's object, its response body, whether the body was wrapped) for every line."""
+    text = read_text_file(path, what)
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -194,21 +243,52 @@ def read_requests(path: Path) -> list[ServedRequest]:
         if not isinstance(row, dict):
             raise InputError(path, f"line {number}: not a JSON object")
         wrapped = "response" in row and isinstance(row["response"], dict)
-        body = row["response"] if wrapped else row
+        yield number, row, row["response"] if wrapped else row, wrapped
+
+
+def _with_request(fields: dict[str, Any], row: dict, body: dict, wrapped: bool) -> dict[str, Any]:
+    """The request's prompt and temperature filled in where the body does not say them; the client's id."""
+    for name, value in (_request_prompt(row.get("request")) if wrapped else _request_prompt(body, sent=False)).items():
+        if fields.get(name) is None:
+            fields[name] = value
+    key = row.get("id") if wrapped and isinstance(row.get("id"), (str, int)) else None
+    return {"key": None if key is None else str(key), **{k: v for k, v in fields.items() if v is not None}}
+
+
+def read_requests(path: Path) -> list[ServedRequest]:
+    """Every line of the file as a ServedRequest; InputError naming the file and line otherwise."""
+    out = []
+    for number, row, body, wrapped in _lines(path, "a JSONL of server responses, one request a line"):
         try:
             fields = parse_body(body, f"line {number}")
             notes = tuple(fields.pop("notes", ()))
-            for name, value in (_request_prompt(row.get("request")) if wrapped else
-                                _request_prompt(body, sent=False)).items():
-                if fields.get(name) is None:
-                    fields[name] = value
-            key = row.get("id") if wrapped and isinstance(row.get("id"), (str, int)) else None
-            request = ServedRequest(line=number, key=None if key is None else str(key), notes=notes,
-                                    **{k: v for k, v in fields.items() if v is not None})
+            request = ServedRequest(line=number, notes=notes, **_with_request(fields, row, body, wrapped))
             check_request(request)
         except ValueError as exc:
             raise InputError(path, str(exc) if str(exc).startswith("line ") else f"line {number}: {exc}") from None
         out.append(request)
+    if not out:
+        raise InputError(path, "holds no responses")
+    return out
+
+
+def read_plain_outputs(path: Path) -> list[ServedOutput]:
+    """The same server's responses without speculative decoding (`--non-speculative`), every line a greedy
+    output with its text or token ids; InputError naming the file and line otherwise (a response that counts
+    verify steps, a temperature above 0, no output)."""
+    out = []
+    for number, row, body, wrapped in _lines(path, "a JSONL of the server's responses without speculative decoding"):
+        try:
+            output = ServedOutput(line=number, **_with_request(parse_plain_body(body, f"line {number}"), row, body,
+                                                               wrapped))
+        except ValueError as exc:
+            raise InputError(path, f"line {number}: {exc}") from None
+        if output.output_ids is None and output.output_text is None:
+            raise InputError(path, f"line {number}: holds no output text or token ids")
+        if output.temperature:
+            raise InputError(path, f"line {number}: temperature {output.temperature}: the non-speculative reference "
+                                   "must be greedy (temperature 0)")
+        out.append(output)
     if not out:
         raise InputError(path, "holds no responses")
     return out

@@ -58,6 +58,57 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+BMM_HAS_OUT_DTYPE = "dtype" in torch.ops.aten.bmm.overloads()  # torch.bmm(..., out_dtype=): one GEMM, fp32 out
+
+
+def fp32_products(a: torch.Tensor, b: torch.Tensor, *, device_gemm: bool | None = None) -> torch.Tensor:
+    """[n, M, d] @ [n, d, N] with the result in fp32 for bf16 or fp16 operands (in their own dtype otherwise).
+
+    Why: attention scores must not be rounded to bf16 before the softmax. FlashAttention and SDPA's fused
+    kernels, vLLM, SGLang and z-lab's SDPA path keep raw scores in fp32; a bf16 GEMM output rounds each score
+    to 8 significant bits (an error of ~0.05 on a score of 20, a 5% move of its probability): 3.6-17.5x the
+    attention error of fp32 scores (issue 47; 7.6x in tests/test_block_attention.py's case). On CUDA, low-precision operands run one tensor-core GEMM with
+    an fp32 output (`torch.bmm(..., out_dtype=torch.float32)`, `device_gemm` forces it, e.g. on the meta
+    device); elsewhere the operands are upcast first, exact since a bf16 or fp16 value is an fp32 value.
+    Either way each product of two bf16 values is exact in fp32 and the sum is accumulated in fp32."""
+    if a.dtype not in LOW_PRECISION:
+        return torch.bmm(a, b)  # fp32 (or an fp64 reference) already
+    if device_gemm is None:
+        device_gemm = a.device.type == "cuda" and BMM_HAS_OUT_DTYPE
+    if device_gemm:
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())
+
+
+def block_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor],
+                    masks: tuple[torch.Tensor, torch.Tensor], scale: float) -> torch.Tensor:
+    """Each block slot's attention over the context and its own block, in one softmax: q, k, v [A, h, L, d]
+    (GQA-expanded), context (k_ctx, v_ctx) [h, C, d], masks ([A, L, C], [A, L, L]) -> [A, h, L, d].
+
+    Scores in fp32 (`fp32_products`), scaled and masked in fp32, one fp32 softmax, the probabilities cast
+    to the values' dtype for the value products, as FlashAttention and SDPA compute it (their P is cast to
+    V's dtype before P @ V)."""
+    A, h, L, d = q.shape
+    k_ctx, v_ctx = context
+    C = k_ctx.shape[1]
+    ctx_mask, block_mask = masks
+    score_dtype = torch.promote_types(q.dtype, torch.float32)  # fp32, or fp64 for an fp64 reference
+    scores = torch.empty(A, h, L, C + L, dtype=score_dtype, device=q.device)  # one softmax over both parts
+    # context products: one GEMM per head over all of the chunk's slots, [h, A*L, d] x [h, d, C]; each part
+    # scaled and masked in place, then copied into the one tensor (in-place steps autograd supports: the
+    # fixture trainers train through this path)
+    products = fp32_products(q.transpose(0, 1).reshape(h, A * L, d), k_ctx.transpose(1, 2))
+    products = products.view(h, A, L, C).transpose(0, 1).mul_(scale)
+    scores[..., :C].copy_(products.masked_fill_(~ctx_mask[:, None], float("-inf")))
+    products = fp32_products(q.reshape(A * h, L, d), k.reshape(A * h, L, d).transpose(1, 2)).view(A, h, L, L)
+    scores[..., C:].copy_(products.mul_(scale).masked_fill_(~block_mask[:, None], float("-inf")))
+    del products
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    del scores
+    return torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
+
+
 class DrafterAttention(nn.Module):
     def __init__(self, spec: DrafterSpec):
         super().__init__()
@@ -100,9 +151,9 @@ class DrafterAttention(nn.Module):
 
         The same attention as `forward`, at a cost linear in the number of blocks: each slot's scores
         against the context and against its own block only (never the other blocks, which the dense
-        layout computes and masks away), concatenated into one softmax, so the result is the same."""
+        layout computes and masks away), concatenated into one softmax, so the result is the same
+        (`block_attention`: fp32 scores and softmax, as SDPA computes `forward`'s)."""
         A, L, _ = x.shape
-        k_ctx, v_ctx = context
         cos, sin = rope_block  # [A, L, hd]
 
         def heads(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -114,22 +165,7 @@ class DrafterAttention(nn.Module):
         group = self.heads // self.kv_heads
         if group > 1:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        scale = self.head_dim ** -0.5
-        ctx_mask, block_mask = masks
-        # scaled and masked in place, then written straight into one fp32 tensor: the same values as
-        # `(q k) * scale`, `masked_fill`, `cat` and `.float()`, three fewer passes over the chunk's largest
-        # tensor (its context scores)
-        scores_ctx = torch.einsum("ahqd,hcd->ahqc", q, k_ctx).mul_(scale)
-        scores_ctx.masked_fill_(~ctx_mask[:, None], float("-inf"))
-        scores_blk = (q @ k.transpose(-1, -2)).mul_(scale)
-        scores_blk.masked_fill_(~block_mask[:, None], float("-inf"))
-        C = k_ctx.shape[1]
-        scores = torch.empty(*scores_ctx.shape[:-1], C + L, dtype=torch.float32, device=q.device)
-        scores[..., :C].copy_(scores_ctx)
-        scores[..., C:].copy_(scores_blk)
-        del scores_ctx
-        probs = torch.softmax(scores, dim=-1).to(q.dtype)
-        out = torch.einsum("ahqc,hcd->ahqd", probs[..., :C], v_ctx) + probs[..., C:] @ v
+        out = block_attention(q, k, v, context, masks, self.head_dim ** -0.5)
         return self.o_proj(out.transpose(1, 2).reshape(A, L, -1))
 
 

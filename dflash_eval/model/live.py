@@ -96,7 +96,7 @@ def live_generate(
     # one device for everything the loop compares or draws from: the input embedding's, where the generator
     # lives (on a target split over GPUs the logits come back on the lm_head's device)
     home = target.device
-    tap_states, logits, cache = cached_step(target, torch.tensor(prompt), taps, None)
+    tap_states, logits, cache = cached_step(target, torch.tensor(prompt), taps, None, last_logits=True)
     logits = logits.to(home)
     vocab = logits.shape[-1]
     _sync(devices)
@@ -157,7 +157,7 @@ def live_generate(
         ctx_rows.append(drafter.context(verify_taps[: n + 1]))  # positions a .. a+n now have taps
         if n + 1 < len(block):  # something was rejected: roll the cache back, re-run what was kept
             cache = snapshot
-            _, _, cache = cached_step(target, torch.tensor(block[: n + 1]), taps, cache)
+            _, _, cache = cached_step(target, torch.tensor(block[: n + 1]), taps, cache, last_logits=True)
         _sync(devices)
         result.walk_anchors.append(a)
         result.walk_accept_lengths.append(len(committed))

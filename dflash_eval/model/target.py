@@ -338,12 +338,16 @@ def capture_taps(target: Target, input_ids: torch.Tensor, taps: list[int], *, lo
 
 
 @torch.inference_mode()
-def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=None):
+def cached_step(target: Target, input_ids: torch.Tensor, taps: list[int], cache=None, *, last_logits: bool = False):
     """Incremental forward with a KV/recurrent cache (the live loop's prefill and verify passes).
 
-    Returns (taps [n, len(taps) * H], logits [n, V], cache). The caller owns snapshot/restore."""
+    Returns (taps [n, len(taps) * H], logits [n, V], cache); with `last_logits` the logits of the last
+    position only ([1, V]: `logits_to_keep=1`, as generate's prefill asks; a 32K-token prefill's logits over a
+    248K vocabulary would be 16 GB in bf16). The caller owns snapshot/restore."""
     ids = input_ids.view(1, -1).to(target.device)
-    kwargs = {"use_cache": True}
+    kwargs: dict = {"use_cache": True}
+    if last_logits:
+        kwargs["logits_to_keep"] = 1
     if cache is not None:
         kwargs[cache_keyword(target.model)] = cache
     with hooked_layers(target, taps) as read_taps:

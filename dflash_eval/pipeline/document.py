@@ -6,6 +6,7 @@ documents every field.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import platform
 import subprocess
 from dataclasses import dataclass
@@ -51,7 +52,42 @@ class DrafterRecord:
                    spec=RecordedSpec(format=drafter["format"], block_size=spec["block_size"], fields=spec))
 
 
+PARTIAL_EVERY_S = 30.0  # run.partial.json: rewritten at most this often ...
+PARTIAL_SHARE = 0.05  # ... and never taking more than this share of the run's time
+
+
+class PartialSchedule:
+    """When `run` rewrites run.partial.json: after the first prompt evaluated (so an interrupted run has one
+    from the start), then once `PARTIAL_EVERY_S` seconds have passed since the last one and at least 20 times
+    (1 / `PARTIAL_SHARE`) the seconds the last one took to build and write.
+
+    Why not after every prompt: the document is built over every row so far (its cost grows with the run:
+    quadratic over the run in all), and a GPU waits for it; on a 27B that host work rivalled the GPU's own per
+    prompt (issue 47). samples.jsonl still gets every prompt's rows at once (a resume reads them), so an
+    interruption loses nothing; run.partial.json (`report --partial`) lags it by at most that interval."""
+
+    def __init__(self, every: float = PARTIAL_EVERY_S, share: float = PARTIAL_SHARE, clock=None):
+        import time
+
+        self.every, self.share, self.clock = every, share, clock or time.monotonic
+        self.last: float | None = None
+        self.cost = 0.0
+        self.written = 0
+
+    def due(self) -> bool:
+        return self.last is None or self.clock() - self.last >= max(self.every, self.cost / self.share)
+
+    def write(self, write) -> None:
+        """Call `write()` (build and write the document) and remember when and how long it took."""
+        started = self.clock()
+        write()
+        self.last = self.clock()
+        self.cost, self.written = self.last - started, self.written + 1
+
+
+@functools.cache
 def _git_sha() -> str | None:
+    """The checkout's commit, asked of git once per process (a subprocess per document otherwise)."""
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                               text=True, timeout=5)

@@ -1,4 +1,5 @@
-"""How `served --per-request` is shown: per prompt the served text against the greedy one, served and offline
+"""How `served --per-request` is shown: per prompt the served text against the offline greedy one (and, with
+`--non-speculative`, against the same server's greedy text without speculation), served and offline
 tau, the first step where the walks part; the paired delta over prompts, the histogram shift, the prompts
 the server falls short on with their offline blocks; on the terminal and as a self-contained HTML page."""
 
@@ -42,9 +43,24 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     lines.extend(f"note: {n}" for n in result.get("notes", []))
     if result["paired_delta"]:
         lines.append(f"served - offline tau over prompts: {paired_figure(result['paired_delta'], 3)}")
-    for prompt in result["not_greedy"]:
-        lines.append(f"NOT GREEDY: prompt {prompt}: " + next(e["text"]["detail"] for e in result["prompts"]
-                                                            if e["prompt"] == prompt))
+    by_prompt = {e["prompt"]: e for e in result["prompts"]}
+    for prompt in result["differs_from_offline"]:
+        lines.append(f"differs from the offline greedy text: prompt {prompt}: {by_prompt[prompt]['text']['detail']}")
+    plain = result.get("non_speculative")
+    if plain is None:
+        if result["differs_from_offline"]:
+            lines.append("a server's kernels can leave the offline (HF eager) greedy text without speculation: to judge "
+                         "losslessness give --non-speculative FILE, the same server's greedy responses to the same "
+                         "prompts with speculative decoding off")
+    else:
+        judged = len(plain["lossless"]) + len(plain["changed"])
+        lines.append(f"against the same server without speculation ({plain['file']}): {len(plain['lossless'])} of "
+                     f"{judged} prompts lossless (the speculative text is its non-speculative greedy text)"
+                     + (f"; {len(plain['requests_without_reference'])} requests have no non-speculative response"
+                        if plain["requests_without_reference"] else "")
+                     + (f"; {len(plain['unmatched'])} non-speculative responses unmatched" if plain["unmatched"] else ""))
+        for prompt in plain["changed"]:
+            lines.append(f"CHANGED BY SPECULATION: prompt {prompt}: {by_prompt[prompt]['plain']['detail']}")
     for prompt in result["parted"]:
         lines.append(f"walks part: prompt {prompt}: " + next(e["walk"]["detail"] for e in result["prompts"]
                                                             if e["prompt"] == prompt))
@@ -55,12 +71,24 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _text(entry: dict[str, Any]) -> str:
+    """The text column: against the offline greedy text; with --non-speculative, against the server's own."""
+    status = {"greedy": "= offline", "differs": "differs from offline"}.get(entry["text"]["status"],
+                                                                          entry["text"]["status"])
+    if "plain" not in entry:
+        return status
+    plain = entry["plain"]
+    return f"{status}; " + ("no non-speculative response" if plain is None else
+                            {"lossless": "= non-speculative", "changed": "CHANGED by speculation"}.get(
+                                plain["status"], plain["status"]))
+
+
 def render_requests(console: Console, result: dict[str, Any]) -> None:
     table = Table(title="per prompt: served request against the offline walk")
     for name in ("prompt", "request", "text", "served tau", "offline tau", "delta", "steps s/o", "walk"):
         table.add_column(name, justify="right" if "tau" in name or name in ("delta", "steps s/o") else "left")
     for e in result["prompts"]:
-        table.add_row(safe(e["prompt"]), safe(e["request"]), safe(e["text"]["status"]), _num(e["served"]["tau"]),
+        table.add_row(safe(e["prompt"]), safe(e["request"]), safe(_text(e)), _num(e["served"]["tau"]),
                       _num(e["offline"]["tau"]), _signed(e["delta"]), f"{e['served']['steps']}/{e['offline']['steps']}",
                       safe(_walk(e)))
     console.print(table)
@@ -106,7 +134,7 @@ def render_requests_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template; every text escaped by it and made printable)."""
     from .html import content_security_policy, run_legend, template_env
 
-    rows = [{"prompt": printable(e["prompt"]), "request": printable(e["request"]), "text": printable(e["text"]["status"]),
+    rows = [{"prompt": printable(e["prompt"]), "request": printable(e["request"]), "text": printable(_text(e)),
              "served": _num(e["served"]["tau"]), "offline": _num(e["offline"]["tau"]), "delta": _signed(e["delta"]),
              "steps": f"{e['served']['steps']}/{e['offline']['steps']}", "walk": printable(_walk(e))}
             for e in result["prompts"]]

@@ -155,7 +155,35 @@ _BUILTIN_CORPUS = (
 )
 
 
-def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 512) -> Path:
+def _filled(backend, size: int):
+    """The trained BPE with its vocabulary filled to `size` entries by merges of learned tokens (each new
+    token the concatenation of two earlier ones, ranked after every learned merge): a real vocabulary's
+    size (Qwen3.5's 248,320) for what scales with it (serialising, hashing, decoding), encoding text almost
+    as the trained merges do."""
+    import json
+
+    from tokenizers import Tokenizer, models
+
+    model = json.loads(backend.to_str())["model"]
+    vocab = dict(model["vocab"])
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    learned = sorted(vocab, key=vocab.get)
+    for a in learned:
+        for b in learned:
+            if len(vocab) >= size:
+                break
+            if a + b not in vocab:
+                vocab[a + b] = len(vocab)
+                merges.append((a, b))
+        if len(vocab) >= size:
+            break
+    filled = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    filled.pre_tokenizer, filled.decoder = backend.pre_tokenizer, backend.decoder
+    return filled
+
+
+def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vocab_size: int = 512,
+                    fill_to: int | None = None) -> Path:
     """Train a tiny byte-level BPE tokenizer and save it as a transformers tokenizer in ``out_dir``.
 
     ``vocab_size`` is the size of the BPE vocabulary (256 byte symbols plus merges; fewer if the corpus
@@ -168,7 +196,8 @@ def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
 
     The byte-level pre-tokenizer and decoder make every string encodable and round-trip exactly. The
     BPE trainer is deterministic for a given corpus order, so the same input gives the same
-    ``tokenizer.json`` bytes (across processes too).
+    ``tokenizer.json`` bytes (across processes too). ``fill_to``: the BPE vocabulary filled to that size
+    with merges of learned tokens (`_filled`: a real vocabulary's size for host-cost benchmarks).
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -188,6 +217,8 @@ def train_tokenizer(out_dir: str | Path, corpus: Iterable[str] | None = None, vo
         show_progress=False,
     )
     backend.train_from_iterator(texts, trainer)
+    if fill_to is not None:
+        backend = _filled(backend, fill_to)
     # Added after training so that they take ids after the BPE vocabulary, in ADDED_TOKENS order.
     for token, special in ADDED_TOKENS:
         added = AddedToken(token, special=special, normalized=False, single_word=False, lstrip=False, rstrip=False)
