@@ -467,6 +467,17 @@ def test_overwrite_removes_only_what_dflash_eval_wrote(world):
     assert "report.html" in json.loads((out / "written.json").read_text())
 
 
+def test_the_same_command_on_a_finished_run_leaves_its_record(world):
+    """Issue 49 K: rerunning the command that finished a run rewrote run.json with a recount of nothing (its
+    work counters 0, a new `created`). The finished run is left as it is, byte for byte."""
+    out = run_copy(world, "finished")
+    before = snapshot(out)
+    result = runner.invoke(app, run_args(world, out=out), env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "already holds this run, finished" in result.output
+    assert snapshot(out) == before
+
+
 # ------------------------------------------------------------------------------------------------ accepted
 
 

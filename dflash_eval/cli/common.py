@@ -64,6 +64,27 @@ def reports_input_errors(command):
     return wrapper
 
 
+def claims_out(lock: str = "run.lock"):
+    """A command that writes into its `--out` folder holds that folder's lock from its first line
+    (`pipeline/run_folder.claimed`: zero wait), before its heavy imports and any slow check: a run that
+    another process is still writing is refused at once, naming the lock, never replaced after it finished
+    and printed `results:`. Under torchrun only rank 0 writes OUT (the other ranks write their shard folders)."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            from ..commands.distributed import launched_ranks
+            from ..pipeline.run_folder import claimed
+
+            out = kwargs.get("out")
+            with claimed(out if out is not None and launched_ranks()[0] == 0 else None, lock):
+                return command(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def save_traceback() -> str:
     """Write the current exception's traceback under the cache dir (or the temp dir); return where."""
     import datetime as dt

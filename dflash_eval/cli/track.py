@@ -8,14 +8,16 @@ from typing import Optional
 
 import typer
 
+from ..pipeline.track_folder import TRACK_LOCK
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out(TRACK_LOCK)
 def track(
     save_dir: list[Path] = typer.Argument(..., help="A training run's save folder (speculators <epoch>/, HF checkpoint-N/, SpecForge epoch_E_step_S/, any folder of checkpoint folders), or checkpoint folders one by one."),
     target: opt.target.type = opt.target.default,

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import reports_input_errors, safe_line, stdout_console
+from .common import claims_out, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -27,6 +27,7 @@ def _layer_ids(value: str | None) -> tuple[int, ...] | None:
 
 @app.command("trained-taps")
 @reports_input_errors
+@claims_out()
 def trained_taps(
     data: Path = typer.Argument(..., help="The training run's hidden-state data folder: speculators (state.json + hidden_states/), SpecForge (rows_*/data_*.ckpt), DeepSpec (manifest.json + samples.idx) or speculators < 0.6 (data_config.json + data_*.pt)."),
     target: str = typer.Option(..., "--target", "-t", help="The target the data was extracted from (folder or HF cache name)."),

@@ -28,7 +28,7 @@ from ..core.options import RunOptions
 from ..core.run_rows import run_rows
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
-from ..pipeline.run_folder import RunFolder, settings_differences
+from ..pipeline.run_folder import RunFolder, claimed, settings_differences
 
 
 def _read_shard(path: Path) -> dict[str, Any]:
@@ -49,6 +49,12 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     from ..core.paths import output_path
 
     output_path(out, "--out", folder=True, reads=shard_dirs)  # never over a shard it reads
+    with claimed(out):  # a merge or run still writing --out: refused before anything is read
+        return _merge(shard_dirs, out, overwrite, argv, report)
+
+
+def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] | None, report) -> dict[str, Any]:
+    """merge's work once --out is claimed."""
     shards = [_read_shard(Path(d)) for d in shard_dirs]
     first = shards[0]
     base = {k: v for k, v in first["settings"].items() if k not in ("prompts", "shard")}

@@ -41,9 +41,9 @@ from ..pipeline.continuations import continuations_for, sampled_continuations_fo
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
-from ..pipeline.run_folder import RunFolder
+from ..pipeline.run_folder import RunFolder, claimed
 from ..pipeline.scoring import kernels_context, load_drafters
-from ..pipeline.track_folder import CSV, TrackFolder, run_label, track_csv, track_row
+from ..pipeline.track_folder import CSV, TRACK_LOCK, TrackFolder, run_label, track_csv, track_row
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 from . import track_breakdown
@@ -371,9 +371,10 @@ class Tracker:
 
 def track(options: TrackOptions, reporter: Reporter | None = None, **callbacks) -> Tracker:
     """Run the tracker (library entry point of `dflash-eval track`); returns it, rows and all."""
-    tracker = Tracker(options, reporter, **callbacks)
-    try:
-        tracker.run()
-    finally:
-        tracker.folder.close()  # the track folder's lock (held while it runs)
+    with claimed(options.run.out, TRACK_LOCK):  # a track another process still writes: refused before any slow work
+        tracker = Tracker(options, reporter, **callbacks)
+        try:
+            tracker.run()
+        finally:
+            tracker.folder.close()  # the track folder's lock (held while it runs)
     return tracker

@@ -27,7 +27,7 @@ from ..core.documents import DrafterDocument
 from ..core.errors import InputError, read_json_object
 from ..core.row_documents import TrackRow
 from ..core.snapshots import drafter_architecture
-from .run_folder import FolderLock, record_written, remove_written, settings_differences, settings_hash
+from .run_folder import held_lock, record_written, remove_written, settings_differences, settings_hash
 
 STATE = "track_state.json"
 ROWS = "track.jsonl"
@@ -36,6 +36,7 @@ RUNS = "runs"
 CSV = "track.csv"
 HTML = "track.html"
 LOCK = "track.lock"
+TRACK_LOCK = LOCK  # (the name other modules import: run_folder has its own LOCK)
 
 
 def now() -> str:
@@ -56,7 +57,7 @@ class TrackFolder:
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
-        self.lock = FolderLock(self.path, LOCK)
+        self.lock = held_lock(self.path, LOCK)  # the one `track` claimed at its start
 
     def open(self, overwrite: bool = False) -> list[TrackRow]:
         """Create, resume (same settings) or refuse naming what differs; the rows already written. The folder
