@@ -103,6 +103,22 @@ def edit_header(change):
     return files
 
 
+def drop_tensor(name: str):
+    def files(folder: Path) -> None:
+        state = tensors(folder)
+        del state[name]
+        save_tensors(folder, state)
+    return files
+
+
+def add_tensor(name: str):
+    def files(folder: Path) -> None:
+        import torch
+
+        save_tensors(folder, {**tensors(folder), name: torch.zeros(4, 4)})
+    return files
+
+
 def as_index(weight_map):
     """The single weights file behind an index whose weight_map is `weight_map` (a list, an int value)."""
     def files(folder: Path) -> None:
@@ -236,6 +252,14 @@ CASES = {
         w["target"], w["root"] / "t1", files=truncate_weights)), "truncated"),
     "NaN in the target's lm_head, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
         w["target"], w["root"] / "t2", files=poke_output_head)), "holds NaN or infinite values"),
+    # a target's weights get the presence check a drafter's get (issue 49 B: a missing tensor was re-initialised)
+    "a target missing a tensor, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
+        w["target"], w["root"] / "t6", files=drop_tensor("model.layers.1.input_layernorm.weight"))),
+        "model.safetensors: the target's weights lack 1 tensor the model has (model.layers.1.input_layernorm.weight)"),
+    "a target holding a foreign tensor": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t7", files=add_tensor(
+        "model.layers.0.mlp.extra_proj.weight"))), "hold 1 tensor this model has no place for (model.layers.0.mlp.extra_proj"),
+    "a target tensor of another shape": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t8", files=edit_tensor(
+        "model.norm.weight", lambda t: t[:-1].clone()))), "hold 1 tensor of another shape than the config gives (model.norm.weight"),
     "num_hidden_layers 'six'": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t3", set_key(
         "num_hidden_layers", "six"))), "'num_hidden_layers'='six' is not an integer"),
     "text_config a string": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t4", set_key(

@@ -191,9 +191,13 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
+        with transformers_load_report_quiet():  # its report (raw ANSI, the path unescaped) is said by us instead
+            model, loading = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype, local_files_only=True, output_loading_info=True,
+                ignore_mismatched_sizes=True, **extra)  # (a mismatch is refused below, by name)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
+    refuse_incomplete_weights(loading, path)
     refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
     if dev.type == "cpu":
         quiet_cpu_fallback_advice()
@@ -204,6 +208,43 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
                   layers=decoder_layers(model))
+
+
+@contextmanager
+def transformers_load_report_quiet():
+    """transformers' warnings silenced while it loads a target: its LOAD REPORT lists missing and unexpected
+    tensors with terminal colour codes and the raw path; `refuse_incomplete_weights` refuses those instead."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def refuse_incomplete_weights(loading: dict, path: Path) -> None:
+    """A target gets the weight-presence check a drafter gets (formats/validation: 'weights present', 'no
+    unexpected weights', 'weight shapes'), read from transformers' own record of the load (`output_loading_info`,
+    after its key renaming, the tied and the deliberately ignored tensors): a tensor the model has and the
+    files lack was initialised at random and would be evaluated as if trained; a tensor the files hold and the
+    model has no place for, or one of another shape, means files of another model. One line naming the
+    weights and the first tensors."""
+    from ..formats.files import weight_files
+
+    files = weight_files(path)
+    where = files[0] if len(files) == 1 else Path(path) / "model.safetensors.index.json"
+    for key, problem in (("missing_keys", "lack {tensors} the model has ({names}); transformers would initialise "
+                                          "them at random and the target would not be the one trained"),
+                         ("unexpected_keys", "hold {tensors} this model has no place for ({names}): weights of another "
+                                             "model or architecture"),
+                         ("mismatched_keys", "hold {tensors} of another shape than the config gives ({names})")):
+        found = sorted(str(k[0] if isinstance(k, tuple) else k) for k in loading.get(key) or ())
+        if found:
+            names = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            tensors = f"{len(found)} tensor{'s' if len(found) > 1 else ''}"
+            raise InputError(where, "the target's weights " + problem.format(tensors=tensors, names=names))
 
 
 def refuse_accelerated_on_cpu(model: nn.Module, path: Path, dev: torch.device, allowed: bool) -> None:
