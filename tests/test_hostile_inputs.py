@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from json_edits import set_key
+from json_edits import DELETE, set_key
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
@@ -228,6 +228,11 @@ CASES = {
         "dflash_config.block_size", 8.7))), "'block_size'=8.7 is not an integer"),
     "block_size 2**40": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d9", set_key(
         "dflash_config.block_size", 1099511627776))), "block_size=1099511627776"),
+    # a key z-lab's DFlashDraftModel reads with no default (issue 49 C: run and inspect took B = 16)
+    "block_size null": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d19", set_key(
+        "dflash_config.block_size", None))), "config key 'dflash_config.block_size' is null: z-lab's DFlashDraftModel"),
+    "block_size absent": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d20", set_key(
+        "dflash_config.block_size", DELETE))), "config key 'dflash_config.block_size' is missing"),
     "mask_token_id 1545.9": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d10", set_key(
         "dflash_config.mask_token_id", 1545.9))), "'mask_token_id'=1545.9 is not an integer"),
     "speculators_config a string": (lambda w: run_args(w, drafter=copy_tree(w["speculators"], w["root"] / "d11", set_key(
@@ -340,7 +345,7 @@ def test_hostile_input_is_one_line_and_touches_nothing(name, world):
 
 @pytest.mark.parametrize("name", ["rope_theta NaN", "rope_parameters factor -4", "input_embedding_scale NaN",
                                   "output_multiplier Infinity", "an all-NaN fc.weight", "0xFF bytes in lm_head's data",
-                                  "int8 weights", "block_size 2**40"])
+                                  "int8 weights", "block_size 2**40", "block_size null", "block_size absent"])
 def test_inspect_shows_each_bad_number_as_a_failure(name, world):
     args = CASES[name][0](world)
     drafter = args[args.index("-d") + 1]
@@ -682,8 +687,8 @@ def test_a_checkpoint_number_is_accepted_only_when_valid(key, value, world, tmp_
     else:
         edit = set_key(where, value)
     copy_tree(world["drafter"], folder, edit)
-    if value is None:  # absent: the format's default applies (z-lab: block_size 16, no scales)
-        return
+    if value is None and key != "block_size":  # null: the format's default applies (no scales); z-lab has
+        return  # no default block size (DFlashDraftModel reads config.block_size): null is refused
     result = runner.invoke(app, ["inspect", str(folder), "--target", str(world["target"])], env=ENV)
     assert result.exit_code in (0, 2) and "Traceback" not in result.output, result.output
     if result.exit_code == 2:

@@ -188,14 +188,14 @@ def drafter_shape(config: dict, *, own_tables: bool | None = None) -> DrafterSha
         body_config, where, fmt = config, "", "zlab"
         dflash = config.get("dflash_config") or {}
         taps = dflash.get("target_layer_ids", config.get("target_layer_ids"))
-        block = dflash.get("block_size", config.get("block_size", 16))
+        block = dflash.get("block_size", config.get("block_size"))  # required: z-lab's model has no default
     if not isinstance(taps, list) or not taps:
         raise InputError(None, "drafter config has no tap list (aux_hidden_state_layer_ids / dflash_config.target_layer_ids)")
     body = model_shape({**body_config, "model_type": "qwen3", "layer_types": None})
     tables = (fmt == "speculators") if own_tables is None else own_tables
     own = config if fmt == "speculators" else {}  # z-lab: the target's width and vocabulary
     return DrafterShape(
-        format=fmt, body=body, n_taps=len(taps), block_size=_int({"block_size": block}, "block_size", where),
+        format=fmt, body=body, n_taps=len(taps), block_size=_int({"block_size": block}, "block_size", "dflash_config." if fmt == "zlab" else ""),
         target_hidden_size=_int({"v": own.get("target_hidden_size") or body.hidden_size}, "v", "target_hidden_size"),
         draft_vocab_size=_int({"v": own.get("draft_vocab_size") or body.vocab_size}, "v", "draft_vocab_size"),
         own_embedding=tables, own_lm_head=tables)

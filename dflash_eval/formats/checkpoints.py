@@ -256,9 +256,12 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
     if not isinstance(taps, list) or not taps or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
         raise InputError(path, f"config key 'target_layer_ids'={taps!r} is not a non-empty list of integers")
     block_size = draft_value("block_size")
-    if block_size is None:
-        block_size = 16
-        notes.append("block_size absent: z-lab's default 16")
+    if block_size is None:  # required: z-lab's DFlashDraftModel reads `config.block_size` with no default
+        # (z-lab/dflash model/dflash.py; the dflash package's 16 is a guess, and `null` crashes it): a drafter
+        # trained with B = 8 and read as 16 drafts 15 tokens where it learned 7, and every number moves
+        given = "is null" if "block_size" in dflash or "block_size" in config else "is missing"
+        raise InputError(path, f"config key 'dflash_config.block_size' {given}: z-lab's DFlashDraftModel has no "
+                               "default block size; write the block size the drafter was trained with")
     number(block_size, "block_size", path, integer=True, low=1)
     mask_id = draft_value("mask_token_id")
     if mask_id is None:
