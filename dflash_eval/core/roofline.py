@@ -179,13 +179,13 @@ def drafter_shape(config: dict, *, own_tables: bool | None = None) -> DrafterSha
     """From a drafter's config.json. `own_tables` None: the format's convention (speculators checkpoints
     carry frozen copies of the target's embedding and lm_head, z-lab ones use the target's)."""
     if config.get("speculators_model_type") == "dflash":
-        body_config, where, fmt = config.get("transformer_layer_config"), "transformer_layer_config.", "speculators"
+        body_config, fmt = config.get("transformer_layer_config"), "speculators"
         if not isinstance(body_config, dict):
             raise InputError(None, "config key 'transformer_layer_config' is missing or not an object")
         taps = config.get("aux_hidden_state_layer_ids")
         block = config.get("block_size")
     else:
-        body_config, where, fmt = config, "", "zlab"
+        body_config, fmt = config, "zlab"
         dflash = config.get("dflash_config") or {}
         taps = dflash.get("target_layer_ids", config.get("target_layer_ids"))
         block = dflash.get("block_size", config.get("block_size"))  # required: z-lab's model has no default
