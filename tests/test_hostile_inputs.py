@@ -288,6 +288,18 @@ CASES = {
     "deeply nested JSON in a responses line": (lambda w: run_args(w, "--responses", str(text_file(
         w, "r-deep.jsonl", '{"id": "demo/0", "response": ' + "[" * 100000 + "]" * 100000 + "}\n"))),
         "line 1: not JSON (nested too deeply)"),
+    # issue 49 E: internal errors instead of the option or the file named
+    "doctor --seed -1": (lambda w: ["doctor", "-d", str(w["drafter"]), "--target", str(w["target"]), "--seed", "-1",
+                                    "--device", "cpu"], "invalid value for '--seed': Input should be greater than or equal to 0"),
+    "diff --seed -1": (lambda w: ["diff", str(w["run"]), str(w["run"]), "--seed", "-1"],
+                       "invalid value for '--seed': Input should be greater than or equal to 0"),
+    "track --settle 1e30": (lambda w: ["track", str(w["drafter"]), "--target", str(w["target"]), "--settle", "1e30",
+                                       "--out", str(w["root"] / "new-out")], "'--settle': 1e30 is not <= 2.592e+06"),
+    "an unpaired surrogate in a prompt": (lambda w: run_args(w, "--prompts", str(text_file(
+        w, "p-surrogate.jsonl", '{"id": "s/0", "prompt": "Write \\ud800 a function."}\n'))),
+        "p-surrogate.jsonl: line 1: not valid JSON (a lone UTF-16 surrogate \\ud800 at character 6"),
+    "an unpaired surrogate in a response": (lambda w: run_args(w, "--responses", str(text_file(
+        w, "r-surrogate.jsonl", '{"id": "demo/0", "response": "x\\udc00"}\n'))), "r-surrogate.jsonl: line 1"),
     # readers of a finished run's folder
     "report: a duplicated row": (lambda w: ["report", str(run_copy(w, "dup", samples_edit(duplicate_first_row)))],
                                  "line 2 repeats prompt 'demo/0'"),

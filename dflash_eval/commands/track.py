@@ -99,11 +99,15 @@ def check_track_options(options: TrackOptions) -> None:
                                    "(give RULES, not NAME=RULES)")
     import math
 
+    from ..core.sections import SECONDS_MAX
+
     for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
-        # NaN compares false with everything and inf reached time.sleep after the checkpoints were evaluated
-        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)):
+        # NaN compares false with everything, inf reached time.sleep after the checkpoints were evaluated and
+        # 1e30 overflowed it (issue 49): the CLI's parser has the same bounds (cli/track.py)
+        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)
+                and value <= SECONDS_MAX):
             raise InputError(None, f"{name} must be a finite number {'>' if name == '--interval' else '>='} 0 "
-                                   f"seconds (got {value})")
+                                   f"seconds and at most {SECONDS_MAX:g} (got {value})")
     if options.max_batch < 1:
         raise InputError(None, "--batch must be >= 1")
     for source in options.sources:

@@ -9,6 +9,7 @@ we noticed.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -55,7 +56,7 @@ def loads(text: str):
     import json
 
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        value = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except DuplicateKey:
@@ -64,6 +65,32 @@ def loads(text: str):
         raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    # `\ud800` alone parses (JSON's grammar allows it) into text that is not Unicode: a tokenizer, a terminal
+    # or a UTF-8 file fails on it later, after the models loaded (issue 49); refused here, for every file read
+    if _SURROGATE_ESCAPE.search(text) and (bad := _lone_surrogate(value)) is not None:
+        where = next(i for i, c in enumerate(bad) if "\ud800" <= c <= "\udfff")
+        raise ValueError(f"a lone UTF-16 surrogate \\u{ord(bad[where]):04x} at character {where} of a string "
+                         "(not Unicode text)")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(value) -> str | None:
+    """The first string in a parsed JSON value (keys included) holding a lone UTF-16 surrogate, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= c <= "\udfff" for c in item):
+                return item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def read_text_file(path: Path, expected: str) -> str:
