@@ -519,6 +519,18 @@ def test_the_same_command_on_a_finished_run_leaves_its_record(world):
     assert snapshot(out) == before
 
 
+@pytest.mark.parametrize("command", [["report"], ["show"], ["show", "--worst", "2"]])
+def test_an_output_that_cannot_hold_unicode_gets_ascii(command, world):
+    """Issue 49 F: `PYTHONIOENCODING=ascii dflash-eval report|show` was an internal error (UnicodeEncodeError
+    on the table borders and glyphs). A stdout that cannot hold Unicode gets ASCII: borders, bars and markers
+    as ASCII, text from data as backslash escapes; every byte written is ASCII."""
+    ascii_runner = CliRunner(charset="ascii")
+    result = ascii_runner.invoke(app, [command[0], str(world["run"]), *command[1:]], env=ENV)
+    assert result.exit_code == 0, (result.output, repr(result.exception))
+    text = result.stdout_bytes.decode("ascii")  # raises on any other byte
+    assert "internal error" not in text and ("drafter" in text or "zlab" in text)
+
+
 # ------------------------------------------------------------------------------------------------ accepted
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import reports_input_errors, safe_line, stdout_console
+from .common import reports_input_errors, safe_line, stdout_console, write_stdout
 from .root import app
 
 
@@ -42,7 +42,7 @@ def export_serving(
     result = build(run_dir, engine, k=k, drafter=drafter, synthetic=synthetic)
     text = printable(result["text"], keep="\n")  # the one escaping rule: a drafter name never drives a terminal
     if out is None:
-        typer.echo(text, nl=False)
+        write_stdout(text)
         return
     atomic_write(out, text)
     stdout_console().print(safe_line(f"written: {out} ({engine}, k = {result['k']})"))
