@@ -103,6 +103,12 @@ def edit_header(change):
     return files
 
 
+def template(text: str):
+    def files(folder: Path) -> None:
+        (folder / "chat_template.jinja").write_text(text)
+    return files
+
+
 def drop_tensor(name: str):
     def files(folder: Path) -> None:
         state = tensors(folder)
@@ -265,6 +271,13 @@ CASES = {
         "model.layers.0.mlp.extra_proj.weight"))), "hold 1 tensor this model has no place for (model.layers.0.mlp.extra_proj"),
     "a target tensor of another shape": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t8", files=edit_tensor(
         "model.norm.weight", lambda t: t[:-1].clone()))), "hold 1 tensor of another shape than the config gives (model.norm.weight"),
+    # issue 49 G: the chat template is rendered once as a check before anything is written
+    "a chat template that does not parse, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
+        w["target"], w["root"] / "t9", files=template("{% for m in messages %}{{ m.content }}"))),
+        "chat_template.jinja: the chat template does not parse: TemplateSyntaxError at line 1"),
+    "a chat template that raises": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t10", files=template(
+        '{{ raise_exception("a system message is required") }}'))),
+        "chat_template.jinja: the chat template raises on a conversation (TemplateError: a system message is required)"),
     "num_hidden_layers 'six'": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t3", set_key(
         "num_hidden_layers", "six"))), "'num_hidden_layers'='six' is not an integer"),
     "text_config a string": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t4", set_key(

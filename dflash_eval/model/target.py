@@ -118,7 +118,37 @@ def load_tokenizer(path: Path):
     if not tokenizer.chat_template:
         raise InputError(path, "the target tokenizer has no chat template (chat_template.jinja or "
                                "tokenizer_config.json chat_template); prompts are sent through it")
+    tokenizer.template_file = template_file(path)  # what a template error names (pipeline/prompts.chat_text)
+    for thinking in (False, True):  # rendered once, both ways doctor may send it, before anything is written
+        render_chat(tokenizer, [{"role": "user", "content": "Say hello."}], thinking)
     return tokenizer
+
+
+def template_file(path: Path) -> Path:
+    """The file the target's chat template is read from (transformers prefers chat_template.jinja)."""
+    path = Path(path)
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        if (path / name).is_file():
+            return path / name
+    return path
+
+
+def render_chat(tokenizer, messages: list[dict], enable_thinking: bool) -> str:
+    """The conversation through the target's chat template (generation prompt added), or one InputError
+    naming the template's file: a template that does not parse (TemplateSyntaxError, with its line) or that
+    raises (`raise_exception`, an undefined name) is the target's input problem, not a crash of ours."""
+    import jinja2
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=enable_thinking)
+    except jinja2.TemplateSyntaxError as exc:
+        raise InputError(getattr(tokenizer, "template_file", None), f"the chat template does not parse: "
+                                                                    f"TemplateSyntaxError at line {exc.lineno}: {exc.message}") from None
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        # raise_exception(...), an undefined name, an operation on the wrong type: the template's own code failed
+        raise InputError(getattr(tokenizer, "template_file", None), f"the chat template raises on a conversation "
+                                                                    f"({type(exc).__name__}: {exc})") from None
 
 
 def max_positions(path: Path) -> int | None:
