@@ -544,6 +544,49 @@ def test_an_output_that_cannot_hold_unicode_gets_ascii(command, world):
     assert "internal error" not in text and ("drafter" in text or "zlab" in text)
 
 
+def _with_small_files(code: str, limit: int = 4096) -> subprocess.CompletedProcess:
+    """`code` run by Python under a file-size limit of `limit` bytes (RLIMIT_FSIZE; SIGXFSZ ignored), so a
+    write past it fails in the kernel as a full disk does: an OSError from write() that carries no path."""
+    prelude = textwrap.dedent(f"""
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+        """)
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "300"}, timeout=300)
+
+
+def test_a_refused_write_of_report_html_file_names_the_file(world, tmp_path):
+    """Issue 49 H: `report --html-file` on a full disk said `error: No space left on device`, no path."""
+    page = tmp_path / "page.html"
+    done = _with_small_files(f"""
+        import sys
+        from dflash_eval.cli import main
+        sys.argv = ["dflash-eval", "report", {str(world["run"])!r}, "--html-file", {str(page)!r}]
+        main()
+        """)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: {page}: cannot write: File too large"), line
+    assert not list(tmp_path.iterdir())  # no page, no temporary left
+
+
+def test_a_refused_write_of_the_continuation_cache_names_the_file(tmp_path):
+    """Issue 49 H: the continuation cache on a full disk (after the generation) was an error without a path."""
+    done = _with_small_files(f"""
+        from dflash_eval.core.errors import InputError
+        from dflash_eval.pipeline.continuations import ContinuationCache
+        from pathlib import Path
+        cache = ContinuationCache(Path({str(tmp_path / "cache")!r}))
+        try:
+            cache.put("k" * 64, list(range(5000)))
+        except InputError as exc:
+            print(exc.one_line())
+        """, limit=1024)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{tmp_path / 'cache' / ('k' * 64 + '.json')}: cannot write: File too large", done.stdout
+
+
 # ------------------------------------------------------------------------------------------------ accepted
 
 

@@ -351,12 +351,7 @@ class RunFolder:
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One prompt's rows, all drafters at once (resume relies on that)."""
         record_written(self.path, R.SAMPLES)
-        try:
-            with (self.path / R.SAMPLES).open("a", encoding="utf-8") as sink:
-                sink.write("".join(json.dumps(r) + "\n" for r in rows))
-                sink.flush()
-        except OSError as exc:
-            raise InputError(self.path / R.SAMPLES, f"cannot write: {exc.strerror or exc}") from None
+        R.append_text(self.path / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in rows))
 
     def write_partial(self, document: dict[str, Any], done: int, total: int) -> None:
         self._write(R.PARTIAL_JSON, json.dumps({**document, "incomplete": {"done": done, "total": total}}, indent=1) + "\n")

@@ -105,14 +105,11 @@ class TrackFolder:
 
     def append(self, row: TrackRow) -> None:
         record_written(self.path, ROWS)
-        with (self.path / ROWS).open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
+        R.append_text(self.path / ROWS, json.dumps(row) + "\n")
 
     def log(self, event: str, **fields: Any) -> None:
         record_written(self.path, LOG)
-        with (self.path / LOG).open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps({"time": now(), "event": event, **fields}) + "\n")
+        R.append_text(self.path / LOG, json.dumps({"time": now(), "event": event, **fields}) + "\n")
 
     def run_dir(self, label: str) -> Path:
         record_written(self.path, f"{RUNS}/{label}")
