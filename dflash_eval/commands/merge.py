@@ -36,7 +36,9 @@ def _read_shard(path: Path) -> dict[str, Any]:
     settings = state.get("settings") or {}
     if not isinstance(settings.get("shard"), dict):
         raise InputError(path, "is not a shard (made without --shard I/N)")
-    if not state.get("complete") or not (path / R.RUN_JSON).is_file():
+    from ..core.errors import regular_file_present
+
+    if not state.get("complete") or not regular_file_present(path / R.RUN_JSON):
         raise InputError(path, "is an unfinished shard: rerun its `dflash-eval run --shard` command to finish it")
     run = R.read_run_document(path)
     rows = run_rows(path, run)  # a torn, cut or duplicated shard is refused by name, never merged short

@@ -103,8 +103,10 @@ def write_run_html(folder: Path, text: str, name: str = REPORT_HTML) -> Path:
 
 def written_files(folder: Path) -> list[str] | None:
     """written.json's list, or None for a folder of an older version that has none."""
+    from ..core.errors import regular_file_present
+
     path = Path(folder) / WRITTEN
-    if not path.is_file():
+    if not regular_file_present(path):  # a FIFO or a link loop is refused, never taken for an older folder
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
