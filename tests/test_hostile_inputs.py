@@ -313,6 +313,14 @@ CASES = {
         "p-surrogate.jsonl: line 1: not valid JSON (a lone UTF-16 surrogate \\ud800 at character 6"),
     "an unpaired surrogate in a response": (lambda w: run_args(w, "--responses", str(text_file(
         w, "r-surrogate.jsonl", '{"id": "demo/0", "response": "x\\udc00"}\n'))), "r-surrogate.jsonl: line 1"),
+    # issue 49 J: a result folder edited so that its rows contradict their own walk or run.json's settings
+    "report: a continuation token under an accepted draft": (lambda w: ["report", str(edited_report_run(
+        w, "accepted-token", changed_accepted_token))], "but the continuation holds"),
+    "show: an edited token piece": (lambda w: ["show", str(edited_report_run(w, "piece", changed_piece))],
+                                    "the pieces were edited (each id has one decoded piece)"),
+    "report: max_new_tokens the rows contradict": (lambda w: ["report", str(edited_report_run(
+        w, "cap", lambda d: set_json(d / "run.json", "provenance.max_new_tokens", 8)))],
+        "its continuation has 16 tokens, more than max_new_tokens 8"),
     # readers of a finished run's folder
     "report: a duplicated row": (lambda w: ["report", str(run_copy(w, "dup", samples_edit(duplicate_first_row)))],
                                  "line 2 repeats prompt 'demo/0'"),
@@ -333,6 +341,43 @@ CASES = {
     "show: a row of another drafter": (lambda w: ["show", str(run_copy(w, "alien", samples_edit(
         lambda d: d.replace(b'"drafter": "zlab"', b'"drafter": "other"', 1))))], "row of drafter 'other'"),
 }
+
+
+def edited_report_run(w, name: str, change) -> Path:
+    """A copy of the checked-in report run (trained drafters: walks that accept drafts) with one edit."""
+    out = copy_tree(REPORT_RUN, w["root"] / "edited" / name)
+    change(out)
+    return out
+
+
+def set_json(path: Path, key: str, value) -> None:
+    document = json.loads(path.read_text())
+    set_key(key, value)(document)
+    path.write_text(json.dumps(document, indent=1))
+
+
+def _edit_first_row(folder: Path, change) -> None:
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    change(row)
+    (folder / "samples.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+
+
+def changed_accepted_token(folder: Path) -> None:
+    """The continuation token under the first accepted draft changed (its counts and bits left as they were)."""
+    def change(row):
+        p = row["prompt_len"]
+        s = next(i for i, n in enumerate(row["walk_accept_lengths"]) if n >= 2)
+        at = row["walk_anchors"][s] - p + 1
+        row["continuation_ids"][at] = (row["continuation_ids"][at] + 1) % 500
+    _edit_first_row(folder, change)
+
+
+def changed_piece(folder: Path) -> None:
+    """One piece of the continuation rewritten, its token id left: shown as if the target had written it."""
+    def change(row):
+        row["continuation_pieces"][3] = " rm -rf /"
+    _edit_first_row(folder, change)
 
 
 def truncate_weights(folder: Path) -> None:
