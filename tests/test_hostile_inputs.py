@@ -278,6 +278,17 @@ CASES = {
     "a chat template that raises": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t10", files=template(
         '{{ raise_exception("a system message is required") }}'))),
         "chat_template.jinja: the chat template raises on a conversation (TemplateError: a system message is required)"),
+    # issue 49 K: a malformed generation_config.json was ignored (transformers falls back to config.json's ids,
+    # which drops a stop token for Qwen3), and a config key no code of ours reads was not type-checked
+    "a generation_config.json that is not JSON, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"],
+        target=copy_tree(w["target"], w["root"] / "t11", files=lambda d: (d / "generation_config.json").write_text(
+            '{"eos_token_id": [5, 6'))), "generation_config.json: invalid JSON"),
+    "an eos_token_id that is text": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t12", files=lambda d: (
+        d / "generation_config.json").write_text('{"eos_token_id": "<|im_end|>"}'))),
+        "generation_config.json: key 'eos_token_id'='<|im_end|>' is not a token id"),
+    "attention_dropout 'high' (a key nothing of ours reads)": (lambda w: run_args(w, drafter=copy_tree(
+        w["drafter"], w["root"] / "d21", set_key("attention_dropout", "high"))),
+        "config key 'attention_dropout'='high' is not of the type transformers' Qwen3Config declares"),
     "num_hidden_layers 'six'": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t3", set_key(
         "num_hidden_layers", "six"))), "'num_hidden_layers'='six' is not an integer"),
     "text_config a string": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t4", set_key(
