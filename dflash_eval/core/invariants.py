@@ -242,11 +242,13 @@ def _drafts_problem(row: dict) -> str | None:
     at the walk's last step, which the continuation's end may cut. With per-anchor bits, a walk anchor's bit j
     is exactly whether its draft at slot j + 1 equals the continuation there. An edited continuation token
     (the draft at that slot still counted as accepted) is refused here."""
-    drafts, cont = row.get("walk_drafts"), row.get("continuation_ids")
+    drafts, cont = row.get("walk_drafts"), row.get("label_ids", row.get("continuation_ids"))
     if drafts is None or cont is None:
         return None
     p = row["prompt_len"]
-    cont = _ints(cont, "continuation_ids")
+    # what the drafts were scored against: the continuation, or a training sample's labels (trained-taps)
+    what = "labels" if "label_ids" in row else "continuation"
+    cont = _ints(cont, "label_ids" if "label_ids" in row else "continuation_ids")
     bits = row.get("anchor_slot_correct")
     last = len(row["walk_anchors"]) - 1
     for s, (a, committed, drafted, block) in enumerate(zip(row["walk_anchors"], row["walk_accept_lengths"],
@@ -257,16 +259,16 @@ def _drafts_problem(row: dict) -> str | None:
         at = a - p + 1  # the continuation index of slot 1
         for j in range(committed - 1):
             if block[j] != cont[at + j]:
-                return (f"step {s} accepted its draft {block[j]} at slot {j + 1}, but the continuation holds "
+                return (f"step {s} accepted its draft {block[j]} at slot {j + 1}, but the {what} holds "
                         f"{cont[at + j]} there")
         n = committed - 1
         if s < last and n < drafted and at + n < len(cont) and block[n] == cont[at + n]:
-            return f"step {s} refused its draft {block[n]} at slot {n + 1}, which is the continuation's token there"
+            return f"step {s} refused its draft {block[n]} at slot {n + 1}, which is the {what}'s token there"
         if isinstance(bits, list) and 0 <= a - p < len(bits) and isinstance(bits[a - p], int):
             for j in range(min(drafted, len(cont) - at)):
                 if bool(bits[a - p] >> j & 1) != (block[j] == cont[at + j]):
                     return (f"anchor {a}'s slot {j + 1} is marked {'right' if bits[a - p] >> j & 1 else 'wrong'}, "
-                            "its draft and the continuation say otherwise")
+                            f"its draft and the {what} say otherwise")
     return None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core import results as R
 from ..core.errors import InputError, read_json_object
-from ..core.paths import RESULT_FILES, RESULT_MARKERS
+from ..core.paths import RESULT_FILES
 
 
 def settings_hash(settings: dict[str, Any]) -> str:
@@ -181,8 +181,9 @@ def claimed(folder: Path | None, name: str = LOCK):
     folder's lock from there to its end. The lock is taken with zero wait: a folder another process is
     still writing is refused at once, naming its lock, so that process's results (it may already have
     printed `results:`) are never replaced by a command that merely started while it ran and reached the
-    folder after it finished. A folder that does not exist yet or holds nothing of ours is not touched here
-    (no lock file is created in it); `RunFolder.open` locks it when it creates the run."""
+    folder after it finished. Only a folder that holds the lock file already is locked here: no file is
+    created by a command that may yet be refused (a new folder is locked by `RunFolder.open` when it creates
+    the run, a folder of an older version by `RunFolder.check`)."""
     if folder is None:
         yield None
         return
@@ -194,8 +195,7 @@ def claimed(folder: Path | None, name: str = LOCK):
 
     output_path(Path(folder), "--out", folder=True)  # never a lock file made inside a result it may not write
     lock = FolderLock(folder, name)
-    ours = Path(folder).is_dir() and any((Path(folder) / n).exists() for n in (name, WRITTEN, *RESULT_MARKERS))
-    if ours:
+    if (Path(folder) / name).exists():  # a folder a writer of ours made (it records its lock from the start)
         lock.acquire()
     _CLAIMED[key] = lock
     try:
