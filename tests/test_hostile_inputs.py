@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from json_edits import set_key
+from json_edits import DELETE, set_key
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
@@ -100,6 +100,28 @@ def edit_header(change):
         text = json.dumps(header).encode()
         text += b" " * ((8 - len(text) % 8) % 8)
         path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
+    return files
+
+
+def template(text: str):
+    def files(folder: Path) -> None:
+        (folder / "chat_template.jinja").write_text(text)
+    return files
+
+
+def drop_tensor(name: str):
+    def files(folder: Path) -> None:
+        state = tensors(folder)
+        del state[name]
+        save_tensors(folder, state)
+    return files
+
+
+def add_tensor(name: str):
+    def files(folder: Path) -> None:
+        import torch
+
+        save_tensors(folder, {**tensors(folder), name: torch.zeros(4, 4)})
     return files
 
 
@@ -212,6 +234,11 @@ CASES = {
         "dflash_config.block_size", 8.7))), "'block_size'=8.7 is not an integer"),
     "block_size 2**40": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d9", set_key(
         "dflash_config.block_size", 1099511627776))), "block_size=1099511627776"),
+    # a key z-lab's DFlashDraftModel reads with no default (issue 49 C: run and inspect took B = 16)
+    "block_size null": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d19", set_key(
+        "dflash_config.block_size", None))), "config key 'dflash_config.block_size' is null: z-lab's DFlashDraftModel"),
+    "block_size absent": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d20", set_key(
+        "dflash_config.block_size", DELETE))), "config key 'dflash_config.block_size' is missing"),
     "mask_token_id 1545.9": (lambda w: run_args(w, drafter=copy_tree(w["drafter"], w["root"] / "d10", set_key(
         "dflash_config.mask_token_id", 1545.9))), "'mask_token_id'=1545.9 is not an integer"),
     "speculators_config a string": (lambda w: run_args(w, drafter=copy_tree(w["speculators"], w["root"] / "d11", set_key(
@@ -236,6 +263,32 @@ CASES = {
         w["target"], w["root"] / "t1", files=truncate_weights)), "truncated"),
     "NaN in the target's lm_head, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
         w["target"], w["root"] / "t2", files=poke_output_head)), "holds NaN or infinite values"),
+    # a target's weights get the presence check a drafter's get (issue 49 B: a missing tensor was re-initialised)
+    "a target missing a tensor, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
+        w["target"], w["root"] / "t6", files=drop_tensor("model.layers.1.input_layernorm.weight"))),
+        "model.safetensors: the target's weights lack 1 tensor the model has (model.layers.1.input_layernorm.weight)"),
+    "a target holding a foreign tensor": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t7", files=add_tensor(
+        "model.layers.0.mlp.extra_proj.weight"))), "hold 1 tensor this model has no place for (model.layers.0.mlp.extra_proj"),
+    "a target tensor of another shape": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t8", files=edit_tensor(
+        "model.norm.weight", lambda t: t[:-1].clone()))), "hold 1 tensor of another shape than the config gives (model.norm.weight"),
+    # issue 49 G: the chat template is rendered once as a check before anything is written
+    "a chat template that does not parse, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"], target=copy_tree(
+        w["target"], w["root"] / "t9", files=template("{% for m in messages %}{{ m.content }}"))),
+        "chat_template.jinja: the chat template does not parse: TemplateSyntaxError at line 1"),
+    "a chat template that raises": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t10", files=template(
+        '{{ raise_exception("a system message is required") }}'))),
+        "chat_template.jinja: the chat template raises on a conversation (TemplateError: a system message is required)"),
+    # issue 49 K: a malformed generation_config.json was ignored (transformers falls back to config.json's ids,
+    # which drops a stop token for Qwen3), and a config key no code of ours reads was not type-checked
+    "a generation_config.json that is not JSON, --overwrite": (lambda w: run_args(w, "--overwrite", out=w["run"],
+        target=copy_tree(w["target"], w["root"] / "t11", files=lambda d: (d / "generation_config.json").write_text(
+            '{"eos_token_id": [5, 6'))), "generation_config.json: invalid JSON"),
+    "an eos_token_id that is text": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t12", files=lambda d: (
+        d / "generation_config.json").write_text('{"eos_token_id": "<|im_end|>"}'))),
+        "generation_config.json: key 'eos_token_id'='<|im_end|>' is not a token id"),
+    "attention_dropout 'high' (a key nothing of ours reads)": (lambda w: run_args(w, drafter=copy_tree(
+        w["drafter"], w["root"] / "d21", set_key("attention_dropout", "high"))),
+        "config key 'attention_dropout'='high' is not of the type transformers' Qwen3Config declares"),
     "num_hidden_layers 'six'": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t3", set_key(
         "num_hidden_layers", "six"))), "'num_hidden_layers'='six' is not an integer"),
     "text_config a string": (lambda w: run_args(w, target=copy_tree(w["target"], w["root"] / "t4", set_key(
@@ -259,6 +312,26 @@ CASES = {
     "deeply nested JSON in a responses line": (lambda w: run_args(w, "--responses", str(text_file(
         w, "r-deep.jsonl", '{"id": "demo/0", "response": ' + "[" * 100000 + "]" * 100000 + "}\n"))),
         "line 1: not JSON (nested too deeply)"),
+    # issue 49 E: internal errors instead of the option or the file named
+    "doctor --seed -1": (lambda w: ["doctor", "-d", str(w["drafter"]), "--target", str(w["target"]), "--seed", "-1",
+                                    "--device", "cpu"], "invalid value for '--seed': Input should be greater than or equal to 0"),
+    "diff --seed -1": (lambda w: ["diff", str(w["run"]), str(w["run"]), "--seed", "-1"],
+                       "invalid value for '--seed': Input should be greater than or equal to 0"),
+    "track --settle 1e30": (lambda w: ["track", str(w["drafter"]), "--target", str(w["target"]), "--settle", "1e30",
+                                       "--out", str(w["root"] / "new-out")], "'--settle': 1e30 is not <= 2.592e+06"),
+    "an unpaired surrogate in a prompt": (lambda w: run_args(w, "--prompts", str(text_file(
+        w, "p-surrogate.jsonl", '{"id": "s/0", "prompt": "Write \\ud800 a function."}\n'))),
+        "p-surrogate.jsonl: line 1: not valid JSON (a lone UTF-16 surrogate \\ud800 at character 6"),
+    "an unpaired surrogate in a response": (lambda w: run_args(w, "--responses", str(text_file(
+        w, "r-surrogate.jsonl", '{"id": "demo/0", "response": "x\\udc00"}\n'))), "r-surrogate.jsonl: line 1"),
+    # issue 49 J: a result folder edited so that its rows contradict their own walk or run.json's settings
+    "report: a continuation token under an accepted draft": (lambda w: ["report", str(edited_report_run(
+        w, "accepted-token", changed_accepted_token))], "but the continuation holds"),
+    "show: an edited token piece": (lambda w: ["show", str(edited_report_run(w, "piece", changed_piece))],
+                                    "the pieces were edited (each id has one decoded piece)"),
+    "report: max_new_tokens the rows contradict": (lambda w: ["report", str(edited_report_run(
+        w, "cap", lambda d: set_json(d / "run.json", "provenance.max_new_tokens", 8)))],
+        "its continuation has 16 tokens, more than max_new_tokens 8"),
     # readers of a finished run's folder
     "report: a duplicated row": (lambda w: ["report", str(run_copy(w, "dup", samples_edit(duplicate_first_row)))],
                                  "line 2 repeats prompt 'demo/0'"),
@@ -279,6 +352,43 @@ CASES = {
     "show: a row of another drafter": (lambda w: ["show", str(run_copy(w, "alien", samples_edit(
         lambda d: d.replace(b'"drafter": "zlab"', b'"drafter": "other"', 1))))], "row of drafter 'other'"),
 }
+
+
+def edited_report_run(w, name: str, change) -> Path:
+    """A copy of the checked-in report run (trained drafters: walks that accept drafts) with one edit."""
+    out = copy_tree(REPORT_RUN, w["root"] / "edited" / name)
+    change(out)
+    return out
+
+
+def set_json(path: Path, key: str, value) -> None:
+    document = json.loads(path.read_text())
+    set_key(key, value)(document)
+    path.write_text(json.dumps(document, indent=1))
+
+
+def _edit_first_row(folder: Path, change) -> None:
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    row = json.loads(lines[0])
+    change(row)
+    (folder / "samples.jsonl").write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
+
+
+def changed_accepted_token(folder: Path) -> None:
+    """The continuation token under the first accepted draft changed (its counts and bits left as they were)."""
+    def change(row):
+        p = row["prompt_len"]
+        s = next(i for i, n in enumerate(row["walk_accept_lengths"]) if n >= 2)
+        at = row["walk_anchors"][s] - p + 1
+        row["continuation_ids"][at] = (row["continuation_ids"][at] + 1) % 500
+    _edit_first_row(folder, change)
+
+
+def changed_piece(folder: Path) -> None:
+    """One piece of the continuation rewritten, its token id left: shown as if the target had written it."""
+    def change(row):
+        row["continuation_pieces"][3] = " rm -rf /"
+    _edit_first_row(folder, change)
 
 
 def truncate_weights(folder: Path) -> None:
@@ -316,7 +426,7 @@ def test_hostile_input_is_one_line_and_touches_nothing(name, world):
 
 @pytest.mark.parametrize("name", ["rope_theta NaN", "rope_parameters factor -4", "input_embedding_scale NaN",
                                   "output_multiplier Infinity", "an all-NaN fc.weight", "0xFF bytes in lm_head's data",
-                                  "int8 weights", "block_size 2**40"])
+                                  "int8 weights", "block_size 2**40", "block_size null", "block_size absent"])
 def test_inspect_shows_each_bad_number_as_a_failure(name, world):
     args = CASES[name][0](world)
     drafter = args[args.index("-d") + 1]
@@ -465,6 +575,72 @@ def test_overwrite_removes_only_what_dflash_eval_wrote(world):
     assert (out / "notes.txt").read_text() == "my notes"
     assert json.loads((out / "run.json").read_text())["provenance"]["max_new_tokens"] == 6
     assert "report.html" in json.loads((out / "written.json").read_text())
+
+
+def test_the_same_command_on_a_finished_run_leaves_its_record(world):
+    """Issue 49 K: rerunning the command that finished a run rewrote run.json with a recount of nothing (its
+    work counters 0, a new `created`). The finished run is left as it is, byte for byte."""
+    out = run_copy(world, "finished")
+    before = snapshot(out)
+    result = runner.invoke(app, run_args(world, out=out), env=ENV)
+    assert result.exit_code == 0, result.output
+    assert "already holds this run, finished" in result.output
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("command", [["report"], ["show"], ["show", "--worst", "2"]])
+def test_an_output_that_cannot_hold_unicode_gets_ascii(command, world):
+    """Issue 49 F: `PYTHONIOENCODING=ascii dflash-eval report|show` was an internal error (UnicodeEncodeError
+    on the table borders and glyphs). A stdout that cannot hold Unicode gets ASCII: borders, bars and markers
+    as ASCII, text from data as backslash escapes; every byte written is ASCII."""
+    ascii_runner = CliRunner(charset="ascii")
+    result = ascii_runner.invoke(app, [command[0], str(world["run"]), *command[1:]], env=ENV)
+    assert result.exit_code == 0, (result.output, repr(result.exception))
+    text = result.stdout_bytes.decode("ascii")  # raises on any other byte
+    assert "internal error" not in text and ("drafter" in text or "zlab" in text)
+
+
+def _with_small_files(code: str, limit: int = 4096) -> subprocess.CompletedProcess:
+    """`code` run by Python under a file-size limit of `limit` bytes (RLIMIT_FSIZE; SIGXFSZ ignored), so a
+    write past it fails in the kernel as a full disk does: an OSError from write() that carries no path."""
+    prelude = textwrap.dedent(f"""
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+        """)
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "300"}, timeout=300)
+
+
+def test_a_refused_write_of_report_html_file_names_the_file(world, tmp_path):
+    """Issue 49 H: `report --html-file` on a full disk said `error: No space left on device`, no path."""
+    page = tmp_path / "page.html"
+    done = _with_small_files(f"""
+        import sys
+        from dflash_eval.cli import main
+        sys.argv = ["dflash-eval", "report", {str(world["run"])!r}, "--html-file", {str(page)!r}]
+        main()
+        """)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: {page}: cannot write: File too large"), line
+    assert not list(tmp_path.iterdir())  # no page, no temporary left
+
+
+def test_a_refused_write_of_the_continuation_cache_names_the_file(tmp_path):
+    """Issue 49 H: the continuation cache on a full disk (after the generation) was an error without a path."""
+    done = _with_small_files(f"""
+        from dflash_eval.core.errors import InputError
+        from dflash_eval.pipeline.continuations import ContinuationCache
+        from pathlib import Path
+        cache = ContinuationCache(Path({str(tmp_path / "cache")!r}))
+        try:
+            cache.put("k" * 64, list(range(5000)))
+        except InputError as exc:
+            print(exc.one_line())
+        """, limit=1024)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{tmp_path / 'cache' / ('k' * 64 + '.json')}: cannot write: File too large", done.stdout
 
 
 # ------------------------------------------------------------------------------------------------ accepted
@@ -647,8 +823,8 @@ def test_a_checkpoint_number_is_accepted_only_when_valid(key, value, world, tmp_
     else:
         edit = set_key(where, value)
     copy_tree(world["drafter"], folder, edit)
-    if value is None:  # absent: the format's default applies (z-lab: block_size 16, no scales)
-        return
+    if value is None and key != "block_size":  # null: the format's default applies (no scales); z-lab has
+        return  # no default block size (DFlashDraftModel reads config.block_size): null is refused
     result = runner.invoke(app, ["inspect", str(folder), "--target", str(world["target"])], env=ENV)
     assert result.exit_code in (0, 2) and "Traceback" not in result.output, result.output
     if result.exit_code == 2:

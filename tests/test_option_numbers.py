@@ -94,3 +94,76 @@ def test_in_range_values_still_parse():
     for parse, value in ((finite_number(0, low_open=True), "0"), (finite_number(0, 1), "1.01"), (finite_number(1), "0.5")):
         with pytest.raises(Exception, match="is not"):
             parse(value)
+
+
+# ------------------------------------------------------------------------------------------------ domains (issue 49)
+
+
+def number_options() -> list[tuple[list[str], str, object]]:
+    """(command path, option name, parameter) for every option whose value is a number (int or float)."""
+    out = []
+
+    def walk(command, path):
+        for sub_name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*path, sub_name])
+        for param in getattr(command, "params", []):
+            annotation = param.type_descriptor.annotation
+            kinds = set(getattr(annotation, "__args__", ())) | {annotation}
+            if kinds & {int, float} and param.opts[0].startswith("--") and not getattr(param, "is_flag", False):
+                out.append((path, param.opts[0], param))
+
+    walk(get_command(app), [])
+    return out
+
+
+def domain(param) -> tuple:
+    """An option's domain as parsed: click's range for an int, finite_number's bounds for a float."""
+    import inspect
+
+    parser = param.type_descriptor.parameter_info.parser
+    if parser is not None:
+        bounds = inspect.getclosurevars(parser).nonlocals
+        return ("float", bounds.get("low"), bounds.get("high"), bounds.get("low_open"))
+    return ("int", param.min, param.max, False)
+
+
+NUMBERS = number_options()
+
+
+def test_one_domain_per_option_name_across_commands():
+    """`--seed -1` was refused by numpy in doctor and diff (internal error) and taken by run: one name, one
+    rule, in every command that has it."""
+    by_name: dict[str, set] = {}
+    for path, name, param in NUMBERS:
+        by_name.setdefault(name, set()).add(domain(param))
+    assert {n: d for n, d in by_name.items() if len(d) > 1} == {}
+
+
+def test_every_number_option_has_a_declared_lower_bound():
+    unbounded = [(" ".join(path), name) for path, name, param in NUMBERS if domain(param)[1] is None]
+    assert unbounded == []
+
+
+SECONDS = {"--interval", "--settle", "--lock-timeout", "--dist-timeout"}
+
+
+@pytest.mark.parametrize("path,name", [(p, n) for p, n, _ in NUMBERS], ids=[f"{' '.join(p)} {n}" for p, n, _ in NUMBERS])
+def test_a_value_outside_the_domain_is_one_usage_line(path, name, tmp_path):
+    """Below the lower bound (and, for seconds, 1e30: `track --settle 1e30` overflowed time.sleep): one line
+    naming the option, exit 2, nothing run."""
+    kind, low, high, low_open = domain(dict((n, p) for q, n, p in NUMBERS if q == path)[name])
+    values = [str(low if kind == "float" and low_open else (low - 1 if kind == "int" else low - 0.5))]
+    if name in SECONDS:
+        values.append("1e30")
+    if high is not None:
+        values.append(str(high + 1))
+    for value in values:
+        args = [*path, name, value]
+        if "--out" in [o for p in _params(path) for o in p.opts]:
+            args += ["--out", str(tmp_path / "out")]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (path, name, value, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and name in lines[0], lines
+        assert "internal error" not in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()

@@ -196,3 +196,53 @@ def test_report_html_is_written_under_the_runs_lock(test_bed, drafter_dirs, tmp_
     lock = FolderLock(out)
     lock.acquire()  # released once everything is written
     lock.release()
+
+
+def test_an_overwrite_started_while_a_run_writes_is_refused_and_the_run_keeps_its_results(
+        test_bed, drafter_dirs, repeat_anchor_drafter, tmp_path, monkeypatch):
+    """Issue 49 A, the deterministic race: run A (two drafters, 13 prompts x 48 tokens) is writing; when its
+    samples.jsonl holds 2 rows, B = `run -p two_prompts.jsonl --overwrite` starts into the same folder. B's
+    preparation (imports, tokenizer, hashing: seconds) outlasted A, which finished, printed `results:` and
+    exited 0; then B took the free lock and deleted A's results. Here B's preparation is made to outlast A
+    for certain (it waits for A's process to end): B must be refused at its start, naming the lock, and A's
+    26 rows and run.json stay."""
+    import os
+
+    import dflash_eval.commands.evaluate as evaluate_module
+
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    two = tmp_path / "two_prompts.jsonl"
+    two.write_text('{"id": "x/0", "prompt": "Write a function."}\n{"id": "x/1", "prompt": "Sort a list."}\n')
+    thirteen = tmp_path / "thirteen.jsonl"
+    thirteen.write_text("".join(json.dumps({"id": f"p/{i}", "prompt": f"Write function number {i} in Python."}) + "\n"
+                                for i in range(13)))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "dflash_eval", "run", "-d", str(drafter_dirs["zlab"]), "-d", str(repeat_anchor_drafter),
+         "--target", str(test_bed["qwen3"]), "-p", str(thirteen), "--max-new-tokens", "48", "--device", "cpu",
+         "--out", str(out), "--no-html", "--cache-dir", str(cache)],
+        env={**os.environ, "DFLASH_EVAL_SLOW_PROMPTS": "0.4", "COLUMNS": "200"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        import time
+
+        deadline = time.monotonic() + 600
+        while not (out / "samples.jsonl").is_file() or len((out / "samples.jsonl").read_text().splitlines()) < 2:
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        real = evaluate_module.prepare_inputs
+
+        def outlasting(options, *args, **kwargs):
+            first.wait()  # B's preparation ends after A has finished and released its lock
+            return real(options, *args, **kwargs)
+
+        monkeypatch.setattr(evaluate_module, "prepare_inputs", outlasting)
+        second = runner.invoke(app, ["run", "-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]),
+                                     "-p", str(two), "--max-new-tokens", "48", "--device", "cpu", "--out", str(out),
+                                     "--overwrite", "--no-html", "--cache-dir", str(cache)], env=ENV)
+    finally:
+        stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0 and "results:" in stdout, stderr
+    refused(second, "run.lock")
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 26
+    run = json.loads((out / "run.json").read_text())
+    assert run["provenance"]["prompts"]["count"] == 13 and len(run["drafters"]) == 2

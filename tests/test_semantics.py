@@ -145,15 +145,26 @@ def test_config_key_is_honoured(key, fmt, value, check, zlab_dir, spec_dir, tmp_
 
 
 def test_zlab_defaults_when_keys_are_absent(zlab_dir, tmp_path):
+    """z-lab's code has a default tap rule (noted, and said as a warning by every command: inputs.assumed_defaults),
+    but no default block size: DFlashDraftModel reads `config.block_size` (issue 49 C)."""
     def edit(config):
-        config["dflash_config"].pop("block_size")
-        config.pop("block_size", None)
         config["dflash_config"].pop("target_layer_ids")
         config["num_target_layers"] = 36
         config["num_hidden_layers"] = 2
-    spec, _, _ = read_spec(edited(zlab_dir, tmp_path, edit))
-    assert spec.block_size == 16 and spec.taps == (1, 33)  # z-lab's build_target_layer_ids(36, 2)
-    assert any("block_size absent" in n for n in spec.config_notes)
+    folder = edited(zlab_dir, tmp_path / "taps", edit)
+    spec, _, _ = read_spec(folder)
+    assert spec.taps == (1, 33)  # z-lab's build_target_layer_ids(36, 2)
+    from dflash_eval.pipeline.inputs import DrafterEntry, assumed_defaults
+
+    assert assumed_defaults([DrafterEntry("d", folder, spec)]) == [
+        "drafter d: target_layer_ids absent: z-lab's default rule gives [1, 33] assumed"]  # a run's warning
+
+    def no_block(config):
+        config["dflash_config"].pop("block_size")
+        config.pop("block_size", None)
+    with pytest.raises(InputError, match="'dflash_config.block_size' is missing: z-lab's DFlashDraftModel has no "
+                                         "default block size"):
+        read_spec(edited(zlab_dir, tmp_path / "block", no_block))
 
 
 REFUSED = [

@@ -162,3 +162,34 @@ def test_sglangs_counters_give_a_windowed_tau_without_the_prefill_token(tmp_path
     (tmp_path / "x.txt").write_text(SGLANG_COUNTERS.format(gen_a=10.0, gen_b=0.0, verify=20.0, req_a=5.0, req_b=0.0))
     bad = runner.invoke(app, ["served", str(tmp_path / "x.txt")])
     assert bad.exit_code == 2 and "10 generation tokens for 5 requests and 20 verify steps" in bad.output
+
+
+@pytest.mark.parametrize("counts, named", [
+    # vLLM counts position i only when every position before it was accepted: 700 after 650 is no real count
+    ((1000, 3000, 1450, [650, 700, 100]), "position 1 has 700 accepted tokens, more than the 650 of position 0"),
+    # fewer drafted tokens than drafts gave tau 1.000 (every draft holds one token at least)
+    ((10 ** 12, 300, 290, [200, 60, 30]), "300 drafted tokens in 1000000000000 drafts"),
+])
+def test_counts_a_vllm_server_cannot_produce_are_refused(tmp_path, counts, named):
+    """Issue 49 D: per-position counts that rise, fewer drafted tokens than drafts."""
+    (tmp_path / "d.txt").write_text(vllm_dump({("m", "0"): counts}))
+    result = runner.invoke(app, ["served", str(tmp_path / "d.txt")])
+    assert result.exit_code == 2 and named in result.output and "d.txt" in result.output, result.output
+
+
+def test_sglang_counters_print_no_python_none_and_say_the_gauge_beside_them(tmp_path):
+    """Issue 49 K: `served` printed "290 accepted of None drafted tokens" for SGLang's counters, and dropped
+    a gauge of the same dump in silence; a gauge no run can give beside them is refused by name."""
+    counters = SGLANG_COUNTERS.format(gen_a=330.0, gen_b=0.0, verify=30.0, req_a=10.0, req_b=0.0)
+    (tmp_path / "c.txt").write_text(counters)
+    shown = runner.invoke(app, ["served", str(tmp_path / "c.txt")], env={"COLUMNS": "300"})
+    assert shown.exit_code == 0 and "None" not in shown.output, shown.output
+    assert "290 accepted drafts in 30 verify steps" in shown.output
+    (tmp_path / "g.txt").write_text(counters + 'sglang:spec_accept_length{model_name="m"} 7.5\n')
+    data = json.loads(runner.invoke(app, ["served", str(tmp_path / "g.txt"), "--json"]).stdout)
+    assert data["tau"] == pytest.approx(1 + 290 / 30)
+    assert any(n.startswith("sglang:spec_accept_length = 7.5 (the gauge") and "they differ" in n
+               for n in data["served"]["notes"])
+    (tmp_path / "bad.txt").write_text(counters + 'sglang:spec_accept_length{model_name="m"} 0.4\n')
+    bad = runner.invoke(app, ["served", str(tmp_path / "bad.txt")])
+    assert bad.exit_code == 2 and "sglang:spec_accept_length (beside the counters) is 0.4" in bad.output, bad.output

@@ -252,3 +252,35 @@ def test_a_non_speculative_file_that_is_not_one_is_refused_by_name(demo_run, tmp
     alone = runner.invoke(app, ["served", str(spec), "--non-speculative", str(spec)])
     assert alone.exit_code == 2 and "--non-speculative pairs with --per-request" in alone.output
     assert "Traceback" not in speculative_too.output + result.output + alone.output
+
+
+def test_served_requests_of_another_length_are_cut_to_the_span_both_generated(demo_run, tmp_path):
+    """Issue 49 D: 64-token served requests were paired with a 16-token offline run, two populations in one
+    table without a word (the served walk's later, different text lowered its tau). Each row now pairs one
+    span: the longer side is cut to the tokens both generated (per-step arrays), said on screen; a served
+    walk that cannot be cut is left out, named."""
+    run, rows = demo_run
+    row = rows[0]
+    extra = 24
+    ids = list(row["continuation_ids"]) + [row["continuation_ids"][-1]] * extra
+    served_walk = walk(row) + [0] * extra  # the text beyond the offline run's cap, one token a step
+    data = as_json(reconcile(write(tmp_path, [vllm_line(row, accepted=served_walk, ids=ids)]), run, "--json"))
+    entry = data["prompts"][0]
+    assert entry["delta"] == 0.0 and entry["served"]["steps"] == len(walk(row)) and not data["below_offline"]
+    assert any(n.startswith("1 of 1 prompts generated another number of tokens served than offline (served up to "
+                            f"{len(ids)}, offline up to {len(row['continuation_ids'])})") for n in data["notes"])
+    shown = reconcile(write(tmp_path, [vllm_line(row, accepted=served_walk, ids=ids)]), run)
+    assert "note: 1 of 1 prompts generated another number of tokens" in shown.stdout
+    summary = vllm_line(row, accepted=served_walk, ids=ids, detailed=False)
+    data = as_json(reconcile(write(tmp_path, [summary]), run, "--json"))
+    assert data["prompts"] == [] and any(n.startswith("left out of every table: 1 prompts") for n in data["notes"])
+
+
+def test_more_verify_steps_than_output_tokens_are_refused(demo_run, tmp_path):
+    """Issue 49 D: an SGLang body with spec_verify_ct 3 and two output tokens was read (each step commits a
+    token at least: EagleVerifyInput.verify)."""
+    run, rows = demo_run
+    body = {"text": "ab", "output_ids": [5, 6],
+            "meta_info": {"spec_verify_ct": 3, "spec_num_correct_drafts": 0, "completion_tokens": 2}}
+    result = reconcile(write(tmp_path, [json.dumps({"id": rows[0]["prompt_id"], "response": body})]), run)
+    assert result.exit_code == 2 and "line 1 (id 'demo/0'): 3 verify steps for 2 output tokens" in result.output, result.output

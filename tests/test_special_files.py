@@ -113,3 +113,39 @@ def test_a_fifo_in_a_hub_dataset_snapshot_is_refused_by_name(shard, tmp_path, mo
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     result = invoke(["prompts", "show", "hf:someone/blocked", "--prompt-field", "question"])
     assert result.exit_code == 2 and "is a FIFO, not a regular file" in result.stderr, result.output
+
+
+def test_a_hidden_state_file_that_is_a_fifo_is_refused_by_name(test_bed, tmp_path):
+    """Issue 49 I: trained-taps took a hidden-state file that is a FIFO for "missing (not extracted yet)" and
+    skipped its sample. A FIFO is refused by name (core/errors.regular_file_present), never skipped."""
+    import torch
+
+    from dflash_eval.testing import trainer_data as W
+
+    samples = W.samples_from([(torch.arange(10, 40), 6), (torch.arange(50, 80), 8)])
+    hidden = [torch.zeros(len(s.ids), 3, 64, dtype=torch.bfloat16) for s in samples]
+    data = W.write_speculators(tmp_path / "spec", samples, hidden, [h[:, 0] for h in hidden])
+    fifo = data / "hidden_states" / "hs_1.safetensors"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    result = invoke(["trained-taps", str(data), "--target", str(test_bed["qwen3"]), "--device", "cpu", "--split", "all",
+                     "--layer-ids", "2,3,4", "--noise-samples", "1"])
+    assert result.exit_code == 2, result.output
+    assert "hs_1.safetensors: is a FIFO, not a regular file (a hidden-state file)" in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("kind, readers", [("drafter", ["inspect", "run", "plan"]), ("target", ["inspect", "run", "plan"])])
+def test_a_config_json_that_is_a_symbolic_link_loop_is_refused_by_name(kind, readers, world, tmp_path):
+    """Issue 49 K: a config.json that is a symbolic link loop was "no config.json" (Path.is_file is False for
+    it, as for a FIFO and for nothing at all): now named as what it is."""
+    folders = {"drafter": world["drafter"], "target": world["target"]}
+    dest = tmp_path / kind
+    shutil.copytree(folders[kind], dest, symlinks=True)
+    (dest / "config.json").unlink()
+    (dest / "config.json").symlink_to("config.json")  # points at itself
+    folders[kind] = dest
+    for reader in readers:
+        result = invoke(commands(world, folders["drafter"], folders["target"], world["run"], {})[reader])
+        assert result.exit_code == 2, (reader, result.output)
+        assert "config.json: is a symbolic link loop, not a regular file" in result.stderr, (reader, result.stderr)
+    assert not (world["root"] / "out").exists()

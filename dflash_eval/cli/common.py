@@ -13,10 +13,55 @@ from rich.console import Console
 
 from ..core.errors import EXIT_BAD_INPUT, InputError
 
+# What an output that cannot hold Unicode (PYTHONIOENCODING=ascii, a latin-1 locale, a log piped through an
+# ASCII-only tool) shows for the glyphs dflash-eval prints itself; any other character (text from data)
+# becomes its \\u escape. Rich draws its tables with ASCII borders by itself on such a stream.
+ASCII_GLYPHS = str.maketrans({"\u2013": "-", "\u00b7": ".", "\u2502": "|", "\u2192": "->", "\u21b5": "\\n",
+                              "\u240d": "\\r", "\u2205": "(empty)", "\u26a0": "!", "\u25b2": "^", "\u25bc": "v",
+                              "\u2039": "<", "\u203a": ">", "\u2026": "...", "\u00b9": "1", "\u2581": "_",
+                              "\u2582": ".", "\u2583": ":", "\u2584": "-", "\u2585": "=", "\u2586": "+",
+                              "\u2587": "*", "\u2588": "#", "\u2500": "-", "\u2265": ">=", "\u2264": "<=",
+                              "\u00b1": "+/-", "\u2014": "--", "\u03c4": "tau"})
+
+
+class EncodableStream:
+    """A text stream that writes only what its encoding holds: dflash-eval's glyphs as ASCII (ASCII_GLYPHS),
+    anything else as a backslash escape; never a UnicodeEncodeError over a finished command's output."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.encoding = getattr(stream, "encoding", None) or "ascii"
+
+    def write(self, text: str) -> int:
+        try:
+            text.encode(self.encoding)
+        except UnicodeEncodeError:
+            text = text.translate(ASCII_GLYPHS).encode(self.encoding, "backslashreplace").decode(self.encoding)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):  # flush, isatty, fileno: the stream's own
+        return getattr(self.stream, name)
+
+
+def encodable(stream):
+    """`stream` itself when its encoding holds Unicode (UTF-8), else wrapped in an EncodableStream."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        "\u2588\u2502\u2013\u00b7\u2192\u2026".encode(encoding)
+        return stream
+    except (UnicodeEncodeError, LookupError):
+        return EncodableStream(stream)
+
 
 def stdout_console() -> Console:
-    """Created per command so COLUMNS (and a test runner's redirected stdout) are honoured."""
-    return Console(highlight=False)
+    """Created per command so COLUMNS (and a test runner's redirected stdout) are honoured; a stdout that
+    cannot hold Unicode gets ASCII (`encodable`)."""
+    return Console(highlight=False, file=encodable(sys.stdout))
+
+
+def write_stdout(text: str) -> None:
+    """Plain text (markdown, an export) to stdout, as the console writes it: ASCII where Unicode cannot go."""
+    encodable(sys.stdout).write(text)
 
 
 def safe_line(text: str) -> str:
@@ -37,7 +82,8 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     from ..core.safe_text import safe
 
     # the message quotes paths, names and file content: shown escaped, never interpreted
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {safe(message)}", markup=True)
+    Console(file=encodable(sys.stderr), highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {safe(message)}",
+                                                                                markup=True)
     return typer.Exit(code)
 
 
@@ -62,6 +108,27 @@ def reports_input_errors(command):
                        f"full traceback saved to {save_traceback()}", 1) from None
 
     return wrapper
+
+
+def claims_out(lock: str = "run.lock"):
+    """A command that writes into its `--out` folder holds that folder's lock from its first line
+    (`pipeline/run_folder.claimed`: zero wait), before its heavy imports and any slow check: a run that
+    another process is still writing is refused at once, naming the lock, never replaced after it finished
+    and printed `results:`. Under torchrun only rank 0 writes OUT (the other ranks write their shard folders)."""
+
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            from ..commands.distributed import launched_ranks
+            from ..pipeline.run_folder import claimed
+
+            out = kwargs.get("out")
+            with claimed(out if out is not None and launched_ranks()[0] == 0 else None, lock):
+                return command(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def save_traceback() -> str:

@@ -8,13 +8,14 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out()
 def demo(
     out: Path = typer.Option(Path("reports/demo"), "--out", "-o", help="Where the demo run is written."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Generation cap per prompt."),
@@ -69,7 +70,10 @@ def _clear_demo_out(out: Path) -> None:
     if not out.is_dir():
         raise fail(f"{out}: exists and is not a folder; choose another --out")
     if (out / DEMO_MARKER).is_file():
-        shutil.rmtree(out)
+        for child in out.iterdir():  # all but the lock this demo holds (claims_out): a new file would not be held
+            if child.name == "run.lock":
+                continue
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     elif any(out.iterdir()):
         raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
 

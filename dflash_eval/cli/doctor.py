@@ -8,13 +8,14 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out()
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
@@ -45,25 +46,15 @@ def doctor(
     given = dict(locals())  # every option, passed on whole (a new option needs no second list)
     from ..core.paths import output_path
 
-    if out is not None:
+    if out is not None:  # (a run folder in --out is held locked from the first line: cli/common.claims_out)
         output_path(out, "--out", folder=True)
-    lock = None
-    if out is not None and (out / "run_state.json").is_file():  # a run folder: no run may write into it meanwhile
-        from ..pipeline.run_folder import FolderLock
-
-        lock = FolderLock(out)
-        lock.acquire()
-    try:
-        _doctor(**given)
-    finally:
-        if lock is not None:
-            lock.release()
+    _doctor(**given)
 
 
 def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
             cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
             depth_buckets, draft_window, trained_taps, engines) -> None:
-    """doctor's work once its --out (a run folder) is locked."""
+    """doctor's work once its --out is checked (and, a run folder, locked)."""
     from ..commands.doctor import run_doctor
     from ..commands.evaluate import RunOptions
     from ..core.results import RUN_JSON

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import reports_input_errors, safe_line, stdout_console
+from .common import reports_input_errors, safe_line, stdout_console, write_stdout
 from .root import app
 
 
@@ -21,7 +21,7 @@ def export_serving(
                                                      "sglang (SGLANG_SIMULATE_ACC_LEN), dynamo (mocker --aic-nextn "
                                                      "flags, conditional rates) or modelopt (speculation_profile.json "
                                                      "v1.0, both conventions, every measured k)."),
-    k: Optional[int] = typer.Option(None, "--k", help="Draft length (num_speculative_tokens); default: the best k "
+    k: Optional[int] = typer.Option(None, "--k", min=1, help="Draft length (num_speculative_tokens); default: the best k "
                                                      "at batch 1 of the run's expected speedup, else B - 1. Must "
                                                      "have been measured (run --draft-lengths)."),
     drafter: Optional[str] = typer.Option(None, "--drafter-name", help="Which drafter of the run (needed when it holds several)."),
@@ -42,7 +42,7 @@ def export_serving(
     result = build(run_dir, engine, k=k, drafter=drafter, synthetic=synthetic)
     text = printable(result["text"], keep="\n")  # the one escaping rule: a drafter name never drives a terminal
     if out is None:
-        typer.echo(text, nl=False)
+        write_stdout(text)
         return
     atomic_write(out, text)
     stdout_console().print(safe_line(f"written: {out} ({engine}, k = {result['k']})"))

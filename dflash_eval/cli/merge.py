@@ -8,12 +8,13 @@ from pathlib import Path
 
 import typer
 
-from .common import reports_input_errors, safe_line, stdout_console
+from .common import claims_out, reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out()
 def merge(
     shards: list[Path] = typer.Argument(..., help="The N shard folders of one run (`run --shard I/N`)."),
     out: Path = typer.Option(..., "--out", "-o", help="The merged run folder (what one process would have written)."),

@@ -56,6 +56,8 @@ class Setting:
         extra: dict[str, Any] = {}
         if flag.minimum is not None:
             extra["min"] = flag.minimum
+        if flag.maximum is not None:
+            extra["max"] = flag.maximum
         if flag.metavar is not None:
             extra["metavar"] = flag.metavar
         if flag.number is not None:

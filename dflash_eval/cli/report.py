@@ -4,13 +4,12 @@ decoded blocks) and `diff` (cli/diff.py, two runs)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .common import fail, incomplete_banner, reports_input_errors, safe_line, stdout_console
+from .common import fail, incomplete_banner, reports_input_errors, safe_line, stdout_console, write_stdout
 from .root import app
 
 
@@ -44,7 +43,7 @@ def report(
 
         summary = run_summary(run_dir, run, partial=partial)
         text = json.dumps(summary, indent=1) + "\n" if as_json else summary_markdown(summary)
-        sys.stdout.write(text)
+        write_stdout(text)
         return
     console = stdout_console()
     incomplete_banner(console, run)

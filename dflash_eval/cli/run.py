@@ -11,13 +11,14 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out()
 def run(
     drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several.", rich_help_panel=opt.DRAFTERS),
     target: opt.target.type = opt.target.default,

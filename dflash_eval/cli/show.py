@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from . import options as opt
 from .common import fail, incomplete_banner, reports_input_errors, stdout_console
 from .root import app
 
@@ -17,10 +18,10 @@ def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Only this prompt id."),
     drafter: Optional[str] = typer.Option(None, "--drafter-name", help="Only this drafter (its name in the run)."),
-    worst: Optional[int] = typer.Option(None, "--worst", min=1, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
+    worst: Optional[int] = typer.Option(None, "--worst", min=0, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
     first: Optional[int] = typer.Option(None, "--first", min=1, metavar="N", help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the --random choice."),
+    seed: int = typer.Option(0, "--seed", min=opt.seed.flag.minimum, help="Seed of the --random choice."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""

@@ -8,14 +8,17 @@ from typing import Optional
 
 import typer
 
+from ..core.sections import SECONDS_MAX
+from ..pipeline.track_folder import TRACK_LOCK
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
 
 @app.command()
 @reports_input_errors
+@claims_out(TRACK_LOCK)
 def track(
     save_dir: list[Path] = typer.Argument(..., help="A training run's save folder (speculators <epoch>/, HF checkpoint-N/, SpecForge epoch_E_step_S/, any folder of checkpoint folders), or checkpoint folders one by one."),
     target: opt.target.type = opt.target.default,
@@ -24,8 +27,8 @@ def track(
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
     out: opt.out_track.type = opt.out_track.default,
     watch: bool = typer.Option(False, "--watch", help="Keep polling for new checkpoints until interrupted (Ctrl-C)."),
-    interval: float = typer.Option(60.0, "--interval", parser=opt.finite_number(0, low_open=True), help="Seconds between polls with --watch."),
-    settle: float = typer.Option(2.0, "--settle", parser=opt.finite_number(0), help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
+    interval: float = typer.Option(60.0, "--interval", parser=opt.finite_number(0, SECONDS_MAX, low_open=True), help="Seconds between polls with --watch."),
+    settle: float = typer.Option(2.0, "--settle", parser=opt.finite_number(0, SECONDS_MAX), help="Seconds between the two looks that must find a new checkpoint unchanged before it is evaluated."),
     batch: int = typer.Option(8, "--batch", min=1, help="Checkpoints evaluated together on one target pass per prompt."),
     tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="Also write the scalars (tau, interval, reach per slot, repetition, gap) to this TensorBoard log folder."),
     max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,

@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
+from ..core.sections import SECONDS_MAX
 from . import options as opt
-from .common import reports_input_errors, safe_line, stdout_console
+from .common import claims_out, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -27,6 +28,7 @@ def _layer_ids(value: str | None) -> tuple[int, ...] | None:
 
 @app.command("trained-taps")
 @reports_input_errors
+@claims_out()
 def trained_taps(
     data: Path = typer.Argument(..., help="The training run's hidden-state data folder: speculators (state.json + hidden_states/), SpecForge (rows_*/data_*.ckpt), DeepSpec (manifest.json + samples.idx) or speculators < 0.6 (data_config.json + data_*.pt)."),
     target: str = typer.Option(..., "--target", "-t", help="The target the data was extracted from (folder or HF cache name)."),
@@ -38,7 +40,7 @@ def trained_taps(
     noise_samples: int = typer.Option(8, "--noise-samples", min=1, help="Samples the bf16-vs-fp32 noise floor is measured on (one more target pass each, in the other dtype)."),
     device: opt.device.type = opt.device.default,
     dtype: str = typer.Option("float32", "--dtype", help="Our reference taps: float32 (exact) or bfloat16; the noise floor's pass runs the other."),
-    lock_timeout: float = typer.Option(10.0, "--lock-timeout", parser=opt.finite_number(0), help="Seconds to wait for a hidden-state file whose .lock a writer still holds."),
+    lock_timeout: float = typer.Option(10.0, "--lock-timeout", parser=opt.finite_number(0, SECONDS_MAX), help="Seconds to wait for a hidden-state file whose .lock a writer still holds."),
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
     seed: opt.seed.type = opt.seed.default,
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write trained_taps.json and trained_taps.html here; with -d also run.json / samples.jsonl (drafters NAME@trained-taps and NAME@our-taps, for diff and report)."),

@@ -18,7 +18,7 @@ from ..pipeline.continuations import continuations_for, sampled_continuations_fo
 from ..pipeline.document import PartialSchedule, assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
-from ..pipeline.run_folder import RunFolder
+from ..pipeline.run_folder import RunFolder, claimed
 from ..pipeline.scoring import (
     check_kernels,
     kernels_context,
@@ -83,9 +83,10 @@ def evaluate(options: RunOptions, reporter: Reporter | None = None, report=None)
     progress = Progress(reporter or Reporter())
     total = "?"
     try:
-        inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
-        total = len(inputs.prompts)
-        return _evaluate(options, progress, inputs, report)
+        with claimed(options.out):  # a folder another run still writes: refused now, before any slow work
+            inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
+            total = len(inputs.prompts)
+            return _evaluate(options, progress, inputs, report)
     except Interrupted:
         raise
     except KeyboardInterrupt:
@@ -101,6 +102,18 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
     check_numerics_options(options)
     folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
     folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
+    finished = None if options.overwrite else folder.finished_document()
+    if finished is not None:  # the same command again on its finished run: the record stays as it is
+        try:
+            reporter.note(f"{options.out} already holds this run, finished; nothing to do (--overwrite runs it again)")
+            if report is not None and not (options.out / "report.html").exists():
+                from ..core.results import SAMPLES, read_samples
+                from ..pipeline.run_folder import write_run_html
+
+                write_run_html(options.out, report(finished, read_samples(options.out / SAMPLES)))
+            return finished
+        finally:
+            folder.close()
     try:
         target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
                              allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())

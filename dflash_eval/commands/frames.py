@@ -120,11 +120,11 @@ def read_track(directory: str | Path) -> pd.DataFrame:
         curve = dflash_eval.read_track("track")
         curve.query("role == 'checkpoint'").plot(x="step", y="tau_macro")
     """
-    from ..core.errors import InputError
+    from ..core.errors import InputError, regular_file_present
     from ..pipeline.track_folder import ROWS, read_rows
 
     directory = Path(directory)
-    if not (directory / ROWS).is_file():
+    if not regular_file_present(directory / ROWS):
         raise InputError(directory, "not a dflash-eval track folder (no track.jsonl)")
     records = []
     for row in read_rows(directory):

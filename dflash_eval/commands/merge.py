@@ -28,7 +28,7 @@ from ..core.options import RunOptions
 from ..core.run_rows import run_rows
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
-from ..pipeline.run_folder import RunFolder, settings_differences
+from ..pipeline.run_folder import RunFolder, claimed, settings_differences
 
 
 def _read_shard(path: Path) -> dict[str, Any]:
@@ -36,7 +36,9 @@ def _read_shard(path: Path) -> dict[str, Any]:
     settings = state.get("settings") or {}
     if not isinstance(settings.get("shard"), dict):
         raise InputError(path, "is not a shard (made without --shard I/N)")
-    if not state.get("complete") or not (path / R.RUN_JSON).is_file():
+    from ..core.errors import regular_file_present
+
+    if not state.get("complete") or not regular_file_present(path / R.RUN_JSON):
         raise InputError(path, "is an unfinished shard: rerun its `dflash-eval run --shard` command to finish it")
     run = R.read_run_document(path)
     rows = run_rows(path, run)  # a torn, cut or duplicated shard is refused by name, never merged short
@@ -49,6 +51,12 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     from ..core.paths import output_path
 
     output_path(out, "--out", folder=True, reads=shard_dirs)  # never over a shard it reads
+    with claimed(out):  # a merge or run still writing --out: refused before anything is read
+        return _merge(shard_dirs, out, overwrite, argv, report)
+
+
+def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] | None, report) -> dict[str, Any]:
+    """merge's work once --out is claimed."""
     shards = [_read_shard(Path(d)) for d in shard_dirs]
     first = shards[0]
     base = {k: v for k, v in first["settings"].items() if k not in ("prompts", "shard")}

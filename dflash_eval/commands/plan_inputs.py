@@ -65,12 +65,13 @@ def plan_target(name: str):
     """(the target as plan's Model, its config, its folder)."""
     from ..core.errors import regular_files
     from ..formats.files import TOKENIZER_FILES, resolve_local_or_cached
-    from ..formats.validation import check_target_config
+    from ..formats.validation import check_generation_config, check_target_config
 
     path = resolve_local_or_cached(name)
     regular_files([path / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])  # as run
     config = read_json_object(path / "config.json", missing="not a model folder: no config.json")
-    check_target_config(config, path / "config.json")  # run's own check of the target's numbers
+    text = check_target_config(config, path / "config.json")  # run's own check of the target's numbers
+    check_generation_config(path, text.get("vocab_size"))  # and of its stop ids
     try:
         shape = R.model_shape(config)
     except InputError as exc:

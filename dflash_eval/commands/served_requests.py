@@ -236,9 +236,23 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
     rows, served_pp, offline_pp = [], {}, {}
     pooled_served: dict[int, int] = {}
     pooled_offline = [0] * (k_offline + 1)
+    cut, excluded, unknown_length = [], [], 0
     for pid in [p for p in side.rows if p in matched]:  # the run's prompt order
         r, row = matched[pid], side.rows[pid]
         walk = [n - 1 for n in row["walk_accept_lengths"]]
+        # one population per table: the served and the offline walk over the same span of output tokens
+        served_len, offline_len = R.output_length(r), row["continuation_len"]
+        if served_len is None:
+            unknown_length += 1
+        elif served_len != offline_len:
+            common = min(served_len, offline_len)
+            if served_len > common and r.per_step_accepted is None:
+                excluded.append(f"{pid} ({served_len} served tokens, {offline_len} offline)")
+                continue  # a served walk without per-step arrays cannot be cut to the offline span
+            walk = R.walk_within(walk, common)
+            if served_len > common:
+                r = R.within_tokens(r, common)
+            cut.append((pid, served_len, offline_len, common))
         offline_hist = R.histogram_of(walk, k_offline + 1)
         pooled_offline = [a + b for a, b in zip(pooled_offline, offline_hist)]
         size = max(k_offline, r.num_spec_tokens or 0) + 1
@@ -276,6 +290,7 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
     drafted = sorted({r.num_spec_tokens for r in matched.values() if r.num_spec_tokens is not None} - {k_offline})
     notes = [f"the server drafts {', '.join(map(str, drafted))} tokens per step, the offline run {k_offline}: a DFlash "
              "block of another length is not a prefix of this one, so tau and the walks are not comparable"] if drafted else []
+    notes.extend(_span_notes(cut, excluded, unknown_length, len(matched)))
     return {"kind": "dflash-eval served --per-request", "file": str(path), "run": str(side.run_dir),
             "drafter": side.name, "block_size": k_offline + 1, "engines": engines, "requests": len(requests),
             "matched": len(matched), "unmatched": unmatched,
@@ -292,6 +307,28 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
             "parted": [e["prompt"] for e in rows if e["walk"] and e["walk"].get("parted_at") is not None],
             "below_offline": [e["prompt"] for e in rows if e["gap"] and e["gap"]["below"]],
             "definitions": {e: R.DEFINITIONS[e] for e in engines}}
+
+
+def _span_notes(cut: list[tuple[str, int, int, int]], excluded: list[str], unknown: int, matched: int) -> list[str]:
+    """What the table pairs, said when served and offline lengths differ (a 64-token request beside a
+    16-token offline run covers text the offline walk never reached): the cut to the common span, the prompts
+    left out because their served walk could not be cut, and requests whose length the file does not give."""
+    notes = []
+    if cut:
+        longest = max(served for _, served, _, _ in cut)
+        notes.append(f"{len(cut)} of {matched} prompts generated another number of tokens served than offline (served up "
+                     f"to {longest}, offline up to {max(offline for _, _, offline, _ in cut)}): each is cut to the "
+                     "tokens both sides generated (the steps wholly inside them), so every row pairs one span; "
+                     "rerun offline with a matching --max-new-tokens to compare whole outputs")
+    if excluded:
+        notes.append(f"left out of every table: {len(excluded)} prompts whose served output is longer than the offline "
+                     "run's and has no per-step arrays to cut it (" + ", ".join(excluded[:3])
+                     + (", ..." if len(excluded) > 3 else "") + "): rerun offline with a matching --max-new-tokens, "
+                     "or serve with --per-request-spec-decode-metrics detailed")
+    if unknown:
+        notes.append(f"{unknown} of {matched} responses give no output token count: that served and offline cover "
+                     "the same span is not checked for them")
+    return notes
 
 
 def _short_blocks(row: dict, r: R.ServedRequest, walk: list[int]) -> list[dict[str, Any]]:

@@ -41,9 +41,9 @@ from ..pipeline.continuations import continuations_for, sampled_continuations_fo
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
-from ..pipeline.run_folder import RunFolder
+from ..pipeline.run_folder import RunFolder, claimed
 from ..pipeline.scoring import kernels_context, load_drafters, to_target_device
-from ..pipeline.track_folder import CSV, TrackFolder, run_label, track_csv, track_row
+from ..pipeline.track_folder import CSV, TRACK_LOCK, TrackFolder, run_label, track_csv, track_row
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 from . import track_breakdown
@@ -99,11 +99,15 @@ def check_track_options(options: TrackOptions) -> None:
                                    "(give RULES, not NAME=RULES)")
     import math
 
+    from ..core.sections import SECONDS_MAX
+
     for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
-        # NaN compares false with everything and inf reached time.sleep after the checkpoints were evaluated
-        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)):
+        # NaN compares false with everything, inf reached time.sleep after the checkpoints were evaluated and
+        # 1e30 overflowed it (issue 49): the CLI's parser has the same bounds (cli/track.py)
+        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)
+                and value <= SECONDS_MAX):
             raise InputError(None, f"{name} must be a finite number {'>' if name == '--interval' else '>='} 0 "
-                                   f"seconds (got {value})")
+                                   f"seconds and at most {SECONDS_MAX:g} (got {value})")
     if options.max_batch < 1:
         raise InputError(None, "--batch must be >= 1")
     for source in options.sources:
@@ -373,9 +377,10 @@ class Tracker:
 
 def track(options: TrackOptions, reporter: Reporter | None = None, **callbacks) -> Tracker:
     """Run the tracker (library entry point of `dflash-eval track`); returns it, rows and all."""
-    tracker = Tracker(options, reporter, **callbacks)
-    try:
-        tracker.run()
-    finally:
-        tracker.folder.close()  # the track folder's lock (held while it runs)
+    with claimed(options.run.out, TRACK_LOCK):  # a track another process still writes: refused before any slow work
+        tracker = Tracker(options, reporter, **callbacks)
+        try:
+            tracker.run()
+        finally:
+            tracker.folder.close()  # the track folder's lock (held while it runs)
     return tracker

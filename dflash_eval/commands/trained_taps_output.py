@@ -29,7 +29,7 @@ def check_out(out: Path, options, overwrite: bool):
     drafter (a run folder), else the folder itself, which may hold only files dflash-eval wrote there."""
     from ..core.errors import InputError
     from ..core.paths import output_path
-    from ..pipeline.run_folder import WRITTEN, RunFolder, written_files
+    from ..pipeline.run_folder import LOCK, WRITTEN, RunFolder, written_files
 
     out = Path(out)
     if options.drafter:
@@ -37,7 +37,7 @@ def check_out(out: Path, options, overwrite: bool):
         folder.check(overwrite)
         return folder
     output_path(out, "--out", folder=True, reads=[options.data])  # the one output guard (core/paths.py)
-    ours = set(written_files(out) or []) | {WRITTEN}
+    ours = set(written_files(out) or []) | {WRITTEN, LOCK}  # the lock the command holds (cli/common.claims_out)
     foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
     if foreign:
         raise InputError(out, f"exists and holds files dflash-eval did not write there ({foreign[0]}, ...); choose "

@@ -9,6 +9,7 @@ we noticed.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
@@ -55,7 +56,7 @@ def loads(text: str):
     import json
 
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        value = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except DuplicateKey:
@@ -64,6 +65,32 @@ def loads(text: str):
         raise ValueError(f"a number JSON cannot hold ({str(exc).split(';')[0]})") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    # `\ud800` alone parses (JSON's grammar allows it) into text that is not Unicode: a tokenizer, a terminal
+    # or a UTF-8 file fails on it later, after the models loaded (issue 49); refused here, for every file read
+    if _SURROGATE_ESCAPE.search(text) and (bad := _lone_surrogate(value)) is not None:
+        where = next(i for i, c in enumerate(bad) if "\ud800" <= c <= "\udfff")
+        raise ValueError(f"a lone UTF-16 surrogate \\u{ord(bad[where]):04x} at character {where} of a string "
+                         "(not Unicode text)")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(value) -> str | None:
+    """The first string in a parsed JSON value (keys included) holding a lone UTF-16 surrogate, or None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= c <= "\udfff" for c in item):
+                return item
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def read_text_file(path: Path, expected: str) -> str:
@@ -106,11 +133,18 @@ def open_regular(path: Path | str):
     """`path` opened for reading in binary, refused by name unless it is a regular file: a FIFO, a device or
     a socket (or a link to one) would block the open or the read forever, or never end. Opened non-blocking,
     checked on the open descriptor (no window between the look and the open), then switched to blocking."""
+    import errno
     import fcntl
     import stat
 
     path = Path(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # named as every presence check names it (file_kind)
+            raise InputError(path, "is a symbolic link loop, not a regular file; dflash-eval reads only regular "
+                                   "files") from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -138,17 +172,45 @@ def read_text(path: Path | str, encoding: str = "utf-8") -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def regular_files(paths, what: str = "") -> None:
-    """Every existing path among `paths` is a regular file (or a link to one), else one InputError naming it:
-    checked before a folder is handed to a library that opens its files itself (transformers, safetensors)."""
+ABSENT = "absent"
+
+
+def file_kind(path: Path | str) -> str | None:
+    """None for a regular file (or a link to one); ABSENT when nothing is there; else what is there instead,
+    as a phrase: a folder, a FIFO, a socket, a device, a symbolic link loop, a dangling symbolic link, or
+    what the system says. Why not `Path.is_file()`: it answers False for all of these alike, and a reader then
+    said "no config.json" for a link loop and "not extracted yet" for a FIFO."""
+    import errno
     import stat
 
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a symbolic link to {os.readlink(path)}, which does not exist"
+        return ABSENT
+    except OSError as exc:
+        return "a symbolic link loop" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device")
+
+
+def regular_file_present(path: Path | str, what: str = "") -> bool:
+    """True for a regular file, False when nothing is there, else one InputError naming what is there
+    instead: the one presence test of every reader of a file that may legitimately be absent."""
+    kind = file_kind(path)
+    if kind == ABSENT:
+        return False
+    if kind is not None:
+        raise InputError(path, f"is {kind}, not a regular file{what}; dflash-eval reads only regular files")
+    return True
+
+
+def regular_files(paths, what: str = "") -> None:
+    """Every path among `paths` that is not absent is a regular file (or a link to one), else one InputError
+    naming it: checked before a folder is handed to a library that opens its files itself (transformers,
+    safetensors)."""
     for path in paths:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            continue  # absent: the reader that needs it says so
-        if not stat.S_ISREG(mode):
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                    else "a socket" if stat.S_ISSOCK(mode) else "a device")
-            raise InputError(path, f"is {kind}, not a regular file{what}; dflash-eval reads only regular files")
+        regular_file_present(path, what)

@@ -234,6 +234,44 @@ def _walk_problem(row: dict, B: int, prefix: str = "") -> str | None:
     return None
 
 
+def _drafts_problem(row: dict) -> str | None:
+    """The walk's drafts against the continuation they were scored on: each step's accepted drafts ARE the
+    continuation's tokens at their slots (a step accepts the leading drafts the target agrees with, greedy or
+    by rejection sampling, and commits them), and the first draft it refused is not (greedy: the target's
+    token differs; sampled: a refused draft has no mass left in the residual it is resampled from), except
+    at the walk's last step, which the continuation's end may cut. With per-anchor bits, a walk anchor's bit j
+    is exactly whether its draft at slot j + 1 equals the continuation there. An edited continuation token
+    (the draft at that slot still counted as accepted) is refused here."""
+    drafts, cont = row.get("walk_drafts"), row.get("label_ids", row.get("continuation_ids"))
+    if drafts is None or cont is None:
+        return None
+    p = row["prompt_len"]
+    # what the drafts were scored against: the continuation, or a training sample's labels (trained-taps)
+    what = "labels" if "label_ids" in row else "continuation"
+    cont = _ints(cont, "label_ids" if "label_ids" in row else "continuation_ids")
+    bits = row.get("anchor_slot_correct")
+    last = len(row["walk_anchors"]) - 1
+    for s, (a, committed, drafted, block) in enumerate(zip(row["walk_anchors"], row["walk_accept_lengths"],
+                                                           row["walk_drafted"], drafts)):
+        block = _ints(block, f"walk_drafts[{s}]")
+        if len(block) < drafted:  # (the block may hold drafts past the continuation's end: not scored)
+            return f"walk_drafts[{s}] holds {len(block)} drafts, walk_drafted says {drafted}"
+        at = a - p + 1  # the continuation index of slot 1
+        for j in range(committed - 1):
+            if block[j] != cont[at + j]:
+                return (f"step {s} accepted its draft {block[j]} at slot {j + 1}, but the {what} holds "
+                        f"{cont[at + j]} there")
+        n = committed - 1
+        if s < last and n < drafted and at + n < len(cont) and block[n] == cont[at + n]:
+            return f"step {s} refused its draft {block[n]} at slot {n + 1}, which is the {what}'s token there"
+        if isinstance(bits, list) and 0 <= a - p < len(bits) and isinstance(bits[a - p], int):
+            for j in range(min(drafted, len(cont) - at)):
+                if bool(bits[a - p] >> j & 1) != (block[j] == cont[at + j]):
+                    return (f"anchor {a}'s slot {j + 1} is marked {'right' if bits[a - p] >> j & 1 else 'wrong'}, "
+                            f"its draft and the {what} say otherwise")
+    return None
+
+
 def _row_problem(row: dict, block_size: int | None) -> str | None:
     if "walk_anchors" not in row:  # an offline estimate's row (temperature > 0)
         alphas = row.get("anchor_alphas")
@@ -253,6 +291,9 @@ def _row_problem(row: dict, block_size: int | None) -> str | None:
                         ("walk_draft_pieces", len(row["walk_anchors"])), ("walk_flags", len(row["walk_anchors"]))):
         if key in row and (not isinstance(row[key], list) or len(row[key]) != length):
             return f"{key} does not hold {length} entries"
+    problem = _drafts_problem(row)
+    if problem:
+        return problem
     steps = list(zip(row["walk_anchors"], row["walk_accept_lengths"], row["walk_drafted"]))
     expected = M.AcceptanceCounts(block_size=B)
     if steps:

@@ -58,9 +58,9 @@ class InputSettings(Section):
                 "problem, instruction or text, whichever the dataset has).", INPUTS),
         setting("limit", "--limit", Optional[int], None,
                 "Only the first N prompts (with --seed: a seeded random N).", INPUTS, minimum=1),
-        setting("seed", "--seed", Optional[int], None,
+        setting("seed", "--seed", Optional[int], None,  # >= 0: numpy's SeedSequence (the bootstrap) refuses less
                 "With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).",
-                INPUTS),
+                INPUTS, minimum=0),
         setting("max_new_tokens", "--max-new-tokens", Optional[int], None, "Generation cap (default 256).", INPUTS,
                 minimum=1),
         setting("thinking", "--thinking/--no-thinking", Optional[bool], None,

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Optional
 
 from .errors import InputError
-from .sections import Section, setting
+from .sections import SECONDS_MAX, Section, setting
 
 REPLAY = "Replay (how drafts are scored)"
 PLACEMENT = "Placement (devices, shards)"
@@ -75,7 +75,8 @@ class Placement(Section):
                 "joins the N shard folders.", PLACEMENT),
         setting("dist_timeout", "--dist-timeout", float, 6 * 3600.0,
                 "Under torchrun: seconds a rank waits at the barrier for the others; above the slowest shard's "
-                "time (a failing rank ends the job at once).", PLACEMENT, number=(1, None, False)),
+                "time (a failing rank ends the job at once).", PLACEMENT,
+                number=(1, SECONDS_MAX, False)),
     )
 
     @cached_property

@@ -62,11 +62,12 @@ class Sampling(Section):
     FLAGS = (
         setting("temperature", "--temperature", float, 0.0,
                 "Sampling temperature; > 0: the offline estimate (default mode) or, with --mode live, z-lab's loop "
-                "with rejection sampling.", SAMPLING, number=(None, None, False)),
+                "with rejection sampling.", SAMPLING, number=(0, None, False)),
         setting("top_p", "--top-p", float, 1.0,
                 "Nucleus sampling at temperature > 0 (z-lab's rule), target and drafter.", SAMPLING,
-                number=(None, None, False)),
-        setting("top_k", "--top-k", int, 0, "Top-k at temperature > 0 (0: off), target and drafter.", SAMPLING),
+                number=(0, 1, True)),
+        setting("top_k", "--top-k", int, 0, "Top-k at temperature > 0 (0: off), target and drafter.", SAMPLING,
+                minimum=0),
         setting("draft_policy", "--draft-policy", str, "sample",
                 "At temperature > 0: sample (drafts drawn from the drafter, z-lab 0.1.0), argmax (its greedy tokens, "
                 "accepted with probability p) or both (each drafter under each).", SAMPLING),

@@ -217,6 +217,19 @@ def atomic_write(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def append_text(path: Path, text: str) -> None:
+    """Append to a file (rows of a run or a track, log lines); a write the system refuses is one line naming
+    the file, like atomic_write."""
+    from .errors import InputError
+
+    try:
+        with Path(path).open("a", encoding="utf-8") as sink:
+            sink.write(text)
+            sink.flush()
+    except OSError as exc:
+        raise InputError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
 def _marginal_or_empty(counts: M.AcceptanceCounts) -> list[float | None]:
     """Live runs score only the walk, not every anchor: no marginal there (an empty list, not an error)."""
     return M.marginal(counts) if any(counts.marginal_total) else []

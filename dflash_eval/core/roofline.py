@@ -179,23 +179,23 @@ def drafter_shape(config: dict, *, own_tables: bool | None = None) -> DrafterSha
     """From a drafter's config.json. `own_tables` None: the format's convention (speculators checkpoints
     carry frozen copies of the target's embedding and lm_head, z-lab ones use the target's)."""
     if config.get("speculators_model_type") == "dflash":
-        body_config, where, fmt = config.get("transformer_layer_config"), "transformer_layer_config.", "speculators"
+        body_config, fmt = config.get("transformer_layer_config"), "speculators"
         if not isinstance(body_config, dict):
             raise InputError(None, "config key 'transformer_layer_config' is missing or not an object")
         taps = config.get("aux_hidden_state_layer_ids")
         block = config.get("block_size")
     else:
-        body_config, where, fmt = config, "", "zlab"
+        body_config, fmt = config, "zlab"
         dflash = config.get("dflash_config") or {}
         taps = dflash.get("target_layer_ids", config.get("target_layer_ids"))
-        block = dflash.get("block_size", config.get("block_size", 16))
+        block = dflash.get("block_size", config.get("block_size"))  # required: z-lab's model has no default
     if not isinstance(taps, list) or not taps:
         raise InputError(None, "drafter config has no tap list (aux_hidden_state_layer_ids / dflash_config.target_layer_ids)")
     body = model_shape({**body_config, "model_type": "qwen3", "layer_types": None})
     tables = (fmt == "speculators") if own_tables is None else own_tables
     own = config if fmt == "speculators" else {}  # z-lab: the target's width and vocabulary
     return DrafterShape(
-        format=fmt, body=body, n_taps=len(taps), block_size=_int({"block_size": block}, "block_size", where),
+        format=fmt, body=body, n_taps=len(taps), block_size=_int({"block_size": block}, "block_size", "dflash_config." if fmt == "zlab" else ""),
         target_hidden_size=_int({"v": own.get("target_hidden_size") or body.hidden_size}, "v", "target_hidden_size"),
         draft_vocab_size=_int({"v": own.get("draft_vocab_size") or body.vocab_size}, "v", "draft_vocab_size"),
         own_embedding=tables, own_lm_head=tables)

@@ -31,14 +31,17 @@ def check_rows(run: RunDocument, rows: list[SampleRow], path: Path, *, partial: 
     by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
     blocks = {d["name"]: (d.get("spec") or {}).get("block_size") for d in drafters
               if isinstance(d, dict) and d.get("name") in by_drafter and isinstance(d.get("spec"), dict)}
+    prov = run.get("provenance") if isinstance(run.get("provenance"), dict) else {}
+    pieces: dict[int, tuple[str, str]] = {}  # token id -> (its piece, where it was first seen)
     for row in rows:
         if not isinstance(row.get("drafter"), str) or row["drafter"] not in by_drafter:
             raise InputError(path, f"holds a row of drafter {row.get('drafter')!r}, which run.json does not have")
         check_samples_row(row, path, block_size=blocks.get(row["drafter"]))  # the numbers a row must satisfy
+        check_row_settings(row, prov, path)
+        check_pieces(row, pieces, path)
         by_drafter[row["drafter"]].setdefault(str(row.get("prompt_id")), set()).add(str(row.get("sample") or 0))
     if partial:
         return
-    prov = run.get("provenance") if isinstance(run.get("provenance"), dict) else {}
     expected = (prov.get("prompts") or {}).get("count")
     samples = (prov.get("sampling") or {}).get("samples", 1) if (prov.get("temperature") or 0) > 0 else 1
     union = set().union(*(set(p) for p in by_drafter.values())) if by_drafter else set()
@@ -56,6 +59,51 @@ def check_rows(run: RunDocument, rows: list[SampleRow], path: Path, *, partial: 
         raise InputError(path, f"holds rows for {len(union)} prompts, run.json counts {expected}; the file was "
                                "cut or edited after the run")
     check_totals(drafters, rows, path)
+
+
+def _where(row) -> str:
+    sample = f" sample {row.get('sample')}" if row.get("sample") else ""
+    return f"the row of prompt {row.get('prompt_id')!r}, drafter {row.get('drafter')!r}{sample}"
+
+
+def check_row_settings(row: SampleRow, prov: dict, path: Path) -> None:
+    """A row against the settings run.json says made it: a generated continuation is at most
+    --max-new-tokens long; a live run's rows are live walks (timed steps), an offline run's replays (per-anchor
+    counts or estimates); a sampled run's rows carry their sample index, a greedy run's none. A
+    `provenance.max_new_tokens` (or mode, or temperature) the rows contradict was edited: refused by name."""
+    problem = None
+    cap = prov.get("max_new_tokens")
+    generated = str(prov.get("continuations") or "generated").split(":")[0] in ("generated", "sampled (K per prompt)")
+    if generated and isinstance(cap, int) and isinstance(row.get("continuation_len"), int) and row["continuation_len"] > cap:
+        problem = f"its continuation has {row['continuation_len']} tokens, more than max_new_tokens {cap}"
+    mode = prov.get("mode")
+    live = "step_seconds" in row
+    if mode in ("live", "trajectory") and live != (mode == "live"):
+        problem = f"it is {'a live walk' if live else 'an offline replay'}, run.json says mode {mode!r}"
+    sampled = (prov.get("temperature") or 0) > 0
+    if isinstance(prov.get("temperature"), (int, float)) and ("sample" in row) != sampled:
+        problem = (f"it {'carries' if 'sample' in row else 'lacks'} a sample index, run.json says temperature "
+                   f"{prov['temperature']}")
+    if problem:
+        raise InputError(path, f"{_where(row)}: {problem}; run.json or the rows were edited")
+
+
+def check_pieces(row: SampleRow, seen: dict[int, tuple[str, str]], path: Path) -> None:
+    """Each token id is shown as one piece across the whole run (pieces are each id decoded alone by the run's
+    tokenizer: pipeline/rows.piece_decoder): an edited piece, shown as the target's text, is refused where it
+    disagrees with the same id elsewhere."""
+    pairs = [(row.get("continuation_ids"), row.get("continuation_pieces"))]
+    pairs += list(zip(row.get("walk_drafts") or [], row.get("walk_draft_pieces") or []))
+    for ids, texts in pairs:
+        if not isinstance(ids, list) or not isinstance(texts, list):
+            continue
+        if len(ids) != len(texts):
+            raise InputError(path, f"{_where(row)}: {len(ids)} token ids but {len(texts)} pieces; the file was edited")
+        for token, text in zip(ids, texts):
+            first = seen.setdefault(token, (text, _where(row)))
+            if first[0] != text:
+                raise InputError(path, f"{_where(row)}: token {token} is shown as {text!r}, {first[1]} as "
+                                       f"{first[0]!r}; the pieces were edited (each id has one decoded piece)")
 
 
 def check_totals(drafters: list[DrafterDocument], rows: list[SampleRow], path: Path) -> None:

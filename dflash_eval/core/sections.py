@@ -33,6 +33,7 @@ class Flag:
     help: str
     panel: str
     minimum: int | None = None
+    maximum: int | None = None
     metavar: str | None = None
     number: tuple | None = None  # (low, high, low_open) for cli/options.finite_number; None: no float parser
 
@@ -40,6 +41,11 @@ class Flag:
     def flag(self) -> str:
         """The long name as a user types it (`--anchor-batch`; `--thinking` for `--thinking/--no-thinking`)."""
         return self.names[0].split("/")[0]
+
+
+# every option that is a number of seconds (--interval, --settle, --lock-timeout, --dist-timeout) is at most
+# this: time.sleep, datetime.timedelta and torch's collective timeouts overflow on 1e30 (issue 49)
+SECONDS_MAX = 30 * 24 * 3600.0
 
 
 def setting(field: str, names: str | tuple[str, ...], type: Any, default: Any, help: str, panel: str,

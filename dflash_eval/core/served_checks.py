@@ -12,6 +12,9 @@ reader adds the file and the CLI prints one line, exit 2:
 | counts are whole numbers >= 0 | Prometheus counters and vLLM's / SGLang's count fields only ever add integers |
 | accepted <= drafted tokens | a step accepts a prefix of what it drafted |
 | per-position count <= drafts | position i is accepted at most once per draft |
+| per-position counts never rise | vLLM counts position i of a draft only when it accepted i + 1 tokens, every position before it too (`v1/spec_decode/metrics.py`, `SpecDecodingStats.observe_draft`) |
+| drafted tokens >= drafts | vLLM counts a draft only when tokens were scheduled for it (`v1/core/sched/scheduler.py`, `make_spec_decoding_stats` returns early on none); only grammar-invalidated tokens (structured output) are taken off afterwards |
+| verify steps <= output tokens | each step commits its bonus token at least (SGLang `srt/speculative/eagle_info.py` `EagleVerifyInput.verify` appends to `req.output_ids` before `spec_verify_ct += 1`; vLLM `update_from_output` counts a step only with generated tokens) |
 | drafted tokens <= drafts x k | a draft holds at most num_speculative_tokens tokens |
 | one value per series | a series (name + labels) is one counter; the same series twice with two values is two scrapes pasted together |
 | rates in [0, 1] | acceptance rates are shares of drafted tokens |
@@ -40,13 +43,31 @@ def check_counts(what: str, drafts: int, draft_tokens: int | None, accepted: int
                          "accepts a prefix of its draft)")
     if draft_tokens is None and k is not None and accepted > drafts * k:
         raise ValueError(f"{what}: {accepted} accepted tokens exceed {drafts} steps x {k} drafted tokens")
+    if draft_tokens is not None and draft_tokens < drafts:
+        raise ValueError(f"{what}: {draft_tokens} drafted tokens in {drafts} drafts: every draft holds at least one "
+                         "token (vLLM v1/core/sched/scheduler.py make_spec_decoding_stats counts a draft only when "
+                         "tokens were scheduled for it)")
     if per_pos:
         for i, n in enumerate(per_pos):
             if n > drafts:
                 raise ValueError(f"{what}: position {i} has {n} accepted tokens, more than the {drafts} drafts")
+            if i and n > per_pos[i - 1]:
+                raise ValueError(f"{what}: position {i} has {n} accepted tokens, more than the {per_pos[i - 1]} of "
+                                 f"position {i - 1}: a position is accepted only after every position before it "
+                                 "(vLLM v1/spec_decode/metrics.py SpecDecodingStats.observe_draft)")
     k = len(per_pos) if per_pos else k
     if k and draft_tokens is not None and draft_tokens > drafts * k:
         raise ValueError(f"{what}: {draft_tokens} drafted tokens in {drafts} drafts of at most {k} tokens")
+
+
+def check_steps_within_output(steps: int, output_tokens: int | None, what: str) -> None:
+    """A request's verify steps against its output tokens: each step commits one token at least (its bonus or
+    correction token; SGLang srt/speculative/eagle_info.py EagleVerifyInput.verify appends before it counts
+    `spec_verify_ct`, vLLM v1/core/sched/scheduler.py update_from_output counts a step only with generated
+    tokens)."""
+    if output_tokens is not None and steps > output_tokens:
+        raise ValueError(f"{what}: {steps} verify steps for {output_tokens} output tokens: every step commits at "
+                         "least one token")
 
 
 def check_rate(value, what: str) -> float:

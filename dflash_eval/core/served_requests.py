@@ -52,6 +52,7 @@ class ServedRequest:
     per_step_drafted: tuple[int, ...] | None = None
     reported_length: float | None = None  # the engine's own acceptance length, in its definition
     temperature: float | None = None  # the request's, when the file holds the request
+    output_tokens: int | None = None  # tokens the server returned (its ids, else its completion_tokens)
     request_id: str | None = None  # the server's id
     notes: tuple[str, ...] = field(default=())
 
@@ -86,6 +87,8 @@ def check_request(r: ServedRequest) -> None:
     """The invariants of one request (served_checks.py), raised with the field named."""
     what = r.label()
     checks.check_counts(what, r.steps, r.draft_tokens, r.accepted, k=r.num_spec_tokens)
+    checks.check_steps_within_output(r.steps, len(r.output_ids) if r.output_ids is not None else r.output_tokens,
+                                     what)
     if r.histogram is not None:
         checks.check_histogram(list(r.histogram), r.steps, r.accepted, f"{what}: the acceptance histogram")
         if r.num_spec_tokens is not None and r.engine == "vllm" and len(r.histogram) != r.num_spec_tokens + 1:
@@ -151,6 +154,35 @@ def first_token_difference(served: Sequence[int], offline: Sequence[int]) -> int
         if a != b:
             return i
     return None
+
+
+def walk_within(accepted_per_step: Sequence[int], tokens: int) -> list[int]:
+    """The leading steps of a walk (accepted drafts per step) whose tokens all lie within the first `tokens`
+    tokens of the output: the first token comes from the prefill, each step commits its accepted drafts and
+    the bonus token; a step that crosses the cut is dropped, on either side alike."""
+    out, done = [], 1
+    for n in accepted_per_step:
+        if done + n + 1 > tokens:
+            break
+        out.append(n)
+        done += n + 1
+    return out
+
+
+def within_tokens(r: ServedRequest, tokens: int) -> ServedRequest:
+    """The request's walk cut to its first `tokens` output tokens (its per-step arrays required)."""
+    from dataclasses import replace
+
+    kept = walk_within(r.per_step_accepted or (), tokens)
+    drafted = r.per_step_drafted[:len(kept)] if r.per_step_drafted is not None else None
+    return replace(r, steps=len(kept), accepted=sum(kept), per_step_accepted=tuple(kept), per_step_drafted=drafted,
+                   draft_tokens=sum(drafted) if drafted is not None else None, histogram=None,
+                   output_ids=r.output_ids[:tokens] if r.output_ids is not None else None, output_tokens=tokens)
+
+
+def output_length(r: ServedRequest) -> int | None:
+    """The tokens the server returned for the request, when its response says (its ids, else its count)."""
+    return len(r.output_ids) if r.output_ids is not None else r.output_tokens
 
 
 def histogram_shift(served: Sequence[int], offline: Sequence[int]) -> list[dict[str, Any]]:

@@ -74,11 +74,41 @@ def _served(counts: dict[str, int], model: str, source: str, notes: list[str]) -
                   max(accepted, 0), None, None, tuple(notes))
 
 
+def with_gauge(samples: Sequence[Sample], served: Served) -> Served:
+    """The counters' figures with SGLang's acceptance-length gauge of the same dump said beside them, never
+    dropped in silence: a gauge is the mean of the last logging window (its own definition), the counters
+    count the whole window between dumps, so the two may differ, and the line names both. A gauge no run
+    can produce (below 1 but not 0, ranks that disagree) contradicts the counters and is refused by name."""
+    from dataclasses import replace
+
+    from .served import SGLANG_TAU
+
+    checks.unique_series(samples, SGLANG_TAU)
+    values = {s.labels: s.value for s in samples if s.name == SGLANG_TAU
+              and dict(s.labels).get("model_name", "") == (served.model or "")}
+    if not values:
+        return served
+    distinct = sorted(set(values.values()))
+    if len(distinct) > 1:
+        raise ValueError(f"{SGLANG_TAU} differs between the ranks of {served.model!r} ({', '.join(map(str, distinct))}) "
+                         "beside one set of counters")
+    gauge = distinct[0]
+    if gauge != 0:
+        checks.check_length(gauge, f"{SGLANG_TAU} (beside the counters)")
+    tau = 1 + served.accepted / served.drafts
+    said = (f"{SGLANG_TAU} = 0 beside the counters' tau {tau:.3f}: the gauge's last logging window had no step"
+            if gauge == 0 else
+            f"{SGLANG_TAU} = {gauge:g} (the gauge: SGLang's mean acceptance length of its last logging window only) "
+            f"beside the counters' tau {tau:.3f} (every step in this window): "
+            + ("they agree" if abs(gauge - tau) < 5e-4 else "they differ; the figures here are the counters'"))
+    return replace(served, reported_tau=gauge if gauge else None, notes=(*served.notes, said))
+
+
 def served_from_counters(samples: Sequence[Sample], model: str | None, source: str) -> Served:
-    """One dump: the server's lifetime."""
+    """One dump: the server's lifetime (its gauge, if any, said beside)."""
     models = sglang_counts(samples)
     name = choose_model(models, model, VERIFY)
-    return _served(models[name], name, source, ["one dump: the counts since the server started"])
+    return with_gauge(samples, _served(models[name], name, source, ["one dump: the counts since the server started"]))
 
 
 def served_between_counters(before: Sequence[Sample], after: Sequence[Sample], model: str | None,
@@ -97,4 +127,4 @@ def served_between_counters(before: Sequence[Sample], after: Sequence[Sample], m
                              f"{old[name][counter]} to {value} (the server restarted): take both dumps from one "
                              "server lifetime")
         delta[counter] = value - old[name][counter]
-    return _served(delta, name, source, ["two dumps: the window between them"])
+    return with_gauge(after, _served(delta, name, source, ["two dumps: the window between them"]))

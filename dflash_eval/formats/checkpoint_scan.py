@@ -114,9 +114,14 @@ def _name_step(name: str) -> tuple[int | None, str]:
 
 def completeness_problem(folder: Path) -> str | None:
     """Why `folder` is not a complete checkpoint yet, or None."""
+    from ..core.errors import ABSENT, file_kind
+
     config = folder / CONFIG_NAME
-    if not config.is_file():
+    kind = file_kind(config)
+    if kind == ABSENT:
         return "no config.json yet"
+    if kind is not None:  # a FIFO or a link loop never becomes a checkpoint: said, not waited on as "not yet"
+        return f"config.json is {kind}, not a regular file"
     try:
         data = loads(read_text(config))
     except (OSError, ValueError):

@@ -256,9 +256,12 @@ def spec_from_zlab(config: dict[str, Any], directory: Path, weights: dict[str, T
     if not isinstance(taps, list) or not taps or not all(isinstance(t, int) and not isinstance(t, bool) for t in taps):
         raise InputError(path, f"config key 'target_layer_ids'={taps!r} is not a non-empty list of integers")
     block_size = draft_value("block_size")
-    if block_size is None:
-        block_size = 16
-        notes.append("block_size absent: z-lab's default 16")
+    if block_size is None:  # required: z-lab's DFlashDraftModel reads `config.block_size` with no default
+        # (z-lab/dflash model/dflash.py; the dflash package's 16 is a guess, and `null` crashes it): a drafter
+        # trained with B = 8 and read as 16 drafts 15 tokens where it learned 7, and every number moves
+        given = "is null" if "block_size" in dflash or "block_size" in config else "is missing"
+        raise InputError(path, f"config key 'dflash_config.block_size' {given}: z-lab's DFlashDraftModel has no "
+                               "default block size; write the block size the drafter was trained with")
     number(block_size, "block_size", path, integer=True, low=1)
     mask_id = draft_value("mask_token_id")
     if mask_id is None:
@@ -355,6 +358,36 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
 # expected weights and validation
 
 
+def typed_like_the_reference(config: dict[str, Any], fmt: str, path: Path) -> None:
+    """Every key of the drafter's body config, the ones dflash-eval does not read included (attention_dropout,
+    initializer_range, use_cache, ...), of the type transformers' `Qwen3Config` declares: the class z-lab's
+    `DFlashDraftModel` and speculators' `transformer_layer_config` are loaded with refuses any other
+    (transformers >= 5.2x validates its config fields strictly), so a checkpoint neither reference can load
+    is refused here too, by the key, instead of being evaluated. (An older transformers without strict
+    configs checks nothing more here.)"""
+    from transformers import Qwen3Config  # local import: keeps `inspect --help` fast
+
+    try:
+        from huggingface_hub.errors import StrictDataclassFieldValidationError
+    except ImportError:  # a hub without strict dataclasses: transformers validates nothing either
+        return
+    body, where = (config, "") if fmt == "zlab" else (config.get("transformer_layer_config") or {}, "transformer_layer_config.")
+    skip = {"dflash_config", "speculators_config", "transformer_layer_config", "architectures", "auto_map", "model_type"}
+    try:
+        Qwen3Config(**{k: v for k, v in body.items() if k not in skip})
+    except StrictDataclassFieldValidationError as exc:
+        import re
+
+        text = str(exc)
+        field = re.search(r"field '([^']+)'", text)
+        key = field.group(1) if field else "?"
+        detail = re.search(r"expected ([^,]+), got", text)
+        expected = f" ({detail.group(1)})" if detail else ""
+        raise InputError(path, f"config key {where + key!r}={body.get(key)!r} is not of the type transformers' "
+                               f"Qwen3Config declares for it{expected}; both references load the drafter with that "
+                               "class") from None
+
+
 def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta], dict[str, Path]]:
     """Config and weight headers -> spec (raises InputError on unreadable or unknown checkpoints)."""
     directory = Path(directory)
@@ -376,6 +409,8 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
             spec = dflash2.finish_spec(spec, dflash2_settings, directory / CONFIG_NAME)
         if muse:
             spec = muse_glimmer.finish_spec(spec, muse_notes)
+        elif dflash2_settings is None:
+            typed_like_the_reference(config, fmt, directory / CONFIG_NAME)
     except InputError:
         raise
     except Exception as exc:  # any other failure here is a config value of the wrong type or range

@@ -123,8 +123,10 @@ def _sglang_metrics(m: dict, where: str) -> dict[str, Any]:
     hist = m.get("spec_correct_drafts_histogram") or None
     if hist is not None:
         hist = tuple(checks.check_histogram(hist, steps, accepted, f"{where}.spec_correct_drafts_histogram"))
+    completion = m.get("completion_tokens")
     return {"steps": steps, "accepted": accepted, "draft_tokens": proposed, "num_spec_tokens": k,
             "histogram": hist, "reported_length": length if steps else None,
+            "output_tokens": None if completion is None else checks.count(completion, f"{where}.completion_tokens"),
             "notes": ("SGLang's spec_accept_length counts the prefill token (completion_tokens / spec_verify_ct); "
                       "tau here is 1 + spec_num_correct_drafts / spec_verify_ct",)}
 
@@ -221,6 +223,9 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
     text = message.get("content", choice.get("text"))
     fields["output_text"] = text if isinstance(text, str) else None
     fields["output_ids"] = _ints(choice.get("token_ids"), "choices[0].token_ids")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    if usage.get("completion_tokens") is not None:
+        fields["output_tokens"] = checks.count(usage["completion_tokens"], "usage.completion_tokens")
     prompt_ids = body.get("prompt_token_ids", choice.get("prompt_token_ids"))
     fields["prompt_ids"] = _ints(prompt_ids, "prompt_token_ids")
     if isinstance(body.get("prompt"), str):

@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, regular_file_present
 from .files import TensorMeta, read_safetensors_header
 
 LOCK_TIMEOUT = 10.0  # seconds: hs_connectors.transfer.wait_for_lock's default
@@ -166,10 +166,10 @@ def deepspec_manifest(folder: Path) -> dict:
     for number, shard in enumerate(shards):
         if not isinstance(shard, dict) or shard.get("shard_id") != number or not isinstance(shard.get("file_name"), str):
             raise InputError(path, f"shard entry {number} is not {{shard_id: {number}, file_name}}")
-        if not (folder / shard["file_name"]).is_file() or Path(shard["file_name"]).name != shard["file_name"]:
+        if Path(shard["file_name"]).name != shard["file_name"] or not regular_file_present(folder / shard["file_name"]):
             raise InputError(folder / str(shard["file_name"]), "is missing (listed in manifest.json)")
     index = folder / "samples.idx"
-    if not index.is_file():
+    if not regular_file_present(index):
         raise InputError(index, "is missing: the DeepSpec target cache was not finalized")
     if index.stat().st_size != manifest["num_samples"] * DEEPSPEC_RECORD.size:
         raise InputError(index, f"holds {index.stat().st_size} bytes, manifest.json says {manifest['num_samples']} "

@@ -256,5 +256,29 @@ def check_target_files(target: Path) -> None:
     # every file transformers will open itself is a regular file (a FIFO would block the load forever)
     regular_files([Path(target) / n for n in ("config.json", "generation_config.json", *TOKENIZER_FILES)])
     config_file = Path(target) / "config.json"
-    check_target_config(read_json_object(config_file, missing="not a model folder: no config.json"), config_file)
+    text = check_target_config(read_json_object(config_file, missing="not a model folder: no config.json"), config_file)
+    check_generation_config(Path(target), text.get("vocab_size"))
     read_weight_metadata(Path(target))
+
+
+def check_generation_config(target: Path, vocab_size: Any = None) -> None:
+    """generation_config.json, when the target has one: a JSON object whose token ids (eos, bos, pad) are ids
+    or lists of ids within the vocabulary. transformers ignores a file it cannot parse, with a log line, and
+    falls back to config.json's ids: for Qwen3 that drops <|endoftext|> from the stop set, and every
+    continuation (and number) changes. Refused by name instead."""
+    from ..core.errors import read_json_object, regular_file_present
+
+    path = Path(target) / "generation_config.json"
+    if not regular_file_present(path):
+        return
+    data = read_json_object(path, missing="generation_config.json vanished")
+    for key in ("eos_token_id", "bos_token_id", "pad_token_id"):
+        value = data.get(key)
+        if value is None:
+            continue
+        ids = value if isinstance(value, list) else [value]
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or i < 0
+               or (isinstance(vocab_size, int) and i >= vocab_size)]
+        if bad or (isinstance(value, list) and not value):
+            raise InputError(path, f"key {key!r}={value!r} is not a token id or a list of token ids in the target's "
+                                   f"vocabulary{f' of {vocab_size}' if isinstance(vocab_size, int) else ''}")

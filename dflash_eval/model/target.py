@@ -123,7 +123,37 @@ def load_tokenizer(path: Path):
     if not tokenizer.chat_template:
         raise InputError(path, "the target tokenizer has no chat template (chat_template.jinja or "
                                "tokenizer_config.json chat_template); prompts are sent through it")
+    tokenizer.template_file = template_file(path)  # what a template error names (pipeline/prompts.chat_text)
+    for thinking in (False, True):  # rendered once, both ways doctor may send it, before anything is written
+        render_chat(tokenizer, [{"role": "user", "content": "Say hello."}], thinking)
     return tokenizer
+
+
+def template_file(path: Path) -> Path:
+    """The file the target's chat template is read from (transformers prefers chat_template.jinja)."""
+    path = Path(path)
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json"):
+        if (path / name).is_file():
+            return path / name
+    return path
+
+
+def render_chat(tokenizer, messages: list[dict], enable_thinking: bool) -> str:
+    """The conversation through the target's chat template (generation prompt added), or one InputError
+    naming the template's file: a template that does not parse (TemplateSyntaxError, with its line) or that
+    raises (`raise_exception`, an undefined name) is the target's input problem, not a crash of ours."""
+    import jinja2
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=enable_thinking)
+    except jinja2.TemplateSyntaxError as exc:
+        raise InputError(getattr(tokenizer, "template_file", None), f"the chat template does not parse: "
+                                                                    f"TemplateSyntaxError at line {exc.lineno}: {exc.message}") from None
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as exc:
+        # raise_exception(...), an undefined name, an operation on the wrong type: the template's own code failed
+        raise InputError(getattr(tokenizer, "template_file", None), f"the chat template raises on a conversation "
+                                                                    f"({type(exc).__name__}: {exc})") from None
 
 
 def max_positions(path: Path) -> int | None:
@@ -224,10 +254,13 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True,
-                                                     use_kernels=False, **extra)
+        with transformers_load_report_quiet():  # its report (raw ANSI, the path unescaped) is said by us instead
+            model, loading = AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype, local_files_only=True, output_loading_info=True, use_kernels=False,
+                ignore_mismatched_sizes=True, **extra)  # (a mismatch is refused below, by name)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
+    refuse_incomplete_weights(loading, path)
     if dev.type == "cpu":  # before the probe forward, which is the first to reach the fallback
         quiet_cpu_fallback_advice()
     refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)
@@ -238,6 +271,43 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
                   layers=decoder_layers(model))
+
+
+@contextmanager
+def transformers_load_report_quiet():
+    """transformers' warnings silenced while it loads a target: its LOAD REPORT lists missing and unexpected
+    tensors with terminal colour codes and the raw path; `refuse_incomplete_weights` refuses those instead."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def refuse_incomplete_weights(loading: dict, path: Path) -> None:
+    """A target gets the weight-presence check a drafter gets (formats/validation: 'weights present', 'no
+    unexpected weights', 'weight shapes'), read from transformers' own record of the load (`output_loading_info`,
+    after its key renaming, the tied and the deliberately ignored tensors): a tensor the model has and the
+    files lack was initialised at random and would be evaluated as if trained; a tensor the files hold and the
+    model has no place for, or one of another shape, means files of another model. One line naming the
+    weights and the first tensors."""
+    from ..formats.files import weight_files
+
+    files = weight_files(path)
+    where = files[0] if len(files) == 1 else Path(path) / "model.safetensors.index.json"
+    for key, problem in (("missing_keys", "lack {tensors} the model has ({names}); transformers would initialise "
+                                          "them at random and the target would not be the one trained"),
+                         ("unexpected_keys", "hold {tensors} this model has no place for ({names}): weights of another "
+                                             "model or architecture"),
+                         ("mismatched_keys", "hold {tensors} of another shape than the config gives ({names})")):
+        found = sorted(str(k[0] if isinstance(k, tuple) else k) for k in loading.get(key) or ())
+        if found:
+            names = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            tensors = f"{len(found)} tensor{'s' if len(found) > 1 else ''}"
+            raise InputError(where, "the target's weights " + problem.format(tensors=tensors, names=names))
 
 
 def refuse_accelerated_on_cpu(model: nn.Module, path: Path, dev: torch.device, allowed: bool) -> None:

@@ -73,9 +73,10 @@ def quantize_fp8(hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _speculators(ref: SampleRef, lock_timeout: float) -> StoredSample:
     from safetensors.torch import load_file
 
+    from ..core.errors import regular_file_present
     from ..formats.training_files import SCALES_KEY, hidden_state_file, wait_for_writer
 
-    if not ref.file.is_file():
+    if not regular_file_present(ref.file, " (a hidden-state file)"):  # a FIFO or a link loop: refused by name
         raise SampleSkipped(f"{ref.file.name} is missing (not extracted yet)")
     wait_for_writer(ref.file, lock_timeout)
     hidden_state_file(ref.file)  # truncated or foreign: refused by name before safetensors reads it

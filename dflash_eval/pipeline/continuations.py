@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import weakref
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -91,10 +90,16 @@ class ContinuationCache:
     def put(self, key: str, continuation: list[int]) -> None:
         if self.directory is None:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"continuation": continuation}))
-        tmp.replace(self.directory / f"{key}.json")
+        from ..core.errors import InputError
+        from ..core.results import atomic_write
+
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(self.directory, f"cannot create the continuation cache (--cache-dir): "
+                                             f"{exc.strerror or exc}") from None
+        # a full disk is one line naming the entry (atomic_write), not a bare "No space left on device"
+        atomic_write(self.directory / f"{key}.json", json.dumps({"continuation": continuation}))
 
 
 def cache_bytes_per_sequence(config, dtype: torch.dtype, length: int) -> int:

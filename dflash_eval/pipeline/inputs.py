@@ -287,7 +287,7 @@ def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, i
     apply_semantics_overrides([entry], options.semantics)
     from ..formats.references import verifier_warning
 
-    warnings: list[str] = []  # base's warnings are about its own drafters (the reference), not this one
+    warnings: list[str] = assumed_defaults([entry])  # base's warnings are about its own drafters, not this one
     if spec.verifier:
         warning = verifier_warning(path, spec.verifier, name, base.target_path, options.cache_dir)
         if warning:
@@ -296,6 +296,14 @@ def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, i
     return Inputs([entry], base.target_path, base.model_type, base.prompts, base.thinking, base.tokenizer,
                   base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids, resolved=base.resolved,
                   content=base.content)
+
+
+def assumed_defaults(entries: list[DrafterEntry]) -> list[str]:
+    """Every drafter key its format's own code defaults when absent (z-lab's tap rule, MuseGlimmerAssistantConfig's
+    and DFlash2SpeculatorConfig's class defaults), the value assumed: a warning in the terminal and the report
+    (provenance.warnings), never silent. A key whose reference has no default (z-lab's block_size) is refused
+    by its reader instead (formats/checkpoints.py)."""
+    return [f"drafter {e.name}: {note} assumed" for e in entries for note in e.spec.config_notes if " absent: " in note]
 
 
 def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
@@ -311,6 +319,7 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
     apply_semantics_overrides(entries, options.semantics)
+    warnings.extend(assumed_defaults(entries))
     if options.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")

@@ -62,8 +62,9 @@ def chat_text(tokenizer, prompt: Prompt, enable_thinking: bool) -> str:
     message) through the target's chat template, with the generation prompt added."""
     if not tokenizer.chat_template:
         raise InputError(prompt.id, "the target tokenizer has no chat template")
-    return tokenizer.apply_chat_template(prompt.chat(), tokenize=False, add_generation_prompt=True,
-                                         enable_thinking=enable_thinking)
+    from ..model.target import render_chat
+
+    return render_chat(tokenizer, prompt.chat(), enable_thinking)
 
 
 def prompt_ids(tokenizer, prompt: Prompt, enable_thinking: bool) -> list[int]:

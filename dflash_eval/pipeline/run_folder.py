@@ -103,8 +103,10 @@ def write_run_html(folder: Path, text: str, name: str = REPORT_HTML) -> Path:
 
 def written_files(folder: Path) -> list[str] | None:
     """written.json's list, or None for a folder of an older version that has none."""
+    from ..core.errors import regular_file_present
+
     path = Path(folder) / WRITTEN
-    if not path.is_file():
+    if not regular_file_present(path):  # a FIFO or a link loop is refused, never taken for an older folder
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -162,6 +164,47 @@ class FolderLock:
             self._lock.release(force=True)
 
 
+_CLAIMED: dict[tuple[Path, str], FolderLock] = {}  # the folders this process claimed (`claimed`), by path and lock
+
+
+def held_lock(folder: Path, name: str = LOCK) -> FolderLock:
+    """The lock this process claimed on `folder` (`claimed`), else a new one: a command's RunFolder or
+    TrackFolder goes on holding the lock its command took at the start, never a second one of its own (which
+    the first would refuse)."""
+    return _CLAIMED.get((Path(folder).absolute(), name)) or FolderLock(folder, name)
+
+
+@contextlib.contextmanager
+def claimed(folder: Path | None, name: str = LOCK):
+    """The one guard before anything in a result folder is replaced or deleted: a command that writes into
+    `folder` calls this first, before any slow work (imports, tokenizers, hashing, models), and holds the
+    folder's lock from there to its end. The lock is taken with zero wait: a folder another process is
+    still writing is refused at once, naming its lock, so that process's results (it may already have
+    printed `results:`) are never replaced by a command that merely started while it ran and reached the
+    folder after it finished. Only a folder that holds the lock file already is locked here: no file is
+    created by a command that may yet be refused (a new folder is locked by `RunFolder.open` when it creates
+    the run, a folder of an older version by `RunFolder.check`)."""
+    if folder is None:
+        yield None
+        return
+    key = (Path(folder).absolute(), name)
+    if key in _CLAIMED:  # already claimed by this command (the CLI, then the library under it)
+        yield _CLAIMED[key]
+        return
+    from ..core.paths import output_path
+
+    output_path(Path(folder), "--out", folder=True)  # never a lock file made inside a result it may not write
+    lock = FolderLock(folder, name)
+    if (Path(folder) / name).exists():  # a folder a writer of ours made (it records its lock from the start)
+        lock.acquire()
+    _CLAIMED[key] = lock
+    try:
+        yield lock
+    finally:
+        del _CLAIMED[key]
+        lock.release()
+
+
 class RunFolder:
     """`--out`: created fresh, or resumed when it holds an unfinished run with the same settings. Opened, it
     holds the folder's lock until `finish` or `close`."""
@@ -172,7 +215,7 @@ class RunFolder:
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
-        self.lock = FolderLock(self.path)
+        self.lock = held_lock(self.path)
         self.owner = owner
 
     def _guard(self) -> None:
@@ -201,6 +244,25 @@ class RunFolder:
         elif self.path.exists() and any(p.name not in (LOCK, WRITTEN) for p in self.path.iterdir()):
             raise InputError(self.path, "exists and is not a dflash-eval run folder (no run_state.json); choose "
                                         "another --out (--overwrite only replaces folders dflash-eval wrote)")
+
+    def finished_document(self) -> dict[str, Any] | None:
+        """run.json of the finished run this folder holds with these very settings (its state complete, its
+        rows and run.json read and checked like every reader checks them), or None: rerunning the command
+        that finished a run leaves its record as it is (its work counters and `created` are what that run
+        did, not a recount of nothing). Call after `check` (the lock is held)."""
+        state_path = self.path / R.STATE
+        if not state_path.exists():
+            return None
+        state = read_json_object(state_path, missing="run state missing")
+        if state.get("complete") is not True or state.get("settings_hash") != self.digest:
+            return None
+        if not (self.path / R.RUN_JSON).exists():
+            return None  # a finish cut between the state and run.json: the run is finished again
+        from ..core.run_rows import run_rows
+
+        document = R.read_run_document(self.path)
+        run_rows(self.path, document)  # its rows must be what its counts say, or the run is refused by name
+        return document
 
     def _check_settings(self, state: dict[str, Any]) -> None:
         if state.get("settings_hash") != self.digest:
@@ -291,12 +353,7 @@ class RunFolder:
     def append(self, rows: list[dict[str, Any]]) -> None:
         """One prompt's rows, all drafters at once (resume relies on that)."""
         record_written(self.path, R.SAMPLES)
-        try:
-            with (self.path / R.SAMPLES).open("a", encoding="utf-8") as sink:
-                sink.write("".join(json.dumps(r) + "\n" for r in rows))
-                sink.flush()
-        except OSError as exc:
-            raise InputError(self.path / R.SAMPLES, f"cannot write: {exc.strerror or exc}") from None
+        R.append_text(self.path / R.SAMPLES, "".join(json.dumps(r) + "\n" for r in rows))
 
     def write_partial(self, document: dict[str, Any], done: int, total: int) -> None:
         self._write(R.PARTIAL_JSON, json.dumps({**document, "incomplete": {"done": done, "total": total}}, indent=1) + "\n")

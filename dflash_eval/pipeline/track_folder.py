@@ -27,7 +27,7 @@ from ..core.documents import DrafterDocument
 from ..core.errors import InputError, read_json_object
 from ..core.row_documents import TrackRow
 from ..core.snapshots import drafter_architecture
-from .run_folder import FolderLock, record_written, remove_written, settings_differences, settings_hash
+from .run_folder import held_lock, record_written, remove_written, settings_differences, settings_hash
 
 STATE = "track_state.json"
 ROWS = "track.jsonl"
@@ -36,6 +36,7 @@ RUNS = "runs"
 CSV = "track.csv"
 HTML = "track.html"
 LOCK = "track.lock"
+TRACK_LOCK = LOCK  # (the name other modules import: run_folder has its own LOCK)
 
 
 def now() -> str:
@@ -56,7 +57,7 @@ class TrackFolder:
         self.path = Path(path)
         self.settings = settings
         self.digest = settings_hash(settings)
-        self.lock = FolderLock(self.path, LOCK)
+        self.lock = held_lock(self.path, LOCK)  # the one `track` claimed at its start
 
     def open(self, overwrite: bool = False) -> list[TrackRow]:
         """Create, resume (same settings) or refuse naming what differs; the rows already written. The folder
@@ -104,14 +105,11 @@ class TrackFolder:
 
     def append(self, row: TrackRow) -> None:
         record_written(self.path, ROWS)
-        with (self.path / ROWS).open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
+        R.append_text(self.path / ROWS, json.dumps(row) + "\n")
 
     def log(self, event: str, **fields: Any) -> None:
         record_written(self.path, LOG)
-        with (self.path / LOG).open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps({"time": now(), "event": event, **fields}) + "\n")
+        R.append_text(self.path / LOG, json.dumps({"time": now(), "event": event, **fields}) + "\n")
 
     def run_dir(self, label: str) -> Path:
         record_written(self.path, f"{RUNS}/{label}")

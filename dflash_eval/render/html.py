@@ -35,13 +35,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import os
 import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..core.documents import DrafterDocument, RunDocument
+from ..core.results import atomic_write
 from ..core.row_documents import SampleRow
 from ..core.samples import select_blocks, walk_blocks
 from ..formats import references
@@ -151,16 +151,16 @@ def _sample_legend() -> str:
 
 
 def write_html(path: Path, html: str) -> Path:
-    """Write beside, then rename (a crash never leaves half a report); creates missing parent folders."""
+    """Write beside, then rename (a crash never leaves half a report); creates missing parent folders. A
+    write the system refuses (a full disk) is one line naming the file (core/results.atomic_write)."""
+    from ..core.errors import InputError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(html, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(path.parent, f"cannot create the folder: {exc.strerror or exc}") from None
+    atomic_write(path, html)
     return path
 
 

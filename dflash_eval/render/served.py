@@ -30,7 +30,10 @@ def served_lines(result: dict[str, Any]) -> list[str]:
     lines = [f"served by {s['engine']} ({s['model'] or 'model not named'}), from {s['source']}",
              f"engines pooled: {', '.join(s['series_pooled']) or '–'}"]
     tau = f"served tau (1 + accepted / drafts): {_num(s['tau'])}"
-    if counts["drafts"] is not None:
+    if counts["drafts"] is not None and counts["draft_tokens"] is None:  # SGLang's counters: no drafted tokens
+        tau += (f"  ({counts['accepted']} accepted drafts in {counts['drafts']} verify steps; the server counts no "
+                "drafted tokens, so no acceptance rate)")
+    elif counts["drafts"] is not None:
         tau += (f"  ({counts['accepted']} accepted of {counts['draft_tokens']} drafted tokens in {counts['drafts']} "
                 f"drafts; acceptance rate {_num(s['acceptance_rate'])})")
     lines.append(tau)
