@@ -17,7 +17,7 @@ from .root import app
 @reports_input_errors
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
-    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab', PATH or PATH:NAME, as run's --reference): how much of it each variant closes."),
     target: opt.target.type = opt.target.default,
     prompts: opt.prompts.type = opt.prompts.default,
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
@@ -44,7 +44,9 @@ def doctor(
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     given = dict(locals())  # every option, passed on whole (a new option needs no second list)
     from ..core.paths import output_path
+    from ..pipeline.preflight import check_paths
 
+    check_paths([drafter, *([reference] if reference else [])])  # before any heavy import (pipeline/preflight.py)
     if out is not None:
         output_path(out, "--out", folder=True)
     lock = None
@@ -97,7 +99,10 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
     from ..render.html import render_run_html
 
     try:
-        result = run_doctor(options, reporter, write=out is not None, report=render_run_html)
+        def report(run, rows) -> str:  # a run folder's report.html, again with the doctor section
+            return render_run_html(run, rows, run_dir=str(out))
+
+        result = run_doctor(options, reporter, write=out is not None, report=report)
     finally:
         reporter.close()
     render_doctor(console, result)

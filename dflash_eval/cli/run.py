@@ -21,7 +21,8 @@ from .root import app
 def run(
     drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several.", rich_help_panel=opt.DRAFTERS),
     target: opt.target.type = opt.target.default,
-    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path.", rich_help_panel=opt.DRAFTERS),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint, PATH or PATH:NAME as --drafter takes it; the gap to it is explained (--no-explain skips that).", rich_help_panel=opt.DRAFTERS),
+    explain: opt.explain.type = opt.explain.default,
     prompts: opt.prompts.type = opt.prompts.default,
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
     out: opt.out.type = opt.out.default,
@@ -61,13 +62,10 @@ def run(
     dist_timeout: opt.dist_timeout.type = opt.dist_timeout.default,
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
-    from ..commands.evaluate import RunOptions
-    from ..render.terminal import render_report
+    from ..core.options import RunOptions
 
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
-    console = stdout_console()
-    reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics,
                                  prompt_field=prompt_field, responses=responses)
@@ -78,9 +76,15 @@ def run(
                          max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,
                          step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
                          context_tokens=context_tokens, max_context=max_context,
-                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
-    from ..commands.distributed import launched_ranks
+                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, explain=explain, argv=["dflash-eval", *sys.argv[1:]], **shared)
+    from ..pipeline.preflight import preflight
 
+    preflight(options)  # paths, target, a resume with other settings: refused before torch is imported
+    from ..commands.distributed import launched_ranks
+    from ..render.terminal import render_report
+
+    console = stdout_console()
+    reporter = reporter_for(console)
     rank, world = launched_ranks()
     if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
         console = Console(file=open(os.devnull, "w"), highlight=False)
@@ -91,7 +95,10 @@ def run(
         from ..commands.distributed import evaluate_launched
 
         # report.html is written with the results, under the folder's lock (never after another run took it)
-        result = evaluate_launched(options, reporter, render_run_html if html else None)
+        def page(run, rows) -> str:  # report.html: the verdict's commands name --out as given
+            return render_run_html(run, rows, run_dir=str(out))
+
+        result = evaluate_launched(options, reporter, page if html else None)
     except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
         raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None
@@ -102,6 +109,6 @@ def run(
     from ..core.results import read_samples
 
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows)
+    render_report(console, result, rows, run_dir=str(out))
     written = f"results: {out}/run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
     console.print(safe_line(written))

@@ -187,7 +187,15 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     else:
         continuations, generated = ({}, 0) if sampled else continuations_for(
             target, pending, ids, options, inputs.thinking, inputs.responses, reporter, universe=whole_prompt_set(options))
-    layers = sorted({t for d in drafters.values() for t in d.spec.taps})
+    from ..pipeline.inputs import reference_name
+    from .explain import add_explanation, explain_skipped, plan_explanation
+
+    explain = plan_explanation(options, inputs.entries, reference_name(options, inputs.entries), target)
+    if explain is not None and pending:  # the cost, said before the work starts
+        reporter.note(explain.cost_line(len(pending)))
+    elif explain_skipped(options):
+        reporter.note(explain_skipped(options))
+    layers = sorted({t for d in drafters.values() for t in d.spec.taps} | (explain.layers if explain else set()))
     policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
                       for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
@@ -219,6 +227,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.batching.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
+            if explain is not None:  # doctor's variants on this same trajectory (commands/explain.py)
+                add_explanation(rows, explain, drafters, trajectory, options, target)
             if numerics is not None and numerics.wants_more():  # reads the run's work, changes none of it
                 numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_options)
         else:

@@ -118,6 +118,11 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
     if prov.get("responses_agreement"):
         prov["responses_agreement"] = {"agree": agree, "total": total}
     document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
+    from ..core.explanation import explanation_documents
+
+    explanation = explanation_documents(rows, seed=options.seed)  # `run --reference`: over every shard's prompts
+    if explanation:
+        document["explanation"] = explanation
     folder = RunFolder(out, {**base, "prompts": all_prompts})
     folder.open(overwrite)
     try:

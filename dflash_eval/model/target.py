@@ -164,6 +164,21 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return choices[dtype]
 
 
+@contextmanager
+def quiet_weight_loading():
+    """transformers' "Loading weights" bar off while a local model loads (it reached every command's stderr,
+    over our own progress lines); the Hugging Face hub's download bars are left as they were."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # also the hub's: given back below
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                 allow_accelerated_on_cpu: bool = False, device_map: str | dict | None = None,
                 max_memory: dict | None = None, offload_folder: str | None = None) -> Target:
@@ -191,7 +206,8 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
+        with quiet_weight_loading():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True, **extra)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(path, f"cannot load target: {str(exc).splitlines()[0]}") from None
     refuse_accelerated_on_cpu(model, path, dev, allow_accelerated_on_cpu)

@@ -265,6 +265,11 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times,
                                         device=str(target.device), breakdown=breakdown)
     text = target.model.config.get_text_config()
+    from ..core.explanation import explanation_documents
+    from .inputs import reference_name
+
+    reference = reference_name(options, list(entries))
+    explanation = explanation_documents(rows, seed=options.seed)  # `run --reference` (commands/explain.py)
     return {
         "schema_version": R.SCHEMA_VERSION,
         "provenance": {
@@ -310,6 +315,10 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             # work done by this invocation (a resumed run counts only what it did itself)
             "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,
                      "prompts_evaluated": evaluated_count},
+            # --reference: its name in the results and the value given (a path as the user typed it)
+            "reference": {"name": reference, "given": options.reference} if reference else None,
+            "explain": options.explain,
         },
         "drafters": drafter_objects,
+        **({"explanation": explanation} if explanation else {}),
     }
