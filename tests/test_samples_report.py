@@ -71,13 +71,15 @@ def test_show_marks_flagged_blocks(repeat_anchor_drafter, tmp_path):
     assert result.stdout.count("repetition: run") >= 2
 
 
-def test_report_on_a_stored_run_matches_the_reviewed_snapshot():
+def test_report_on_a_stored_run_matches_the_reviewed_snapshot(monkeypatch):
     """tests/data/report_run was written by tests/data/make_report_run.py; the snapshot was reviewed by
-    eye (summary, per-position table, repetition table, flagged sample blocks, legend)."""
+    eye (the verdict block, summary, per-position table, repetition table, flagged sample blocks, legend).
+    Run from tests/data, as `report report_run`: the verdict's next commands name the folder as given."""
     from pathlib import Path
 
     data = Path(__file__).parent / "data"
-    result = runner.invoke(app, ["report", str(data / "report_run")], env={"COLUMNS": "120"})
+    monkeypatch.chdir(data)
+    result = runner.invoke(app, ["report", "report_run"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert result.stdout == (data / "report_run.snapshot.txt").read_text()
     words = " ".join(result.stdout.split())  # the legend wraps at 120 columns

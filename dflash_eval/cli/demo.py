@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import fail, program, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -53,7 +53,7 @@ def demo(
         if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
             (out / DEMO_MARKER).touch()
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows, run_dir=str(out))
+    render_report(console, result, rows, run_dir=str(out), program=program())
     print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir, reference))
 
 
@@ -73,21 +73,6 @@ def _clear_demo_out(out: Path) -> None:
         shutil.rmtree(out)
     elif any(out.iterdir()):
         raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
-
-
-def program() -> list[str]:
-    """How to call dflash-eval again from this shell, as argv words: the bare name when it is on PATH, else
-    the full path of this installation's script (a venv that was not activated), else `python -m
-    dflash_eval.cli`."""
-    import shutil
-
-    here = Path(sys.executable).parent / "dflash-eval"
-    found = shutil.which("dflash-eval")
-    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
-        return ["dflash-eval"]
-    if here.exists():
-        return [str(here)]
-    return [sys.executable, "-m", "dflash_eval.cli"]
 
 
 def command(*words: object) -> str:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from .common import fail, incomplete_banner, reports_input_errors, safe_line, stdout_console
+from .common import fail, incomplete_banner, program, reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
@@ -49,7 +49,7 @@ def report(
     console = stdout_console()
     incomplete_banner(console, run)
     with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
-        render_report(console, run, rows, samples_per_drafter=worst, run_dir=str(run_dir))
+        render_report(console, run, rows, samples_per_drafter=worst, run_dir=str(run_dir), program=program())
     page = None
     if html is not None:
         from ..render.html import render_run_html

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import fail, reports_input_errors, safe_line, stdout_console
+from .common import fail, program, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -109,6 +109,6 @@ def run(
     from ..core.results import read_samples
 
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows, run_dir=str(out))
+    render_report(console, result, rows, run_dir=str(out), program=program())
     written = f"results: {out}/run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
     console.print(safe_line(written))

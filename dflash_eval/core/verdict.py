@@ -27,9 +27,12 @@ def _per_prompt(drafter: dict[str, Any]) -> dict[str, tuple[float, float]]:
     return {pid: (s, c) for pid, (s, c) in (counts.get("per_prompt") or {}).items()}
 
 
-def command(*words: object) -> str:
+PROGRAM = ("dflash-eval",)  # how the commands call the CLI; the terminal passes the way this shell reaches it
+
+
+def command(*words: object, program: tuple[str, ...] = PROGRAM) -> str:
     """One shell line (`dflash-eval ...`), each word quoted as a shell needs it."""
-    return shlex.join(["dflash-eval", *map(str, words)])
+    return shlex.join([*program, *map(str, words)])
 
 
 def _explained(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -60,8 +63,10 @@ def _closing(explanation: dict[str, Any]) -> dict[str, Any] | None:
             "flagged_configured": flagged.get("as configured"), "flagged_variant": flagged.get(name)}
 
 
-def verdict_block(run: dict[str, Any], run_dir: str | None = None) -> dict[str, Any]:
-    """The verdict view of `run` (module docstring); `run_dir`: the folder as the user names it (commands)."""
+def verdict_block(run: dict[str, Any], run_dir: str | None = None,
+                  program: tuple[str, ...] = PROGRAM) -> dict[str, Any]:
+    """The verdict view of `run` (module docstring); `run_dir`: the folder as the user names it, `program`: the
+    words that call dflash-eval (the next commands)."""
     drafters = run.get("drafters") or []
     prov = run.get("provenance") or {}
     reference = (prov.get("reference") or {}).get("name")
@@ -94,11 +99,11 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None) -> dict[str, 
     title = (f"{', '.join(compared)} vs {base}" if base is not None and compared else
              ", ".join(names) or "no drafters")
     return {"title": title, "reference": reference, "compared_to": base, "prompts": (prov.get("prompts") or {}).get("count"),
-            "drafters": rows, "next": next_commands(run, run_dir, base, explained)}
+            "drafters": rows, "next": next_commands(run, run_dir, base, explained, program)}
 
 
 def next_commands(run: dict[str, Any], run_dir: str | None, base: str | None,
-                  explained: dict[str, dict[str, Any]]) -> list[dict[str, str]]:
+                  explained: dict[str, dict[str, Any]], program: tuple[str, ...] = PROGRAM) -> list[dict[str, str]]:
     """What to run next, as (why, command) pairs; RUN:NAME as `diff` reads it."""
     if not run_dir:
         return []
@@ -111,14 +116,15 @@ def next_commands(run: dict[str, Any], run_dir: str | None, base: str | None,
         e = explained.get(d["name"])
         if e and e.get("behind") and (d.get("repetition") or {}).get("flagged_blocks"):
             out.append({"why": f"the repetitive blocks of {d['name']}, worst first",
-                        "command": command("show", run_dir, "--flagged", "--drafter-name", d["name"])})
+                        "command": command("show", run_dir, "--flagged", "--drafter-name", d["name"], program=program)})
         if base is not None:
             out.append({"why": f"{d['name']} against {base}, prompt by prompt and slot by slot",
-                        "command": command("diff", f"{run_dir}:{base}", f"{run_dir}:{d['name']}")})
+                        "command": command("diff", f"{run_dir}:{base}", f"{run_dir}:{d['name']}", program=program)})
         reference = (prov.get("reference") or {}).get("given")
         if e and e.get("behind") and e["source"] == "run --reference" and reference:
             out.append({"why": "a deeper look (logit lens, context variants, the teacher's norm)",
-                        "command": command("doctor", "--drafter", d["path"], "--reference", reference, "--out", run_dir)})
+                        "command": command("doctor", "--drafter", d["path"], "--reference", reference, "--out", run_dir,
+                                               program=program)})
     if not out and drafters:
-        out.append({"why": "the worst blocks along the walk", "command": command("show", run_dir, "--worst", 5)})
+        out.append({"why": "the worst blocks along the walk", "command": command("show", run_dir, "--worst", 5, program=program)})
     return out

@@ -10,9 +10,10 @@ checks again, in full, before the folder is touched. Preflight only answers soon
   (`inputs.resolve_drafters` with the recorded verifier for a spec, `formats/validation.check_target_files`);
   each drafter's full spec needs transformers (its RoPE is normalized by Qwen3Config) and is read later;
 - a resume (--out holds a run and no --overwrite): each setting that can be known without a tokenizer or
-  torch (target, drafters by name, generation cap, mode, final block, kernels, tap chunk, draft window,
-  responses file, the explanation) compared with the recorded one, a difference refused as
-  `RunFolder.check` refuses it, naming the setting.
+  torch (target, generation cap, mode, final block, kernels, tap chunk, draft window, responses file, the
+  explanation) compared with the recorded one, a difference refused as `RunFolder.check` refuses it, naming
+  the setting. The drafters are left to the full check: a damaged checkpoint given to a folder of another
+  run is refused for its damage first, as before, not for its name.
 """
 
 from __future__ import annotations
@@ -43,26 +44,22 @@ def read_recorded(path: Path) -> tuple[Recorded, None, None]:
 
 def preflight(options: RunOptions) -> None:
     """Refuse what can be refused without a heavy import (module docstring); returns nothing, changes nothing."""
-    entries, target_path, _ = resolve_drafters(options, read=read_recorded)
+    _, target_path, _ = resolve_drafters(options, read=read_recorded)
     check_target_files(target_path)
     if not options.overwrite:
-        names = [e.name for e in entries]
-        if options.draft_policy == "both":  # each drafter twice (inputs.split_draft_policies)
-            names = [f"{n}@{policy}" for n in names for policy in ("sample", "argmax")]
-        check_resume(options, names, target_path)
+        check_resume(options, target_path)
 
 
-def cheap_settings(options: RunOptions, names: list[str], target_path: Path) -> dict[str, Any]:
+def cheap_settings(options: RunOptions, target_path: Path) -> dict[str, Any]:
     """The settings a run folder records (`Inputs.settings`) that need no tokenizer, model or torch to know,
-    as that function writes them; drafters by name only (their fingerprints hash every weight file)."""
+    as that function writes them."""
     return {"target": str(target_path), "max_new_tokens": options.max_new_tokens, "mode": options.mode,
             "final_block": options.final_block, "kernels": options.kernels, "tap_chunk": options.batching.tap_chunk,
             "responses": str(options.responses) if options.responses else None,
-            "draft_window": options.breakdown.draft_window or None, "explain": True if options.explains_gap() else None,
-            "drafters": sorted(names)}
+            "draft_window": options.breakdown.draft_window or None, "explain": True if options.explains_gap() else None}
 
 
-def check_resume(options: RunOptions, names: list[str], target_path: Path) -> None:
+def check_resume(options: RunOptions, target_path: Path) -> None:
     """--out holding a run recorded with other settings: refused by name, as RunFolder.check refuses it."""
     state_path = Path(options.out) / STATE
     if not state_path.is_file():
@@ -71,10 +68,8 @@ def check_resume(options: RunOptions, names: list[str], target_path: Path) -> No
     recorded = state.get("settings")
     if not isinstance(recorded, dict):
         return  # an older run without its settings: RunFolder.check says so, after the full digest
-    given = cheap_settings(options, names, target_path)
-    old = {key: recorded.get(key) for key in given}
-    old["drafters"] = sorted(recorded.get("drafters") or {}) if isinstance(recorded.get("drafters"), dict) else None
-    differences = settings_differences(old, given)
+    given = cheap_settings(options, target_path)
+    differences = settings_differences({key: recorded.get(key) for key in given}, given)
     if differences:
         raise different_settings(Path(options.out), "; ".join(differences))
 

@@ -294,15 +294,15 @@ def render_by_prompt_set(console: Console, run: RunDocument) -> None:
 
 
 def render_report(console: Console, run: RunDocument, rows: list[dict], *, samples_per_drafter: int = 2,
-                  run_dir: str | None = None) -> None:
+                  run_dir: str | None = None, program: tuple[str, ...] | None = None) -> None:
     """The whole terminal report: the verdict block first (core/verdict.py; `run_dir` as the user names the
-    folder, for the next commands), summary, the gap's explanation, per-position table, repetition, a few
-    blocks, legend."""
+    folder and `program` as this shell calls dflash-eval, for the next commands), summary, the gap's
+    explanation, per-position table, repetition, a few blocks, legend."""
     from ..core.samples import select_blocks
     from ..core.verdict import verdict_block
     from .terminal_verdict import render_explanation, render_verdict
 
-    render_verdict(console, verdict_block(run, run_dir))
+    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else [])))
     if run["provenance"].get("estimate"):
         render_estimate_report(console, run)
         return

@@ -12,30 +12,43 @@ from .terminal_doctor_windows import render_windows
 from .terminal_gap import flagged_cell, render_gap, short_labels
 
 
+def _cells(every: bool, *cells: str) -> list[str]:
+    """A variants-table row, without its pairs cell (the fifth) when every row pairs all the prompts."""
+    return [c for i, c in enumerate(cells) if i != 4 or not every]
+
+
 def render_doctor(console: Console, result: dict) -> None:
+    deltas = [r["delta"] for r in result["variants"] if r.get("delta")]
+    # a pairs column only where some row pairs fewer prompts than all (a prompt without steps under a variant)
+    every = all(d.get("n") == result["prompts"] and d.get("total") in (None, d.get("n")) for d in deltas)
+    paired = f"paired over all {result['prompts']} prompts" if every else "paired over prompts"
     table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
-                        "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
-    for column in ("variant", "tau\nmacro", "delta [95% CI]", "p", "pairs", "drafts\nunchanged", "flagged\nblocks"):
-        table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
+                        f"all these variants; delta = variant - as configured, {paired}; flagged: the share of the "
+                        "walk's blocks flagged as repetitive)", header_style="bold")
+    for column in ("variant", "tau\nmacro", "delta [95% CI]", "p", "pairs", "drafts\nunchanged", "flag-\nged"):
+        if column != "pairs" or not every:
+            table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
     labels, notes = short_labels([row["variant"] for row in result["variants"]])
     for row in [{**r, "variant": safe(labels[r["variant"]])} for r in result["variants"]]:
         d = row.get("delta")
         flagged = flagged_cell(row.get("flagged_share"))
         if d is None:
-            table.add_row(f"[bold]{row['variant']}[/]", fixed_digits(row["tau_macro"], 2), "", "", "", "", flagged)
+            table.add_row(*_cells(every, f"[bold]{row['variant']}[/]", fixed_digits(row["tau_macro"], 2), "", "", "", "",
+                                  flagged))
             continue
         # every paired figure says how many prompts it pairs; too few pairs get no interval and no p
         n, total = d.get("n"), d.get("total")
         pairs = f"{n}/{total}" if total is not None and total != n else f"{n}"
         unchanged = f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else ""
         if Delta(0, 0, 0, 1, n or 0).too_few:
-            table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"{d['estimate']:+.2f} (too few pairs)", "-",
-                          pairs, unchanged, flagged)
+            table.add_row(*_cells(every, row["variant"], fixed_digits(row["tau_macro"], 2),
+                                  f"{d['estimate']:+.2f} (too few pairs)", "-", pairs, unchanged, flagged))
             continue
         style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
         delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-        table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
-                      "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged, flagged)
+        table.add_row(*_cells(every, row["variant"], fixed_digits(row["tau_macro"], 2),
+                              f"[{style}]{delta}[/]" if style else delta,
+                              "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged, flagged))
     console.print(table)
     for note in notes:
         console.print(safe(note))
