@@ -44,7 +44,7 @@ def demo(
     from ..render.html import render_run_html
 
     def page(run, rows) -> str:
-        return render_run_html(run, rows, title="dflash-eval demo: demo-inhouse vs demo-reference", run_dir=str(out))
+        return render_run_html(run, rows, title="dflash-eval demo: demo-inhouse vs demo-reference")
 
     try:
         result = evaluate(options, reporter, page if html else None)  # report.html under the folder's lock

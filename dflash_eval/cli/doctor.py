@@ -99,10 +99,7 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
     from ..render.html import render_run_html
 
     try:
-        def report(run, rows) -> str:  # a run folder's report.html, again with the doctor section
-            return render_run_html(run, rows, run_dir=str(out))
-
-        result = run_doctor(options, reporter, write=out is not None, report=report)
+        result = run_doctor(options, reporter, write=out is not None, report=render_run_html)
     finally:
         reporter.close()
     render_doctor(console, result)

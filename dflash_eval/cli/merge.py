@@ -28,7 +28,7 @@ def merge(
 
     console = stdout_console()
     result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]],
-                          report=(lambda run, rows: render_run_html(run, rows, run_dir=str(out))) if html else None)
+                          report=render_run_html if html else None)
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows, run_dir=str(out), program=program())
     written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"

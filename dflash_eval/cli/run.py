@@ -95,10 +95,7 @@ def run(
         from ..commands.distributed import evaluate_launched
 
         # report.html is written with the results, under the folder's lock (never after another run took it)
-        def page(run, rows) -> str:  # report.html: the verdict's commands name --out as given
-            return render_run_html(run, rows, run_dir=str(out))
-
-        result = evaluate_launched(options, reporter, page if html else None)
+        result = evaluate_launched(options, reporter, render_run_html if html else None)
     except KeyboardInterrupt as exc:  # evaluate's Interrupted says what was kept at that moment
         reporter.close()
         raise fail(getattr(exc, "message", None) or f"interrupted; run the same command again (--out {out})", 130) from None

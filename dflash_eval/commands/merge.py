@@ -108,6 +108,7 @@ def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: l
         "self_consistency": {"agree": agree, "total": total},
         "warnings": sorted({w for s in shards for w in s["run"]["provenance"].get("warnings", [])}),
         "work": work, "merged_from": [str(s["path"]) for s in sorted(shards, key=lambda s: s["settings"]["shard"]["index"])],
+        "out": str(out),
     })
     if "numerics" in prov:  # the anchors per forward of every shard's sequences, not shard 0's
         prov["numerics"]["anchor_batch"] = merged_anchor_batches(

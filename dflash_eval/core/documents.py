@@ -267,6 +267,7 @@ class Provenance(TypedDict):
     merged_from: NotRequired[list[str]]
     reference: NotRequired[ReferenceDocument | None]
     explain: NotRequired[bool]
+    out: NotRequired[str]
 
 
 class Incomplete(TypedDict):

@@ -59,6 +59,7 @@ DIR/run.json
         reference        (with --reference) {"name": its name among the drafters, "given": the value as given:
                          'z-lab', PATH or PATH:NAME}; null without one
         explain          --explain / --no-explain (with a reference, greedy trajectory mode: the gap explained)
+        out              the run folder as --out named it (merge: its own --out): the verdict block's commands
     drafters            one object per drafter, in command-line order:
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"

@@ -65,10 +65,11 @@ def _closing(explanation: dict[str, Any]) -> dict[str, Any] | None:
 
 def verdict_block(run: dict[str, Any], run_dir: str | None = None,
                   program: tuple[str, ...] = PROGRAM) -> dict[str, Any]:
-    """The verdict view of `run` (module docstring); `run_dir`: the folder as the user names it, `program`: the
-    words that call dflash-eval (the next commands)."""
+    """The verdict view of `run` (module docstring); `run_dir`: the folder as the user names it (default: as the
+    run was given its --out), `program`: the words that call dflash-eval (the next commands)."""
     drafters = run.get("drafters") or []
     prov = run.get("provenance") or {}
+    run_dir = run_dir or prov.get("out")
     reference = (prov.get("reference") or {}).get("name")
     names = [d["name"] for d in drafters]
     if reference not in names:

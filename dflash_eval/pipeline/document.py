@@ -318,6 +318,7 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             # --reference: its name in the results and the value given (a path as the user typed it)
             "reference": {"name": reference, "given": options.reference} if reference else None,
             "explain": options.explain,
+            "out": str(options.out),  # the folder as given: the verdict's commands name it (core/verdict.py)
         },
         "drafters": drafter_objects,
         **({"explanation": explanation} if explanation else {}),
