@@ -106,6 +106,9 @@ def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_repo
     assert run_json["doctor"]["verdict"] == report["verdict"]
     html = (out / "report.html").read_text()
     assert "Doctor: " in html and "anchor in context (p &lt;= a)" in html
+    assert '<a href="#doctor">doctor</a>' in html[html.index("<nav>"):html.index("</nav>")]  # linked, not buried
+    assert html.index('<section id="verdict">') < html.index('<section id="summary">')
+    assert "(doctor, doctor --out)" in html  # the verdict block carries the doctor's verdict
 
 
 def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_path):

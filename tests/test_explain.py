@@ -246,3 +246,82 @@ def test_reference_path_name_is_parsed_as_drafter_path_name(trained, zlab_refere
     assert [d["name"] for d in run["drafters"]] == ["qwen3-anchor-bug", "z-lab"]
     assert Path(run["drafters"][1]["path"]) == zlab_reference
     assert invoke(["diff", f"{out}:z-lab", f"{out}:qwen3-anchor-bug"]).exit_code == 0
+
+
+def test_every_section_of_the_page_has_its_link(explained_run):
+    import re
+
+    page = (explained_run[0] / "report.html").read_text()
+    nav = page[page.index("<nav>"):page.index("</nav>")]
+    sections = re.findall(r'<section id="([^"]+)"', page)
+    assert "explanation" in sections and sections[0] == "verdict"
+    assert [s for s in sections if f'href="#{s}"' not in nav] == []
+
+
+def test_no_loading_bar_on_stderr(explained_run):
+    """transformers' "Loading weights" bar used to reach every command's stderr (model/target.quiet_weight_loading)."""
+    assert "Loading weights" not in explained_run[1].stderr
+
+
+# ------------------------------------------------------------- refused before torch or transformers is imported
+
+REFUSE = """
+import json, sys
+from typer.testing import CliRunner
+from dflash_eval.cli import app
+result = CliRunner().invoke(app, sys.argv[1:], env={"COLUMNS": "200"})
+print(json.dumps({"code": result.exit_code, "stderr": result.stderr,
+                  "heavy": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
+"""
+
+
+def refused(args: list) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", REFUSE, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_bad_arguments_are_refused_before_torch_is_imported(explained_run, trained, zlab_reference, thirteen, tmp_path):
+    """A bad --reference, an unknown target, a resume with other settings, z-lab for a local target: one line,
+    exit 2, and neither torch nor transformers imported (pipeline/preflight.py): seconds, not 9-11 s."""
+    out, _, _ = explained_run
+    mine, target = trained["qwen3"]["anchor_bug"], trained["qwen3"]["target"]
+    cases = [
+        ("no such file or directory", ["run", "-d", mine, "--reference", tmp_path / "nope", "--target", target,
+                                       "--out", tmp_path / "o"]),
+        ("not a local folder and not found in the Hugging Face cache", ["run", "-d", mine, "--target", "nobody/nothing",
+                                                                        "--out", tmp_path / "o"]),
+        ("already holds a run with different settings (max_new_tokens: 40 -> 41)", [  # the run above, resumed
+            "run", "-d", f"{mine}:mine", "--reference", zlab_reference, "--target", target, "--prompts", thirteen,
+            "--max-new-tokens", "41", "--out", out]),
+        ("give a reference checkpoint folder instead: --reference PATH or PATH:NAME", [
+            "run", "-d", mine, "--reference", "z-lab", "--target", target, "--out", tmp_path / "o"]),
+        ("no such file or directory", ["doctor", "-d", mine, "--reference", f"{tmp_path / 'nope'}:ref", "--target", target]),
+    ]
+    for expected, args in cases:
+        answer = refused(args)
+        assert answer["code"] == 2 and expected in answer["stderr"], (args, answer)
+        assert answer["stderr"].count("\n") == 1 and answer["heavy"] == [], (args, answer)
+
+
+def test_merged_shards_explain_as_one_run(explained_run, trained, zlab_reference, thirteen, tmp_path):
+    """The explanation is rebuilt from the rows: two shards merged give the one run's section, figure for figure."""
+    out, _, _ = explained_run
+    args = ["run", "-d", f"{trained['qwen3']['anchor_bug']}:mine", "--reference", zlab_reference, "--target",
+            trained["qwen3"]["target"], "--prompts", thirteen, "--max-new-tokens", "40", "--no-html",
+            "--cache-dir", out.parent.parent / "cache"]
+    for index in (0, 1):
+        done = invoke([*args, "--shard", f"{index}/2", "--out", tmp_path / f"s{index}"])
+        assert done.exit_code == 0, done.output
+    merged = invoke(["merge", tmp_path / "s0", tmp_path / "s1", "--out", tmp_path / "m", "--no-html"])
+    assert merged.exit_code == 0, merged.output
+    one, joined = (json.loads((folder / "run.json").read_text()) for folder in (out, tmp_path / "m"))
+    assert joined["explanation"] == one["explanation"]
+    assert joined["provenance"]["reference"] == one["provenance"]["reference"]
