@@ -204,12 +204,12 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
 
     numerics = NumericsCheck(options.numerics_check) if options.numerics_check else None  # --numerics-check N
 
-    def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown (breakdown.py)
+    def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown and the explanation
         run = assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
                         generated_count=generated, evaluated_count=len(pending), step_times=serving.step_times,
-                        content=inputs.content, breakdown=final)
+                        content=inputs.content, breakdown=final, explain=final)
         if numerics is not None:
             run["provenance"]["numerics"]["measured"] = numerics.to_dict()
         return run

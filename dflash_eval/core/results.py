@@ -116,7 +116,8 @@ DIR/run.json
                         reference, prompts, behind (the gap's interval above 0, p < 0.05), verdict, finding (the
                         variant named, or null), variants [{variant, bug, tau_macro, delta (vs as configured,
                         paired over every prompt), flagged_share, flagged_blocks, blocks}; the first is "as
-                        configured"], gap (core/gap.explain_gap over the same prompts: gap, variants' shares)
+                        configured"], gap (core/gap.explain_gap over the same prompts: gap, variants' shares);
+                        not in run.partial.json (its rows hold the variants; the final document explains)
     doctor              (after `doctor --out RUN`) the doctor's findings, as doctor.json holds them
     incomplete          (run.partial.json only) {"done", "total"}: prompts finished so far, of all
 

@@ -249,7 +249,7 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
 
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
               block_sizes, generated_count: int, evaluated_count: int, step_times=None,
-              content: dict[str, Any] | None = None, breakdown: bool = True) -> dict[str, Any]:
+              content: dict[str, Any] | None = None, breakdown: bool = True, explain: bool = True) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -269,7 +269,9 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     from .inputs import reference_name
 
     reference = reference_name(options, list(entries))
-    explanation = explanation_documents(rows, seed=options.seed)  # `run --reference` (commands/explain.py)
+    # `run --reference` (commands/explain.py): the final document only, as the breakdown (a partial one after every
+    # prompt would redo every variant's bootstrap and permutation test each time)
+    explanation = explanation_documents(rows, seed=options.seed) if explain else []
     return {
         "schema_version": R.SCHEMA_VERSION,
         "provenance": {
