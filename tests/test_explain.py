@@ -91,6 +91,10 @@ def test_no_gap_no_explanation_and_a_row_without_its_variants_is_refused():
     level = explain_drafter(rows_of({"mine": same, "ref": same, "anchor": [t + 1 for t in same]}), "mine")
     assert not level["behind"] and level["finding"] is None
     assert level["verdict"].startswith("mine is not measurably behind ref (gap: delta +0.00")
+    silent = rows_of({"mine": [0.0] * 8, "ref": [0.0] * 8, "anchor": [0.0] * 8}, steps=0)  # every continuation ended
+    nothing = explain_drafter(silent, "mine")
+    assert not nothing["behind"] and nothing["variants"][1]["delta"] is None
+    assert nothing["verdict"] == "mine is not measurably behind ref (gap: no prompt with steps on both sides): no gap to explain"
     rows = rows_of({"mine": same, "ref": [4.0] * 8, "anchor": [4.0] * 8})
     del rows[4]["explain"]  # prompt p2's row of mine
     with pytest.raises(ValueError, match=r"the rows of prompts \['p2'\] carry no explanation"):

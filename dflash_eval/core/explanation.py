@@ -14,7 +14,8 @@ prompt's trajectory. From every row of the run, `explanation_documents` builds p
 |-------------------|--------------------------------------------------------------------------------------------|
 | gap               | tau(reference) - tau(drafter as configured), paired over prompts (core/compare.py)         |
 | behind            | the gap's interval above 0 and its permutation p < 0.05: only then is the gap explained     |
-| variant delta     | tau(drafter under the variant) - tau(as configured), paired likewise                        |
+| variant delta     | tau(drafter under the variant) - tau(as configured), paired likewise, from the gap table's   |
+|                   | own bootstrap draws (core/gap.py): the same figure in the variants table and the verdict    |
 | share of the gap  | core/gap.explain_gap: closed / gap, with the interval from the same bootstrap draws          |
 | flagged share     | the variant walk's blocks flagged by core/repetition.py / its blocks (does the fix also      |
 |                   | remove the loops?); "as configured" is the run's own repetition count                        |
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compare import Delta, delta_tau_per_prompt, paired_figure
+from .compare import Delta, paired_figure
 from .gap import explain_gap
 
 MIN_GAIN = 0.1  # tau a variant must add (beside its interval above 0 and p < 0.05) to be named
@@ -100,17 +101,20 @@ def explain_drafter(rows: list[dict[str, Any]], name: str, *, seed: int = 0) -> 
     tau0 = _mean_tau(base)
     table = [{"variant": "as configured", "tau_macro": tau0, "flagged_share": _share(flagged, blocks),
               "flagged_blocks": flagged, "blocks": blocks}]
+    gap = explain_gap(base, ref, [(v["variant"], v["per_prompt"], v["bug"], v["check"]) for v in variants.values()],
+                      base_name=name, reference_name=reference, seed=seed)
+    # each variant's delta is the gap table's own (the same prompts, the same bootstrap draws): one figure for
+    # one quantity, in the variants table, the gap table and the verdict alike
+    closed = {row["variant"]: row["closed"] for row in gap["variants"]}
     wins = []
     for v in variants.values():
-        delta = delta_tau_per_prompt(base, v["per_prompt"], seed=seed).to_dict()
+        delta = closed[v["variant"]]  # None: no prompt has steps on every side (every continuation ended at once)
         entry = {"variant": v["variant"], "bug": v["bug"], "tau_macro": _mean_tau(v["per_prompt"]), "delta": delta,
                  "flagged_share": _share(v["flagged_blocks"], v["blocks"]), "flagged_blocks": v["flagged_blocks"],
                  "blocks": v["blocks"]}
         table.append(entry)
-        if significant_gain(delta):
+        if delta is not None and not Delta(0, 0, 0, 1, delta.get("n") or 0).too_few and significant_gain(delta):
             wins.append(entry)
-    gap = explain_gap(base, ref, [(v["variant"], v["per_prompt"], v["bug"], v["check"]) for v in variants.values()],
-                      base_name=name, reference_name=reference, seed=seed)
     behind = is_behind(gap["gap"])
     if not behind:
         figure = paired_figure(gap["gap"]) if gap["gap"] else "no prompt with steps on both sides"

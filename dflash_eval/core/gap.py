@@ -4,7 +4,9 @@ per-prompt (steps, committed) pairs, no torch.
 One table, one population: every figure of the gap table (the gap itself, what each variant closes, each
 share and every interval) is computed on the same paired prompts, those on which the drafter, the reference
 and every variant have steps (`paired_prompts` counts them, of all the prompts asked about), and from the
-same resampled prompts (numpy default_rng(seed), `n_resamples` draws of prompt indices); `prompt_ids` names them:
+same resampled prompts (numpy default_rng(seed), `n_resamples` draws of prompt indices: 10,000, the very draws
+`diff` takes on the same prompts, so the gap's interval is diff's to rounding, only the quantile rule below
+differs); `prompt_ids` names them:
 
 gap              tau(reference) - tau(drafter as configured), paired over those prompts
 closed by v      tau(drafter under variant v) - tau(drafter as configured), paired likewise
@@ -53,7 +55,7 @@ def share_interval(closed_draws: np.ndarray, gap_draws: np.ndarray, level: float
 
 
 def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str, str]], *, base_name: str,
-                reference_name: str, seed: int = 0, n_resamples: int = 2000) -> dict[str, Any]:
+                reference_name: str, seed: int = 0, n_resamples: int = 10_000) -> dict[str, Any]:
     """variants: (name, per_prompt, what a gain suggests, what to check in training). Per-prompt dicts map
     prompt id -> (steps, committed) (counted or expected)."""
     total = len(base)
