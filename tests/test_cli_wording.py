@@ -219,6 +219,19 @@ def test_the_estimate_defines_e_tau_per_anchor(test_bed, drafter_dirs, tmp_path)
     assert "<dt>E[tau] per anchor</dt>" in page and page.index('id="estimate"') < page.index('id="provenance"')
 
 
+def test_the_estimate_names_every_drafter_whole_at_100_columns(test_bed, drafter_dirs, tmp_path):
+    """At T > 0 two 20-character names used to print as `drafter_…` at 100 columns (issue 48)."""
+    names = ("drafter_inhouse_long", "drafter_reference_lg")
+    out = tmp_path / "estimate"
+    result = invoke(["run", "-d", f"{drafter_dirs['zlab']}:{names[0]}", "-d", f"{drafter_dirs['sliding']}:{names[1]}",
+                     "--target", test_bed["qwen3"], "--limit", "2", "--max-new-tokens", "8", "--temperature", "0.7",
+                     "--out", out, "--no-html"], 100)
+    assert result.exit_code == 0, result.output
+    table = result.stdout[result.stdout.index("Estimated acceptance"):result.stdout.index("definition:")]
+    assert "…" not in table and all(len(line) <= 100 for line in table.splitlines())
+    assert all(re.search(rf"│ {name} +│", table) for name in names), table
+
+
 def test_responses_agreement_is_not_called_self_consistency(test_bed, drafter_dirs, tmp_path):
     from dflash_eval.pipeline.prompts import load_prompts
 

@@ -446,6 +446,8 @@ def test_the_readme_shows_a_local_reference_and_counts_its_commands_right():
     out = local[0].args[local[0].args.index("--out") + 1]
     diffs = [c.args for c in readme_commands(text) if c.kind == "cli" and c.args[:1] == ["diff"]]
     assert any(f"{out}:{name}" in args for args in diffs), "no README diff names the local reference as run named it"
+    inner = next(line for line in text.splitlines() if '-m "not slow"' in line)  # the inner loop, as CI runs tests
+    assert "OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1" in inner, inner
 
 
 def test_the_extractor_reads_commands_as_a_shell_splits_them():

@@ -65,5 +65,7 @@ def render_gap(console: Console, gap: dict, *, context: bool = False) -> None:
         console.print(safe(note))
     if context:
         console.print(safe(f"paired prompts of this table ({gap['paired_prompts']} of {g.get('total')}): "
-                           + (", ".join(gap.get("prompt_ids") or []) or "none")))
+                           + (", ".join(gap.get("prompt_ids") or []) or "none")
+                           + "; the table above is over every prompt (--no-context-variants skips these variants "
+                             "and their target passes)"))
     console.print(safe(gap["paragraph"]))
