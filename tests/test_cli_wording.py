@@ -52,13 +52,22 @@ def demo(request, tmp_path_factory):
 def test_the_demos_commands_paste_whole_and_run(demo, private_cache):
     columns, out, output = demo
     commands = printed_commands(output)
-    assert [c[0] for c in commands] == ["doctor", "show", "run"], output
-    doctor, show, run = commands
+    # the verdict block's next commands (core/verdict.py), then the demo's guidance
+    assert [c[0] for c in commands] == ["show", "diff", "doctor", "show", "doctor", "show", "run"], output
+    flagged, diffed, deeper, _, doctor, show, run = commands
     root = typer.main.get_command(app)
     # every printed command is one line that the CLI parses to the values the demo meant
     ctx = root.commands["doctor"].make_context("doctor", doctor[1:])
     assert ctx.params["max_new_tokens"] == 64 and ctx.params["thinking"] is False
     assert Path(ctx.params["drafter"]).name == "demo-inhouse"
+    assert Path(ctx.params["reference"]).name == "demo-reference"
+    ctx = root.commands["doctor"].make_context("doctor", deeper[1:])  # into the demo's run: its settings
+    assert ctx.params["out"] == out and ctx.params["reference"].endswith("demo-reference:demo-reference")
+    assert diffed[1:] == [f"{out}:demo-reference", f"{out}:demo-inhouse"]  # RUN:NAME as diff reads it back
+    for pasted in (flagged, diffed):
+        result = invoke(pasted, columns)
+        assert result.exit_code == 0, result.output
+    assert "blocks flagged as repetitive, worst first" in invoke(flagged, columns).stdout
     ctx = root.commands["run"].make_context("run", run[1:])
     assert ctx.params["prompts"] == "humaneval" and str(ctx.params["out"]) == "runs/mine"
     shown = invoke(show, columns)
@@ -208,6 +217,19 @@ def test_the_estimate_defines_e_tau_per_anchor(test_bed, drafter_dirs, tmp_path)
     assert "E[tau] per anchor: 1 + the sum over slots of the expected reach" in result.stdout
     page = (out / "report.html").read_text()
     assert "<dt>E[tau] per anchor</dt>" in page and page.index('id="estimate"') < page.index('id="provenance"')
+
+
+def test_the_estimate_names_every_drafter_whole_at_100_columns(test_bed, drafter_dirs, tmp_path):
+    """At T > 0 two 20-character names used to print as `drafter_…` at 100 columns (issue 48)."""
+    names = ("drafter_inhouse_long", "drafter_reference_lg")
+    out = tmp_path / "estimate"
+    result = invoke(["run", "-d", f"{drafter_dirs['zlab']}:{names[0]}", "-d", f"{drafter_dirs['sliding']}:{names[1]}",
+                     "--target", test_bed["qwen3"], "--limit", "2", "--max-new-tokens", "8", "--temperature", "0.7",
+                     "--out", out, "--no-html"], 100)
+    assert result.exit_code == 0, result.output
+    table = result.stdout[result.stdout.index("Estimated acceptance"):result.stdout.index("definition:")]
+    assert "…" not in table and all(len(line) <= 100 for line in table.splitlines())
+    assert all(re.search(rf"│ {name} +│", table) for name in names), table
 
 
 def test_responses_agreement_is_not_called_self_consistency(test_bed, drafter_dirs, tmp_path):

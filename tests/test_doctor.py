@@ -106,6 +106,9 @@ def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_repo
     assert run_json["doctor"]["verdict"] == report["verdict"]
     html = (out / "report.html").read_text()
     assert "Doctor: " in html and "anchor in context (p &lt;= a)" in html
+    assert '<a href="#doctor">doctor</a>' in html[html.index("<nav>"):html.index("</nav>")]  # linked, not buried
+    assert html.index('<section id="verdict">') < html.index('<section id="summary">')
+    assert "(doctor, doctor --out)" in html  # the verdict block carries the doctor's verdict
 
 
 def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_path):
@@ -145,6 +148,18 @@ def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
     assert best["share"] > 0.8 and best["share_ci"][0] > 0.5
     assert "Most likely it was trained with the anchor's own hidden state" in gap["paragraph"]
     assert "Check the training attention mask" in gap["paragraph"] and "share of the gap" in result.stdout
+    # the context variants (on by default) never shrink the main table: all 12 prompts there, theirs apart
+    assert gap["paired_prompts"] == 12 and gap["gap"]["n"] == gap["gap"]["total"] == 12
+    context = gap["context"]
+    assert {v["variant"] for v in context["variants"]} == {"thinking on", "raw prompt (no chat template)"}
+    assert context["paired_prompts"] == len(context["prompt_ids"]) < 12  # named: the raw prompt ends at once on some
+    assert "paired prompts of this table" in result.stdout
+    # docs/doctor.md's figures are this run's (python -m dflash_eval.demo.doctor_figures writes them)
+    from dflash_eval.demo.doctor_figures import BEGIN, DOCTOR_MD, END, figures
+
+    page = DOCTOR_MD.read_text(encoding="utf-8")
+    written = page[page.index(BEGIN) + len(BEGIN):page.index(END)].strip().splitlines()
+    assert written == figures(report), "docs/doctor.md: rerun `python -m dflash_eval.demo.doctor_figures`"
 
 
 def test_gap_shares_by_hand():

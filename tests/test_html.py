@@ -390,7 +390,7 @@ LAYOUT = """(() => {
   const over = [...document.querySelectorAll("main *")].filter(e => e.getBoundingClientRect().right > innerWidth + 1
       && !e.closest(".scroll, table.sortable, .blk, figure")).map(e => e.tagName + "." + e.className);
   return {sections, over, page: document.documentElement.scrollWidth, window: innerWidth,
-          summary: top("summary"), provenance: top("provenance")};
+          verdict: top("verdict"), summary: top("summary"), provenance: top("provenance")};
 })()"""
 
 
@@ -437,15 +437,16 @@ def test_results_come_first_and_nothing_overflows_at_700_and_1400_px(tmp_path):
         browser.close()
     for width, layout in seen.items():
         assert layout["page"] <= layout["window"] and layout["over"] == [], (width, layout)
-        assert layout["sections"][0] == "summary" and layout["sections"][-2:] == ["provenance", "legend"], layout
-        assert layout["summary"] < 400  # results within the first screen, even at 700 px
+        assert layout["sections"][:2] == ["verdict", "summary"], layout  # the verdict block first (core/verdict.py)
+        assert layout["sections"][-2:] == ["provenance", "legend"], layout
+        assert layout["verdict"] < 400 and layout["summary"] < 1000  # results within the first screen, even at 700 px
     assert seen[700]["provenance"] > seen[700]["summary"] + 2000
 
 
 def test_run_and_estimate_share_one_layout():
     run_page = render_run_html(read_run_document(STORED), read_samples(STORED / "samples.jsonl"))
     sections = re.findall(r'<section id="([^"]+)"', run_page)
-    assert sections[0] == "summary" and sections[-2:] == ["provenance", "legend"]
+    assert sections[:2] == ["verdict", "summary"] and sections[-2:] == ["provenance", "legend"]
     template = Path(__file__).parent.parent / "dflash_eval" / "render" / "templates"
     for name in ("run.html.j2", "estimate.html.j2"):  # one provenance block (with the drafters), last
         text = (template / name).read_text()

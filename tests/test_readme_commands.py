@@ -265,6 +265,8 @@ def prepared(sandbox: Sandbox, command: Command, target: str) -> tuple[list[str]
             sandbox.target(value)
         if name in ("--reference",) and value == "z-lab":
             sandbox.target(target)
+        elif name == "--reference":  # a reference of your own: PATH or PATH:NAME, a z-lab-format folder
+            fill_reference(sandbox, value, target)
         if name in ("--drafter", "-d"):
             fill_drafter(sandbox, value, target)
         if name in ("--prompts", "-p"):
@@ -313,6 +315,19 @@ def fill_drafter(sandbox: Sandbox, value: str, target: str) -> None:
     path = sandbox.path(head if sep and "/" not in tail and not sandbox.path(value).exists() else value)
     if not path.exists():
         sandbox.drafter(path, target)
+
+
+def fill_reference(sandbox: Sandbox, value: str, target: str) -> None:
+    """`--reference ./zlab-reference:z-lab`: a z-lab-format checkpoint folder for the README's target, as a user
+    keeps z-lab's drafter (or their own reference) in a local folder."""
+    from dflash_eval.testing.testbed import write_random_drafter
+
+    head, sep, tail = value.rpartition(":")
+    path = sandbox.path(head if sep and "/" not in tail and not sandbox.path(value).exists() else value)
+    if not path.exists():
+        sandbox.target(target)
+        write_random_drafter(sandbox.bed[family(target)], path, "zlab", seed=7, block_size=4, num_layers=1)
+        sandbox.filled.append(f"z-lab-format reference {path.relative_to(sandbox.root)}")
 
 
 def fill_prompts(sandbox: Sandbox, value: str) -> None:
@@ -419,6 +434,27 @@ def run_module(sandbox: Sandbox, module: str, args: list[str]) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ tests
+
+def test_the_readme_shows_a_local_reference_and_counts_its_commands_right():
+    """The README's walk-through: its heading counts the commands its block lists (it said "four" over five),
+    and it shows a run with a local reference folder (`--reference PATH:NAME`) whose `diff` names it as given."""
+    text = README.read_text(encoding="utf-8")
+    heading = re.search(r"^## Your drafter in (\w+) commands$", text, flags=re.M)
+    assert heading, "the README's walk-through heading is gone"
+    block = bash_blocks(text[heading.end():])[0]
+    count = len([c for c in readme_commands(f"```bash\n{block}```\n") if c.kind == "cli"])
+    words = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+    assert words.get(heading.group(1)) == count, (heading.group(0), count)
+    runs = [c for c in readme_commands(text) if c.kind == "cli" and c.args[:1] == ["run"] and "--reference" in c.args]
+    local = [c for c in runs if c.args[c.args.index("--reference") + 1] != "z-lab"]
+    assert local, "the README shows no run with a local reference folder"
+    name = local[0].args[local[0].args.index("--reference") + 1].rpartition(":")[2]
+    out = local[0].args[local[0].args.index("--out") + 1]
+    diffs = [c.args for c in readme_commands(text) if c.kind == "cli" and c.args[:1] == ["diff"]]
+    assert any(f"{out}:{name}" in args for args in diffs), "no README diff names the local reference as run named it"
+    inner = next(line for line in text.splitlines() if '-m "not slow"' in line)  # the inner loop, as CI runs tests
+    assert "OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1" in inner, inner
+
 
 def test_the_extractor_reads_commands_as_a_shell_splits_them():
     text = "\n".join(["intro", "```bash",

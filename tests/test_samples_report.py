@@ -71,15 +71,23 @@ def test_show_marks_flagged_blocks(repeat_anchor_drafter, tmp_path):
     assert result.stdout.count("repetition: run") >= 2
 
 
-def test_report_on_a_stored_run_matches_the_reviewed_snapshot():
+def test_report_on_a_stored_run_matches_the_reviewed_snapshot(monkeypatch):
     """tests/data/report_run was written by tests/data/make_report_run.py; the snapshot was reviewed by
-    eye (summary, per-position table, repetition table, flagged sample blocks, legend)."""
+    eye (the verdict block, summary, per-position table, repetition table, flagged sample blocks, legend).
+    Run from tests/data, as `report report_run`: the verdict's next commands name the folder as given."""
     from pathlib import Path
 
     data = Path(__file__).parent / "data"
-    result = runner.invoke(app, ["report", str(data / "report_run")], env={"COLUMNS": "120"})
+    monkeypatch.chdir(data)
+    import shlex
+
+    from dflash_eval.cli.common import program
+
+    result = runner.invoke(app, ["report", "report_run"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
-    assert result.stdout == (data / "report_run.snapshot.txt").read_text()
+    # the next commands call dflash-eval as this shell reaches it (the venv's script when not on PATH)
+    shown = result.stdout.replace(shlex.join(program()) + " ", "dflash-eval ")
+    assert shown == (data / "report_run.snapshot.txt").read_text()
     words = " ".join(result.stdout.split())  # the legend wraps at 120 columns
     for definition in ("z-lab's published numbers", "vLLM's mean acceptance length", "acceptance_at_pos_i", "EAGLE style"):
         assert definition in words
@@ -88,3 +96,29 @@ def test_report_on_a_stored_run_matches_the_reviewed_snapshot():
 def test_report_on_a_folder_without_a_run_is_a_one_line_error(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "not a dflash-eval run directory" in result.stderr
+
+
+def test_show_flagged_lists_only_the_flagged_blocks_worst_first():
+    """`show --flagged`: the repetitive blocks alone (the symptom users arrive with), worst first; with
+    --worst K the K worst of them; --first would mean walk order, refused with what to give instead."""
+    from pathlib import Path
+
+    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.samples import select_blocks, walk_blocks
+
+    stored = Path(__file__).parent / "data" / "report_run"
+    rows = read_samples(stored / "samples.jsonl")
+    flagged = [b for row in rows for b in walk_blocks(row) if b.flags]
+    assert 0 < len(flagged) < sum(len(walk_blocks(row)) for row in rows)
+    chosen = select_blocks(rows, flagged=True)
+    assert len(chosen) == len(flagged)
+    assert all(b.flags for b in chosen) and chosen == select_blocks(rows, flagged=True, worst=len(flagged))
+    assert [b.accepted for b in chosen] == sorted(b.accepted for b in chosen if b.first_rejected is not None) + \
+        [b.accepted for b in chosen if b.first_rejected is None]
+    shown = runner.invoke(app, ["show", str(stored), "--flagged", "--worst", "2"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and shown.stdout.startswith(f"2 of {len(flagged)} blocks flagged as repetitive, worst first")
+    assert shown.stdout.count("⚠ repetition") == 2
+    every = runner.invoke(app, ["show", str(stored), "--flagged"], env={"COLUMNS": "200"})
+    assert every.stdout.count("⚠ repetition") == len(flagged)
+    refused = runner.invoke(app, ["show", str(stored), "--flagged", "--first", "3"])
+    assert refused.exit_code == 2 and "give --worst N instead" in refused.stderr

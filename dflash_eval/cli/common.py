@@ -151,3 +151,18 @@ def save_traceback() -> str:
         except OSError:
             continue
     return "(nowhere: no writable folder)"
+
+
+def program() -> list[str]:
+    """How to call dflash-eval again from this shell, as argv words: the bare name when it is on PATH, else
+    the full path of this installation's script (a venv that was not activated), else `python -m
+    dflash_eval.cli`."""
+    import shutil
+
+    here = Path(sys.executable).parent / "dflash-eval"
+    found = shutil.which("dflash-eval")
+    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return ["dflash-eval"]
+    if here.exists():
+        return [str(here)]
+    return [sys.executable, "-m", "dflash_eval.cli"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, program, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -38,13 +38,14 @@ def demo(
     console = stdout_console()
     reference, inhouse = drafter_paths()
     reporter = reporter_for(console)
-    options = RunOptions(drafters=[f"{reference}:demo-reference", f"{inhouse}:demo-inhouse"], out=out,
+    # demo-reference as --reference: the run measures the gap and explains it (commands/explain.py)
+    options = RunOptions(drafters=[f"{inhouse}:demo-inhouse"], reference=f"{reference}:demo-reference", out=out,
                          target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False,
                          cache_dir=cache_dir or default_cache_dir(), argv=["dflash-eval", *sys.argv[1:]])
     from ..render.html import render_run_html
 
     def page(run, rows) -> str:
-        return render_run_html(run, rows, title="dflash-eval demo")
+        return render_run_html(run, rows, title="dflash-eval demo: demo-inhouse vs demo-reference")
 
     try:
         result = evaluate(options, reporter, page if html else None)  # report.html under the folder's lock
@@ -53,8 +54,8 @@ def demo(
         if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
             (out / DEMO_MARKER).touch()
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows)
-    print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir))
+    render_report(console, result, rows, run_dir=str(out), program=program())
+    print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir, reference))
 
 
 DEMO_MARKER = ".dflash-eval-demo"  # written into the demo's folder; only such a folder is ever replaced
@@ -78,21 +79,6 @@ def _clear_demo_out(out: Path) -> None:
         raise fail(f"{out}: exists and does not hold an earlier demo run; choose another --out")
 
 
-def program() -> list[str]:
-    """How to call dflash-eval again from this shell, as argv words: the bare name when it is on PATH, else
-    the full path of this installation's script (a venv that was not activated), else `python -m
-    dflash_eval.cli`."""
-    import shutil
-
-    here = Path(sys.executable).parent / "dflash-eval"
-    found = shutil.which("dflash-eval")
-    if found and (not here.exists() or Path(found).resolve() == here.resolve()):
-        return ["dflash-eval"]
-    if here.exists():
-        return [str(here)]
-    return [sys.executable, "-m", "dflash_eval.cli"]
-
-
 def command(*words: object) -> str:
     """One shell command line, every word quoted as the shell needs it (a path with a space stays one word)."""
     import shlex
@@ -101,7 +87,7 @@ def command(*words: object) -> str:
 
 
 def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, html: bool,
-                  cache_dir: Path | None = None) -> list[tuple[str, str]]:
+                  cache_dir: Path | None = None, reference: Path | None = None) -> list[tuple[str, str]]:
     """What to look at, from the numbers this run measured (not from what the build expected): ("text",
     Rich markup) paragraphs and ("command", a shell line) to copy, in order."""
     by_name = {d["name"]: d for d in result["drafters"]}
@@ -115,13 +101,20 @@ def demo_guidance(result: dict, inhouse: Path, out: Path, max_new_tokens: int, h
     tau_ref, tau_inh = ref["metrics"]["tau_macro"], inh["metrics"]["tau_macro"]
     gap = f"{tau_ref / tau_inh:.1f}x" if tau_inh else "n/a"
     files = "run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
+    explained = next((e for e in result.get("explanation") or [] if e["drafter"] == "demo-inhouse"), None)
+    said = (f"The verdict at the top says what this run measured on its own trajectories: demo-inhouse "
+            f"{safe_line(explained['verdict'])}. " if explained and explained["finding"] else "")
     return [
         ("text", f"\n[bold]What to look at[/]: demo-reference reaches tau {tau_ref:.2f} ({flagged(ref)}), demo-inhouse "
                  f"{tau_inh:.2f} ({flagged(inh)}): a {gap} gap. Both drafters have the same architecture and data; "
-                 "the in-house one was trained with the anchor's own hidden state in its attention context. The "
-                 "per-position table shows where its acceptance collapses, the worst blocks show its drafts. Ask "
-                 "doctor why (it reuses this run's cached continuations):"),
-        ("command", command("doctor", "--drafter", inhouse, "--no-thinking", "--max-new-tokens", max_new_tokens,
+                 f"the in-house one was trained with the anchor's own hidden state in its attention context. {said}"
+                 "The per-position table shows where its acceptance collapses, the worst blocks show its drafts; "
+                 "its repetitive blocks, worst first:"),
+        ("command", command("show", out, "--flagged", "--drafter-name", "demo-inhouse")),
+        ("text", "For a deeper look (logit lens, the prompt's template and thinking flipped), the doctor (it reuses "
+                 "this run's cached continuations):"),
+        ("command", command("doctor", "--drafter", inhouse, *(("--reference", reference) if reference else ()),
+                            "--no-thinking", "--max-new-tokens", max_new_tokens,
                             *(("--cache-dir", cache_dir) if cache_dir is not None else ()))),
         ("text", f"Results in {safe_line(out)}/ ({files}); more blocks:"),
         ("command", command("show", out, "--worst", 5)),

@@ -18,7 +18,7 @@ from .root import app
 @claims_out()
 def doctor(
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
-    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab' or a path): how much of it each variant closes."),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab', PATH or PATH:NAME, as run's --reference): how much of it each variant closes."),
     target: opt.target.type = opt.target.default,
     prompts: opt.prompts.type = opt.prompts.default,
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
@@ -45,7 +45,9 @@ def doctor(
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     given = dict(locals())  # every option, passed on whole (a new option needs no second list)
     from ..core.paths import output_path
+    from ..pipeline.preflight import check_paths
 
+    check_paths([drafter, *([reference] if reference else [])])  # before any heavy import (pipeline/preflight.py)
     if out is not None:  # (a run folder in --out is held locked from the first line: cli/common.claims_out)
         output_path(out, "--out", folder=True)
     _doctor(**given)

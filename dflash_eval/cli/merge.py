@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from .common import claims_out, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, program, reports_input_errors, safe_line, stdout_console
 from .root import app
 
 
@@ -31,6 +31,6 @@ def merge(
     result = merge_shards(list(shards), out, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]],
                           report=render_run_html if html else None)
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows)
+    render_report(console, result, rows, run_dir=str(out), program=program())
     written = f"merged {len(shards)} shards: {out}/run.json, samples.jsonl, per_position.csv"
     console.print(safe_line(written + (", report.html" if html else "")))

@@ -19,7 +19,8 @@ import typer
 from ..core.options_inputs import InputSettings
 from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
 from ..core.options_output import Output
-from ..core.options_run import Numerics, Placement, Replay
+from ..core.options_run import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
+from ..core.options_run import Explanation, Numerics, Placement, Replay
 from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
 from ..core.sections import Flag
 
@@ -44,8 +45,8 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
     parse.__name__ = "float"  # help shows NUMBER for it, as for any float (root._WORDS)
     return parse
 
-# the labelled groups of `--help` (the sections' own panels: core/options_work.py)
-DRAFTERS = "Drafters"
+# the labelled groups of `--help` are the sections' own panels (core/options_work.py); --drafter and --reference
+# share theirs, DRAFTERS, with --explain (core/options_run.py)
 
 
 class Setting:
@@ -83,6 +84,7 @@ overwrite = Setting(Output.flag("overwrite"))
 overwrite_track = Setting(Output.flag("overwrite"), Output.TRACK_HELP["overwrite"])
 cache_dir = Setting(Output.flag("cache_dir"))
 numerics_check = Setting(Numerics.flag("numerics_check"))
+explain = Setting(Explanation.flag("explain"))
 mode = Setting(Replay.flag("mode"))
 final_block = Setting(Replay.flag("final_block"))
 kernels = Setting(Replay.flag("kernels"))

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import fail, incomplete_banner, reports_input_errors, safe_line, stdout_console, write_stdout
+from .common import fail, incomplete_banner, program, reports_input_errors, safe_line, stdout_console, write_stdout
 from .root import app
 
 
@@ -48,12 +48,12 @@ def report(
     console = stdout_console()
     incomplete_banner(console, run)
     with console.capture() as captured:  # rendered whole before printing: a failure never leaves half a report
-        render_report(console, run, rows, samples_per_drafter=worst)
+        render_report(console, run, rows, samples_per_drafter=worst, run_dir=str(run_dir), program=program())
     page = None
     if html is not None:
         from ..render.html import render_run_html
 
-        page = render_run_html(run, rows)
+        page = render_run_html(run, rows, run_dir=str(run_dir))
     console.file.write(captured.get())
     if page is not None:
         from ..render.html import write_html

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from . import options as opt
-from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
+from .common import claims_out, fail, program, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for
 from .root import app
 
@@ -22,7 +22,8 @@ from .root import app
 def run(
     drafter: list[str] = typer.Option([], "--drafter", "-d", help="Drafter checkpoint, PATH or PATH:NAME; repeat for several.", rich_help_panel=opt.DRAFTERS),
     target: opt.target.type = opt.target.default,
-    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a path.", rich_help_panel=opt.DRAFTERS),
+    reference: Optional[str] = typer.Option(None, "--reference", help="Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint, PATH or PATH:NAME as --drafter takes it; the gap to it is explained (--no-explain skips that).", rich_help_panel=opt.DRAFTERS),
+    explain: opt.explain.type = opt.explain.default,
     prompts: opt.prompts.type = opt.prompts.default,
     prompt_field: opt.prompt_field.type = opt.prompt_field.default,
     out: opt.out.type = opt.out.default,
@@ -62,13 +63,10 @@ def run(
     dist_timeout: opt.dist_timeout.type = opt.dist_timeout.default,
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
-    from ..commands.evaluate import RunOptions
-    from ..render.terminal import render_report
+    from ..core.options import RunOptions
 
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
-    console = stdout_console()
-    reporter = reporter_for(console)
     shared = opt.shared_settings(target=target, prompts=prompts, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                  thinking=thinking, device=device, dtype=dtype, cache_dir=cache_dir, semantics=semantics,
                                  prompt_field=prompt_field, responses=responses)
@@ -79,9 +77,15 @@ def run(
                          max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,
                          step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
                          context_tokens=context_tokens, max_context=max_context,
-                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, argv=["dflash-eval", *sys.argv[1:]], **shared)
-    from ..commands.distributed import launched_ranks
+                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, explain=explain, argv=["dflash-eval", *sys.argv[1:]], **shared)
+    from ..pipeline.preflight import preflight
 
+    preflight(options)  # paths, target, a resume with other settings: refused before torch is imported
+    from ..commands.distributed import launched_ranks
+    from ..render.terminal import render_report
+
+    console = stdout_console()
+    reporter = reporter_for(console)
     rank, world = launched_ranks()
     if world > 1 and rank > 0:  # torchrun: only rank 0 talks; the other ranks work quietly
         console = Console(file=open(os.devnull, "w"), highlight=False)
@@ -103,6 +107,6 @@ def run(
     from ..core.results import read_samples
 
     rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows)
+    render_report(console, result, rows, run_dir=str(out), program=program())
     written = f"results: {out}/run.json, samples.jsonl, per_position.csv" + (", report.html" if html else "")
     console.print(safe_line(written))

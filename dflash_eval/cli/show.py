@@ -23,6 +23,7 @@ def show(
     sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),
     seed: int = typer.Option(0, "--seed", min=opt.seed.flag.minimum, help="Seed of the --random choice."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
+    flagged: bool = typer.Option(False, "--flagged", help="Only the blocks a repetition detector flagged, worst first (with --worst K: the K worst of them)."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
     from ..core.results import read_run_document
@@ -33,6 +34,9 @@ def show(
     chosen = [name for name, value in (("--worst", worst), ("--first", first), ("--random", sample)) if value is not None]
     if len(chosen) > 1:
         raise fail(f"{' and '.join(chosen)} choose blocks in different ways: give one of them")
+    if flagged and first is not None:
+        raise fail("--flagged shows the flagged blocks worst first; --first N would take them in walk order: give "
+                   "--worst N instead")
     run = read_run_document(run_dir, partial=partial)
     console = stdout_console()
     incomplete_banner(console, run)
@@ -42,10 +46,14 @@ def show(
     rows = run_rows(run_dir, run)
     if prompt is not None and not any(r["prompt_id"] == prompt for r in rows):
         raise fail(f"{run_dir}: no prompt {prompt!r} in this run")
-    if first is None and worst is None and sample is None and prompt is None:
+    if first is None and worst is None and sample is None and prompt is None and not flagged:
         first = 10
-    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed)
+    blocks = select_blocks(rows, prompt=prompt, drafter=drafter, first=first, worst=worst, sample=sample, seed=seed,
+                           flagged=flagged)
     with console.capture() as captured:
+        if flagged:
+            total = len(select_blocks(rows, prompt=prompt, drafter=drafter, flagged=True))
+            console.print(f"{len(blocks)} of {total} blocks flagged as repetitive, worst first")
         render_blocks(console, blocks)
         console.print(SAMPLE_LEGEND)
     console.file.write(captured.get())

@@ -41,6 +41,7 @@ from typing import Any
 
 from ..core import compare as C
 from ..core.errors import InputError
+from ..core.explanation import MIN_GAIN, as_if_verdict, significant_gain
 from .doctor_variants import (
     Variant,
     VariantResult,
@@ -57,12 +58,13 @@ from .doctor_variants import (
 from .doctor_windows import join_verdict, window_section
 
 
-def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 0.1) -> dict[str, Any]:
-    """Per variant: tau and delta vs the configuration with a paired interval; then the verdict."""
+def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = MIN_GAIN) -> dict[str, Any]:
+    """Per variant: tau and delta vs the configuration with a paired interval, the share of its walk's blocks
+    flagged as repetitive; then the verdict (the rule `run --reference` names a variant by: core/explanation.py)."""
     base = results[0]
     rows = []
     for result in results:
-        entry = {"variant": result.variant.name, "tau_macro": result.tau()}
+        entry = {"variant": result.variant.name, "tau_macro": result.tau(), "flagged_share": result.flagged_share()}
         if result is not base:
             delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=seed)
             same = sum(a == b for pa, pb in zip(base.drafts, result.drafts) for a, b in zip(pa, pb))
@@ -70,14 +72,11 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
             entry.update(delta=delta.to_dict(), identical_drafts=same / total if total else None)
         rows.append(entry)
     gains = [(r, res) for r, res in zip(rows[1:], results[1:])
-             if r["delta"]["low"] > 0 and r["delta"]["p_value"] < 0.05 and r["delta"]["estimate"] >= min_gain
-             and res.variant.zero_tap is None]
+             if significant_gain(r["delta"], min_gain) and res.variant.zero_tap is None]
     tau0 = rows[0]["tau_macro"]
     if gains:
         best, res = max(gains, key=lambda pair: pair[0]["delta"]["estimate"])
-        d = best["delta"]
-        verdict = (f"behaves as if {res.variant.bug}: tau {tau0:.2f} -> {best['tau_macro']:.2f} when evaluated that way "
-                   f"({C.paired_figure(d)})")
+        verdict = as_if_verdict(res.variant.bug, tau0, best["tau_macro"], best["delta"])  # core/explanation.py
         finding = res.variant.name
     else:
         unused = [(r, res) for r, res in zip(rows[1:], results[1:])
@@ -161,6 +160,12 @@ def _context_variants(target, drafter, prompts, inputs, options, base, final_nor
         out.append({"variant": name, "bug": bug, "how": how, "check": check, "tau_macro": result.tau(),
                     "delta": delta.to_dict(), "target_passes": len(prompts), "per_prompt": result.per_prompt()})
     return out
+
+
+def _with_every_prompt(per_prompt: dict, prompts) -> dict:
+    """per_prompt with (0, 0) for a prompt without steps (its continuation ended at once): a table's prompt
+    count is then every prompt asked about ("12 of 13 paired"), not only those with steps."""
+    return {p.id: tuple(per_prompt.get(p.id, (0, 0))) for p in prompts}
 
 
 def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
@@ -347,10 +352,14 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
                                           sampling_of(options) if sampled else None, target.lm_head)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
-        candidates += [(c["variant"], c["per_prompt"], c["bug"], c["check"]) for c in contexts]
-        summary["gap"] = {**explain_gap(results[0].per_prompt(), ref_result.per_prompt(), candidates,
-                                        base_name=entry.name, reference_name=reference.name, seed=options.seed),
-                          "reference_path": str(reference.path)}  # its tau: on the paired prompts (core/gap.py)
+        base, ref = _with_every_prompt(results[0].per_prompt(), prompts), _with_every_prompt(ref_result.per_prompt(), prompts)
+        # the main table: every variant on the main trajectories, over every prompt (core/gap.py); its tau: on them
+        summary["gap"] = {**explain_gap(base, ref, candidates, base_name=entry.name, reference_name=reference.name,
+                                        seed=options.seed), "reference_path": str(reference.path)}
+        if contexts:  # new continuations: their own table over their own paired prompts, named, never the main one's
+            summary["gap"]["context"] = explain_gap(
+                base, ref, [(c["variant"], _with_every_prompt(c["per_prompt"], prompts), c["bug"], c["check"])
+                            for c in contexts], base_name=entry.name, reference_name=reference.name, seed=options.seed)
     windows = window_section(drafter, trajectories, results, ref_result, options, final_norm, info.hidden_size,
                              reporter, reference.name if reference is not None else None)  # by depth
     if windows:

@@ -238,6 +238,11 @@ class VariantResult:
     drafts: list  # per trajectory, per anchor: drafted ids, or the alphas of an estimate ("unchanged" vs "equal tau")
     estimate: object = None  # estimates.EstimateSums at temperature > 0
     replays: list = field(default_factory=list)  # greedy: engine.DrafterOnPrompt per trajectory (doctor_windows)
+    flagged: tuple[int, int] | None = None  # greedy: (flagged blocks, blocks) of the walks (`walk_repetition`)
+
+    def flagged_share(self) -> float | None:
+        """The share of this variant's walk blocks flagged as repetitive (does a fix also remove the loops?)."""
+        return self.flagged[0] / self.flagged[1] if self.flagged and self.flagged[1] else None
 
     def per_prompt(self) -> dict:
         return dict(self.counts.per_prompt) if self.counts is not None else dict(self.estimate.per_prompt)
@@ -250,10 +255,26 @@ class VariantResult:
         return summary(self.estimate)["tau_macro"]
 
 
+def walk_repetition(replayed, trajectory) -> tuple[int, int]:
+    """(flagged blocks, blocks) of one replay's walk on its trajectory, judged by core/repetition.py exactly as
+    a run judges its own rows (pipeline/rows.add_repetition: each block against the target's own tokens)."""
+    from ..pipeline.rows import add_repetition
+
+    index = {a: i for i, a in enumerate(replayed.anchors)}
+    walk = {"prompt_id": trajectory.id, "prompt_len": trajectory.prompt_len, "continuation_ids": trajectory.continuation,
+            "walk_anchors": replayed.walk_anchors, "walk_accept_lengths": replayed.walk_accept_lengths,
+            "walk_drafts": [replayed.drafts[index[a]] for a in replayed.walk_anchors]}
+    add_repetition(walk)
+    counts = walk["repetition"] or {"flagged_blocks": 0, "blocks": 0}
+    return int(counts["flagged_blocks"]), int(counts["blocks"])
+
+
 def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
-                      max_new_tokens: int, anchor_batch: int | None, sampling=None, lm_head=None) -> list[VariantResult]:
+                      max_new_tokens: int, anchor_batch: int | None, sampling=None, lm_head=None, *,
+                      shorter_final_block: bool = True) -> list[VariantResult]:
     """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
-    temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead."""
+    temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead.
+    `shorter_final_block`: the run's --final-block (z-lab's shorter block near the cap, doctor's only rule)."""
     from ..core.estimates import EstimateSums
 
     results = []
@@ -289,7 +310,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     sums = sums.pooled(EstimateSums.from_anchors(traj.id, configured.block_size, alphas,
                                                                  int(traj.tokens.shape[0]), traj.prompt_len))
                     continue
-                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant)
+                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block)
                 drafts.append(result.drafts)
                 replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
@@ -299,13 +320,18 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
             drafter.spec = configured
             drafter.rotary = saved_rotary
             drafter._modules.update(saved_tables)
-        results.append(VariantResult(variant, counts, drafts, replays=replays) if sampling is None
-                       else VariantResult(variant, None, drafts, sums))
+        if sampling is None:
+            judged = [walk_repetition(r, t) for r, t in zip(replays, trajectories)]
+            flagged = (sum(f for f, _ in judged), sum(b for _, b in judged))
+            results.append(VariantResult(variant, counts, drafts, replays=replays, flagged=flagged))
+        else:
+            results.append(VariantResult(variant, None, drafts, sums))
     return results
 
 
-def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant):
+def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block: bool = True):
     from ..model.engine import replay
 
     return replay(drafter, taps, traj.tokens, traj.prompt_len, max_new_tokens, anchor_batch=anchor_batch,
-                  anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset)
+                  anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset,
+                  shorter_final_block=shorter_final_block)

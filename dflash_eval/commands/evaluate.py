@@ -210,7 +210,15 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         continuations, generated = ({}, 0) if sampled else continuations_for(
             target, pending, ids, options, inputs.thinking, inputs.responses, reporter, universe=whole_prompt_set(options))
     drafters = to_target_device(drafters, target)  # generation is done: the target was all that was resident
-    layers = sorted({t for d in drafters.values() for t in d.spec.taps})
+    from ..pipeline.inputs import reference_name
+    from .explain import add_explanation, explain_skipped, plan_explanation
+
+    explain = plan_explanation(options, inputs.entries, reference_name(options, inputs.entries), target)
+    if explain is not None and pending:  # the cost, said before the work starts
+        reporter.note(explain.cost_line(len(pending)))
+    elif explain_skipped(options):
+        reporter.note(explain_skipped(options))
+    layers = sorted({t for d in drafters.values() for t in d.spec.taps} | (explain.layers if explain else set()))
     policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
                       for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
@@ -219,12 +227,12 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
 
     numerics = NumericsCheck(options.numerics_check) if options.numerics_check else None  # --numerics-check N
 
-    def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown (breakdown.py)
+    def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown and the explanation
         run = assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
                         generated_count=generated, evaluated_count=len(pending), step_times=serving.step_times,
-                        content=inputs.content, breakdown=final)
+                        content=inputs.content, breakdown=final, explain=final)
         if numerics is not None:
             run["provenance"]["numerics"]["measured"] = numerics.to_dict()
         return run
@@ -243,6 +251,8 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
                                             sequence_chunk=options.batching.tap_chunk)
             rows = trajectory_rows(prompt, drafters, trajectory, options)
+            if explain is not None:  # doctor's variants on this same trajectory (commands/explain.py)
+                add_explanation(rows, explain, drafters, trajectory, options, target)
             if numerics is not None and numerics.wants_more():  # reads the run's work, changes none of it
                 numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_options)
         else:

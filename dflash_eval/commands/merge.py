@@ -116,6 +116,7 @@ def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] |
         "self_consistency": {"agree": agree, "total": total},
         "warnings": sorted({w for s in shards for w in s["run"]["provenance"].get("warnings", [])}),
         "work": work, "merged_from": [str(s["path"]) for s in sorted(shards, key=lambda s: s["settings"]["shard"]["index"])],
+        "out": str(out),
     })
     if "numerics" in prov:  # the anchors per forward of every shard's sequences, not shard 0's
         prov["numerics"]["anchor_batch"] = merged_anchor_batches(
@@ -126,6 +127,11 @@ def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] |
     if prov.get("responses_agreement"):
         prov["responses_agreement"] = {"agree": agree, "total": total}
     document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
+    from ..core.explanation import explanation_documents
+
+    explanation = explanation_documents(rows, seed=options.seed)  # `run --reference`: over every shard's prompts
+    if explanation:
+        document["explanation"] = explanation
     folder = RunFolder(out, {**base, "prompts": all_prompts})
     folder.open(overwrite)
     try:

@@ -1,7 +1,8 @@
 """`report --json` / `report --markdown`: a run's summary for machines and for pasting into an issue or a
 PR, the way `vllm bench` prints one table and lm-eval one markdown table.
 
-One document (`run_summary`) feeds both: the run's settings, the summary table (tau macro with its 95%
+One document (`run_summary`) feeds both: the verdict block every report opens with (core/verdict.py), the run's
+settings, the summary table (tau macro with its 95%
 interval, tau micro, steps, histogram, token acceptance rate; live mode's throughput), the per-slot table
 (reach, conditional, marginal, each with the counts it is divided from) and the diff verdict of every
 drafter against the first one of the run (commands/diff.py: paired over prompts, the same line `diff`
@@ -74,7 +75,10 @@ def run_summary(run_dir: Path, run: RunDocument, *, partial: bool = False, seed:
         result = diff(a, b, seed=seed, partial=partial, top=0)
         verdicts.append({"a": drafters[0]["name"], "b": other["name"], "verdict": result["verdict"],
                          "delta_tau_macro": result.get("delta_tau_macro"), "prompts": result.get("prompts")})
+    from ..core.verdict import verdict_block
+
     return {
+        "verdict": verdict_block(run, str(run_dir)),  # first: what the run says (core/verdict.py)
         "run": str(run_dir), "incomplete": run.get("incomplete"),
         "settings": {"target": prov["target"]["name"], "prompts": prov["prompts"]["count"],
                      "prompt_source": prov["prompts"].get("source"), "max_new_tokens": prov["max_new_tokens"],

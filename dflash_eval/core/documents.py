@@ -12,7 +12,7 @@ keys a class does not declare are passed through unchecked (nothing reads them a
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .doctor_document import DoctorDocument
+from .doctor_document import Delta, DoctorDocument, GapDocument
 
 Number = float  # an int is a number too (json_types)
 Ratio = float | None  # divided when written; null where the denominator is 0
@@ -221,6 +221,13 @@ class SamplingDocument(TypedDict):
     generator: NotRequired[str]
 
 
+class ReferenceDocument(TypedDict):
+    """--reference: the reference's name among the drafters and the value given ('z-lab', PATH or PATH:NAME)."""
+
+    name: str
+    given: str
+
+
 class Provenance(TypedDict):
     """How the numbers were produced (results.py says what each field means)."""
 
@@ -258,6 +265,9 @@ class Provenance(TypedDict):
     warnings: NotRequired[list[str]]
     work: NotRequired[dict[str, int]]
     merged_from: NotRequired[list[str]]
+    reference: NotRequired[ReferenceDocument | None]
+    explain: NotRequired[bool]
+    out: NotRequired[str]
 
 
 class Incomplete(TypedDict):
@@ -267,11 +277,38 @@ class Incomplete(TypedDict):
     total: int
 
 
+class ExplainedVariant(TypedDict):
+    """One row of an explanation's variants table (core/explanation.py); the first is the drafter as configured."""
+
+    variant: str
+    tau_macro: Ratio
+    flagged_share: Ratio
+    flagged_blocks: int
+    blocks: int
+    bug: NotRequired[str]
+    delta: NotRequired[Delta]
+
+
+class ExplanationDocument(TypedDict):
+    """`run --reference`: one drafter's gap to the reference, explained by doctor's variants replayed on the
+    run's own trajectories (core/explanation.py)."""
+
+    drafter: str
+    reference: str
+    prompts: int
+    behind: bool
+    verdict: str
+    finding: str | None
+    variants: list[ExplainedVariant]
+    gap: GapDocument
+
+
 class RunDocument(TypedDict):
     """DIR/run.json (and DIR/run.partial.json, which adds `incomplete`)."""
 
     schema_version: int
     provenance: Provenance
     drafters: list[DrafterDocument]
+    explanation: NotRequired[list[ExplanationDocument]]
     doctor: NotRequired[DoctorDocument]
     incomplete: NotRequired[Incomplete]

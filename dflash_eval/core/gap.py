@@ -4,7 +4,9 @@ per-prompt (steps, committed) pairs, no torch.
 One table, one population: every figure of the gap table (the gap itself, what each variant closes, each
 share and every interval) is computed on the same paired prompts, those on which the drafter, the reference
 and every variant have steps (`paired_prompts` counts them, of all the prompts asked about), and from the
-same resampled prompts (numpy default_rng(seed), `n_resamples` draws of prompt indices):
+same resampled prompts (numpy default_rng(seed), `n_resamples` draws of prompt indices: 10,000, the very draws
+`diff` takes on the same prompts, so the gap's interval is diff's to rounding, only the quantile rule below
+differs); `prompt_ids` names them:
 
 gap              tau(reference) - tau(drafter as configured), paired over those prompts
 closed by v      tau(drafter under variant v) - tau(drafter as configured), paired likewise
@@ -53,7 +55,7 @@ def share_interval(closed_draws: np.ndarray, gap_draws: np.ndarray, level: float
 
 
 def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str, str]], *, base_name: str,
-                reference_name: str, seed: int = 0, n_resamples: int = 2000) -> dict[str, Any]:
+                reference_name: str, seed: int = 0, n_resamples: int = 10_000) -> dict[str, Any]:
     """variants: (name, per_prompt, what a gain suggests, what to check in training). Per-prompt dicts map
     prompt id -> (steps, committed) (counted or expected)."""
     total = len(base)
@@ -69,6 +71,7 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
                      + f"only {len(ids)} of {total} prompts have steps on every side, too few to explain a gap")
         return {"base": base_name, "reference": reference_name, "gap": gap.to_dict() if gap else None,
                 "variants": rows, "explained_by": None, "paragraph": paragraph, "paired_prompts": len(ids),
+                "prompt_ids": ids,
                 "reference_tau_macro": float(_taus(reference, ids).mean()) if ids else None}
     gap = _paired(base, reference, ids, draws, seed, total)
     t_base, t_ref = _taus(base, ids), _taus(reference, ids)
@@ -102,4 +105,5 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
                         " The rest of the gap is not explained by any variant: look at training itself as well."))
     return {"base": base_name, "reference": reference_name, "gap": gap.to_dict(), "variants": rows,
             "explained_by": best["variant"] if best else None, "paragraph": paragraph, "paired_prompts": len(ids),
+            "prompt_ids": ids,
             "reference_tau_macro": float(t_ref.mean())}  # on the paired prompts, as every figure beside it

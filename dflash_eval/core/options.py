@@ -17,7 +17,7 @@ from typing import Any
 
 from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
 from .options_output import Output
-from .options_run import Numerics, Placement, Replay
+from .options_run import Explanation, Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
 
 _B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
@@ -86,6 +86,8 @@ class RunOptions:
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
     numerics_check: int = Numerics.numerics_check
+    # `run --reference`: the gap explained by doctor's variants on the same trajectories (commands/explain.py)
+    explain: bool = Explanation.explain
     # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
     trained_taps: Path | None = None
 
@@ -102,6 +104,10 @@ class RunOptions:
     @cached_property
     def numerics(self) -> Numerics:
         return Numerics.pick(self.__dict__)
+
+    @cached_property
+    def explanation(self) -> Explanation:
+        return Explanation.pick(self.__dict__)
 
     @cached_property
     def replay(self) -> Replay:
@@ -130,6 +136,13 @@ class RunOptions:
     @cached_property
     def long_context(self) -> LongContext:
         return LongContext.pick(self.__dict__)
+
+    def explains_gap(self) -> bool:
+        """`run --reference` explains its gap (commands/explain.py): a reference, a drafter to compare with it,
+        --explain (the default), and a greedy replay to replay the variants in (not --mode live, not
+        temperature > 0)."""
+        return (bool(self.reference) and bool(self.drafters) and self.explain and self.mode == "trajectory" and self.temperature <= 0
+                and self.draft_policy != "both")
 
     @classmethod
     def from_provenance(cls, provenance: dict[str, Any], *, out: Path, seed: int,

@@ -1,6 +1,7 @@
 """The sections of how and where a run executes (core/sections.py): replay (the rules drafts are scored
 under), placement (devices, one target over several, shards, torchrun) and the bf16 numerics check. Beside core/options_work.py,
-whose sections shape the work itself; `RunOptions` takes its defaults from both."""
+whose sections shape the work itself; `RunOptions` takes its defaults from both. Also the explanation of a
+gap by `run --reference` (commands/explain.py), skipped with --no-explain."""
 
 from __future__ import annotations
 
@@ -121,4 +122,22 @@ class Numerics(Section):
     )
 
 
-RUN_SECTIONS = (Replay, Placement, Numerics)
+DRAFTERS = "Drafters"  # the panel --drafter and --reference are in (cli/options.DRAFTERS)
+
+
+@dataclass(frozen=True)
+class Explanation(Section):
+    """`run --reference`: the gap to the reference explained in the same run, doctor's variants replayed on the
+    run's own trajectories (commands/explain.py); the cost is said before the work starts."""
+
+    explain: bool = True
+
+    FLAGS = (
+        setting("explain", "--explain/--no-explain", bool, True,
+                "With --reference: also replay each drafter under doctor's variants on the same trajectories (drafter "
+                "passes only, no second target pass) and say which train/eval mismatch explains the gap, with its "
+                "share; --no-explain skips it.", DRAFTERS),
+    )
+
+
+RUN_SECTIONS = (Replay, Placement, Numerics, Explanation)

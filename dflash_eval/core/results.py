@@ -59,6 +59,10 @@ DIR/run.json
         merged_from      (merge only) the shard folders joined, in shard order
         warnings         e.g. a drafter's recorded verifier differs from --target
         work             what this invocation did: tap_passes, continuations_generated, prompts_evaluated
+        reference        (with --reference) {"name": its name among the drafters, "given": the value as given:
+                         'z-lab', PATH or PATH:NAME}; null without one
+        explain          --explain / --no-explain (with a reference, greedy trajectory mode: the gap explained)
+        out              the run folder as --out named it (merge: its own --out): the verdict block's commands
     drafters            one object per drafter, in command-line order:
         name, path      display name and checkpoint folder
         format          "zlab" or "speculators"
@@ -111,6 +115,12 @@ DIR/run.json
         true) replace metrics with estimates.summary: estimate, definition, tau_macro, tau_micro,
         tau_macro_ci, expected_steps, anchors, alpha (per slot), expected_reach, tau_per_anchor; counts and
         repetition are null and `estimate` holds the additive EstimateSums.
+    explanation         (`run --reference`, core/explanation.py) per drafter compared with the reference: drafter,
+                        reference, prompts, behind (the gap's interval above 0, p < 0.05), verdict, finding (the
+                        variant named, or null), variants [{variant, bug, tau_macro, delta (vs as configured,
+                        paired over every prompt), flagged_share, flagged_blocks, blocks}; the first is "as
+                        configured"], gap (core/gap.explain_gap over the same prompts: gap, variants' shares);
+                        not in run.partial.json (its rows hold the variants; the final document explains)
     doctor              (after `doctor --out RUN`) the doctor's findings, as doctor.json holds them
     incomplete          (run.partial.json only) {"done", "total"}: prompts finished so far, of all
 
@@ -129,6 +139,9 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
     continuation_pieces each continuation token decoded alone (token boundaries stay visible)
     walk_draft_pieces   each walk step's drafted tokens, decoded alone
     walk_flags          per walk step, the repetition detectors that fired (empty list when clean)
+    explain             (`run --reference`, the drafters compared with it) {"reference", "variants": [{variant,
+                        bug, check, counts: [steps, committed], flagged: [flagged blocks, blocks]}]}: each of
+                        doctor's variants replayed on this prompt's trajectory (commands/explain.py)
     repetition          this row's RepetitionCounts
     counts              this row's AcceptanceCounts (walk + all-anchor marginal counts)
     by_draft_length     (with --draft-lengths) {"k": {walk_anchors, walk_accept_lengths, walk_drafted,

@@ -12,6 +12,21 @@ from typing import Any, Literal, NotRequired, TypedDict
 from .documents import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument
 
 
+class ExplainedVariantCounts(TypedDict):
+    """One variant of a row's `explain`: its walk on this prompt's trajectory (commands/explain.py)."""
+
+    variant: str
+    bug: str
+    check: str
+    counts: list[int]  # [steps, committed tokens]
+    flagged: list[int]  # [flagged blocks, blocks]
+
+
+class RowExplanation(TypedDict):
+    reference: str
+    variants: list[ExplainedVariantCounts]
+
+
 class SampleRow(TypedDict):
     """DIR/samples.jsonl: one row per (prompt, drafter), and per sample at temperature > 0. An offline
     estimate's row has anchor_alphas and estimate instead of the walk fields and counts."""
@@ -46,6 +61,7 @@ class SampleRow(TypedDict):
     label_ids: NotRequired[list[int]]
     training_sample: NotRequired[Any]
     segment: NotRequired[Any]
+    explain: NotRequired[RowExplanation]
 
 
 class TrackRow(TypedDict):

@@ -62,14 +62,19 @@ def select_blocks(
     worst: int | None = None,
     sample: int | None = None,
     seed: int = 0,
+    flagged: bool = False,
 ) -> list[BlockView]:
-    """Filter by prompt id and drafter, then take the first N blocks, the K worst, or K at random with a
-    seed. Worst = a draft was rejected, shortest accepted prefix first; ties: more scored slots first
-    (more wasted), then across prompts (each prompt's worst before any prompt's second: twenty `0/7`
-    blocks from three prompts say less than one from each of twenty), then walk order. Blocks accepted in
-    full come last whatever their length."""
+    """Filter by prompt id and drafter (and with `flagged`, to the blocks a repetition detector flagged), then
+    take the first N blocks, the K worst, or K at random with a seed. Worst = a draft was rejected, shortest
+    accepted prefix first; ties: more scored slots first (more wasted), then across prompts (each prompt's
+    worst before any prompt's second: twenty `0/7` blocks from three prompts say less than one from each of
+    twenty), then walk order. Blocks accepted in full come last whatever their length. `flagged` alone
+    orders worst first: every flagged block."""
     blocks = [b for row in rows if (prompt is None or row["prompt_id"] == prompt)
-              and (drafter is None or row["drafter"] == drafter) for b in walk_blocks(row)]
+              and (drafter is None or row["drafter"] == drafter) for b in walk_blocks(row)
+              if not flagged or b.flags]
+    if flagged and worst is None and sample is None and first is None:
+        worst = len(blocks)
     if worst is not None:
         def badness(i: int):
             block = blocks[i]

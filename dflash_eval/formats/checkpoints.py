@@ -388,6 +388,17 @@ def typed_like_the_reference(config: dict[str, Any], fmt: str, path: Path) -> No
                                "class") from None
 
 
+def recorded_verifier(directory: str | Path) -> str | None:
+    """The verifier a checkpoint records (speculators_config.verifier.name_or_path), read from its config alone,
+    without transformers: what a run takes as its target when --target is not given, known before any heavy
+    import (pipeline/preflight.py). A malformed section reads as none here; `read_spec` refuses it by name."""
+    config = read_config(Path(directory))
+    section = config.get("speculators_config") if isinstance(config, dict) else None
+    verifier = section.get("verifier") if isinstance(section, dict) else None
+    value = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta], dict[str, Path]]:
     """Config and weight headers -> spec (raises InputError on unreadable or unknown checkpoints)."""
     directory = Path(directory)

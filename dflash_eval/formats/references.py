@@ -83,7 +83,8 @@ def zlab_reference_for(target: str) -> str:
     pairs = {p["target"]: p["drafter"] for p in _data("zlab_drafters.json")["pairs"]}
     known = _match_target(str(target), list(pairs))
     if known is None:
-        raise InputError(target, f"no published z-lab drafter for this target; known targets: {', '.join(pairs)}")
+        raise InputError(target, f"no published z-lab drafter for this target (known targets: {', '.join(pairs)}); "
+                                 "give a reference checkpoint folder instead: --reference PATH or PATH:NAME")
     return pairs[known]
 
 

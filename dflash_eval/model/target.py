@@ -227,6 +227,26 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return choices[dtype]
 
 
+@contextmanager
+def quiet_weight_loading():
+    """transformers quiet while a local model loads: its "Loading weights" bar (it reached every command's
+    stderr, over our own progress lines) and its LOAD REPORT, which lists missing and unexpected tensors with
+    terminal colour codes and the raw path (`refuse_incomplete_weights` refuses those instead, by name). The
+    Hugging Face hub's download bars and transformers' verbosity are given back afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    level = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()  # also the hub's: given back below
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                 allow_accelerated_on_cpu: bool = False, device_map: str | dict | None = None,
                 max_memory: dict | None = None, offload_folder: str | None = None) -> Target:
@@ -254,7 +274,7 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
     else:  # straight onto the device: never the whole model staged in host RAM first
         extra = {"device_map": {"": dev}}
     try:
-        with transformers_load_report_quiet():  # its report (raw ANSI, the path unescaped) is said by us instead
+        with quiet_weight_loading():  # its bar and report (raw ANSI, the path unescaped) are said by us instead
             model, loading = AutoModelForCausalLM.from_pretrained(
                 path, dtype=torch_dtype, local_files_only=True, output_loading_info=True, use_kernels=False,
                 ignore_mismatched_sizes=True, **extra)  # (a mismatch is refused below, by name)
@@ -271,20 +291,6 @@ def load_target(name_or_path: str, *, device: str = "auto", dtype: str = "auto",
                   dtype=torch_dtype, info=TargetInfo(str(name_or_path), info.num_layers, info.hidden_size,
                                                       model.get_input_embeddings().weight.shape[0]),
                   layers=decoder_layers(model))
-
-
-@contextmanager
-def transformers_load_report_quiet():
-    """transformers' warnings silenced while it loads a target: its LOAD REPORT lists missing and unexpected
-    tensors with terminal colour codes and the raw path; `refuse_incomplete_weights` refuses those instead."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 def refuse_incomplete_weights(loading: dict, path: Path) -> None:

@@ -285,7 +285,7 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
 
 def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
               block_sizes, generated_count: int, evaluated_count: int, step_times=None,
-              content: dict[str, Any] | None = None, breakdown: bool = True) -> dict[str, Any]:
+              content: dict[str, Any] | None = None, breakdown: bool = True, explain: bool = True) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -301,6 +301,13 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times,
                                         device=str(target.device), breakdown=breakdown)
     text = target.model.config.get_text_config()
+    from ..core.explanation import explanation_documents
+    from .inputs import reference_name
+
+    reference = reference_name(options, list(entries))
+    # `run --reference` (commands/explain.py): the final document only, as the breakdown (a partial one after every
+    # prompt would redo every variant's bootstrap and permutation test each time)
+    explanation = explanation_documents(rows, seed=options.seed) if explain else []
     return {
         "schema_version": R.SCHEMA_VERSION,
         "provenance": {
@@ -346,6 +353,11 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             # work done by this invocation (a resumed run counts only what it did itself)
             "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,
                      "prompts_evaluated": evaluated_count},
+            # --reference: its name in the results and the value given (a path as the user typed it)
+            "reference": {"name": reference, "given": options.reference} if reference else None,
+            "explain": options.explain,
+            "out": str(options.out),  # the folder as given: the verdict's commands name it (core/verdict.py)
         },
         "drafters": drafter_objects,
+        **({"explanation": explanation} if explanation else {}),
     }

@@ -47,6 +47,18 @@ def split_name(value: str) -> tuple[str, str | None]:
     return value, None
 
 
+def reference_value(value: str) -> tuple[str, str | None]:
+    """--reference as --drafter reads its value: "z-lab", "z-lab:NAME", PATH or PATH:NAME (`split_name`)."""
+    if value == "z-lab" or value.startswith("z-lab:") and not Path(value).exists():
+        return "z-lab", value.partition(":")[2] or None
+    return split_name(value)
+
+
+def reference_name(options: RunOptions, entries: list[DrafterEntry]) -> str | None:
+    """The reference's name in the results (the last entry, given by --reference), None without one."""
+    return entries[-1].name if options.reference and entries and options.draft_policy != "both" else None
+
+
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
     """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
     from ..core.semantics import SEMANTICS, apply_semantics
@@ -124,8 +136,9 @@ def _repo_id_of(path: Path) -> str:
     return Path(path).name
 
 
-def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, list[str]]:
-    """Drafter folders, names and the target folder (given, or recorded by the drafters)."""
+def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterEntry], Path, list[str]]:
+    """Drafter folders, names and the target folder (given, or recorded by the drafters). `read(path)`: a
+    checkpoint's (spec, weights, owners); preflight passes a reader of the recorded verifier alone."""
     from ..formats.references import resolve_recorded_verifier, resolve_zlab_reference, verifier_warning
 
     warnings: list[str] = []
@@ -134,7 +147,7 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
     for value in options.drafters:
         raw, name = split_name(value)
         path = resolve_local_or_cached(raw)
-        spec, _, _ = read_spec(path)
+        spec, _, _ = read(path)
         if name is not None:
             explicit.add(len(entries))
         entries.append(DrafterEntry(name or path.name, path, spec))
@@ -154,12 +167,12 @@ def resolve_drafters(options: RunOptions) -> tuple[list[DrafterEntry], Path, lis
     else:
         raise InputError(None, "no --target given and no drafter records its verifier")
     if options.reference:
-        ref = (resolve_zlab_reference(options.target or str(target_path)) if options.reference == "z-lab"
-               else resolve_local_or_cached(options.reference))
-        spec, _, _ = read_spec(ref)
-        if options.reference == "z-lab":
+        raw, name = reference_value(options.reference)
+        ref = resolve_zlab_reference(options.target or str(target_path)) if raw == "z-lab" else resolve_local_or_cached(raw)
+        spec, _, _ = read(ref)
+        if raw == "z-lab" or name is not None:
             explicit.add(len(entries))
-        entries.append(DrafterEntry("z-lab" if options.reference == "z-lab" else ref.name, ref, spec))
+        entries.append(DrafterEntry(name or ("z-lab" if raw == "z-lab" else ref.name), ref, spec))
     _unique_names(entries, explicit)
     return entries, target_path, warnings
 
@@ -218,6 +231,7 @@ class Inputs:
             "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
             "tap_chunk": options.batching.tap_chunk, **({"draft_window": options.breakdown.draft_window} if options.breakdown.draft_window else {}),
             "semantics": {e.name: e.spec.semantics for e in self.entries},
+            **({"explain": True} if options.explains_gap() else {}),  # rows carry the variants (commands/explain.py)
             **self.content,  # target weights/config, tokenizer, chat template, responses: by content
             **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
                if options.temperature > 0 else {}),

@@ -67,6 +67,12 @@ def settings_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out
 
 
+def different_settings(path: Path, detail: str) -> InputError:
+    """The one refusal of a resume with other settings (RunFolder.check, and pipeline/preflight.py sooner)."""
+    return InputError(path, f"already holds a run with different settings ({detail}); rerun with the same settings "
+                            "to resume, --overwrite to replace it, or choose another --out")
+
+
 WRITTEN = "written.json"  # the files dflash-eval wrote into a folder: what --overwrite may remove
 LOCK = "run.lock"
 # what older versions wrote, before written.json existed (removed by --overwrite there, and nothing else)
@@ -269,9 +275,7 @@ class RunFolder:
             recorded = state.get("settings") if isinstance(state.get("settings"), dict) else None
             differences = settings_differences(recorded or {}, self.settings)
             detail = "; ".join(differences) if recorded else "settings not recorded (older run)"
-            raise InputError(self.path, f"already holds a run with different settings ({detail}); rerun with "
-                                        "the same settings to resume, --overwrite to replace it, or choose "
-                                        "another --out")
+            raise different_settings(self.path, detail)
 
     def open(self, overwrite: bool = False) -> list[dict[str, Any]]:
         """Create, resume or refuse (naming each setting that differs); the rows already written.

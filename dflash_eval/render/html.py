@@ -249,8 +249,19 @@ def _paper_taus(prov: dict, sets: list[str]) -> dict[str, float]:
     return found
 
 
-def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> dict[str, Any]:
+def page_title(run: RunDocument, view: dict[str, Any]) -> str:
+    """The page's title names the drafters compared (not the target's path): 'dflash-eval: mine vs z-lab on
+    Qwen3-8B', the target by its last path part."""
+    target = str((run["provenance"].get("target") or {}).get("name") or "")
+    short = target if target.count("/") <= 1 and not target.startswith((".", "/", "~")) else Path(target).name
+    return f"dflash-eval: {view['title']}" + (f" on {short}" if short else "")
+
+
+def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None, run_dir: str | None = None) -> dict[str, Any]:
+    from ..core.verdict import verdict_block
+
     prov = run["provenance"]
+    verdict = verdict_block(run, run_dir)
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     names = [d["name"] for d in drafters]
     sets = list((prov.get("prompts") or {}).get("sets") or {})
@@ -330,10 +341,10 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> 
               "histogram": histogram_chart(drafters) if drafters else None,
               "prompts": prompt_chart(drafters, per_prompt) if any(per_prompt.values()) else None,
               "repetition": repetition_chart(drafters) if any(d.get("repetition") for d in drafters) else None}
-    target_name = (prov.get("target") or {}).get("name") or "?"
     doctor = run.get("doctor")  # added by `dflash-eval doctor --out RUN_DIR`
     return {"doctor": doctor, "walk": walk_words(prov), "live": prov.get("mode") == "live", "legend": run_legend(run),
-        "title": title or f"dflash-eval report: {target_name}",
+        "title": title or page_title(run, verdict), "verdict": verdict,
+        "explanation": run.get("explanation") or [],  # `run --reference` (core/explanation.py)
         "provenance": _provenance(run), "warnings": prov.get("warnings") or [],
               "incomplete": run.get("incomplete"),
         "drafters": drafters, "summary": summary, "by_set": by_set, "paper": paper,
@@ -346,11 +357,13 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None) -> 
     }
 
 
-def render_run_html(run: RunDocument, rows: list[SampleRow], *, title: str | None = None) -> str:
-    """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page."""
+def render_run_html(run: RunDocument, rows: list[SampleRow], *, title: str | None = None,
+                    run_dir: str | None = None) -> str:
+    """The whole report of a run (run.json as a dict, samples.jsonl rows) as one self-contained HTML page,
+    opening with the verdict block (core/verdict.py; `run_dir` as the user names the folder, for its commands)."""
     if run.get("provenance", {}).get("estimate"):
-        return render_estimate_html(run, title=title)
-    return render_page("run.html.j2", **_run_context(run, rows, title))
+        return render_estimate_html(run, title=title, run_dir=run_dir)
+    return render_page("run.html.j2", **_run_context(run, rows, title, run_dir))
 
 
 def _estimate_chart(drafters: list[dict]) -> str:
@@ -370,14 +383,18 @@ def _estimate_chart(drafters: list[dict]) -> str:
         return figure_to_svg(fig, "alpha")
 
 
-def render_estimate_html(run: RunDocument, *, title: str | None = None) -> str:
-    """Temperature > 0, offline: the estimate per drafter, labelled as one, with its definition."""
+def render_estimate_html(run: RunDocument, *, title: str | None = None, run_dir: str | None = None) -> str:
+    """Temperature > 0, offline: the verdict block, then the estimate per drafter, labelled as one, with its
+    definition."""
+    from ..core.verdict import verdict_block
     from ..formats.references import published_comparison
 
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     prov = run["provenance"]
     paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
-    return render_page("estimate.html.j2", title=title or "dflash-eval estimate at temperature > 0", run=run, prov=prov,
+    verdict = verdict_block(run, run_dir)
+    return render_page("estimate.html.j2", title=title or page_title(run, verdict) + " (estimate at temperature > 0)",
+                       verdict=verdict, run=run, prov=prov,
                  drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,
                  sampling=prov.get("sampling") or {}, warnings=prov.get("warnings") or [], legend=list(ESTIMATE_LEGEND))
 

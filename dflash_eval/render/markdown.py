@@ -1,5 +1,5 @@
 """`report --markdown`: a run's summary (commands/report.py) as GitHub-flavoured markdown, to paste into an
-issue or a PR: the settings in one line, the summary table, the per-slot table (each share beside its
+issue or a PR: the verdict block first (core/verdict.py), the settings in one line, the summary table, the per-slot table (each share beside its
 counts), the diff verdicts. Text from data (names, paths) is escaped for the table syntax and for the
 terminal it may be printed to."""
 
@@ -32,11 +32,43 @@ def _tau(d: dict[str, Any]) -> str:
     return f"{_f(d['tau_macro'], 2)} ({cell(d.get('tau_macro_ci_note') or 'no interval')})"
 
 
+def verdict_markdown(view: dict[str, Any]) -> list[str]:
+    """The verdict block (core/verdict.py) as markdown: its heading, the taus and paired deltas as a table, the
+    doctor's verdict and share per explained drafter, the next commands."""
+    out = [f"### Verdict: {cell(view['title'])}" + (f", {cell(view['prompts'])} prompts" if view.get("prompts") else ""), ""]
+    versus = f" (vs {cell(view['compared_to'])})" if view.get("compared_to") else ""
+    rows = [[cell(d["name"]) + (" (reference)" if d["reference"] else ""), _tau(d), cell(d.get("line") or "")]
+            for d in view["drafters"]]
+    out += _table(["drafter", "tau macro [95% CI]", f"paired over prompts{versus}"], rows, {1})
+    for d in view["drafters"]:
+        e = d.get("explanation")
+        if not e:
+            continue
+        line = f"- **{cell(d['name'])}** (doctor, {cell(e['source'])}): {cell(e['verdict'])}"
+        c = e.get("closing")
+        if e.get("behind") and c:
+            ci = c.get("share_ci")
+            line += (f"; it closes {100 * c['share']:.0f}%" + (f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
+                     + f" of the gap to {cell(e['reference'])} over {cell(c['paired_prompts'])} of {cell(c['prompts'])} prompts")
+            if c.get("flagged_configured") is not None and c.get("flagged_variant") is not None:
+                line += (f"; blocks flagged as repetitive: {100 * c['flagged_configured']:.0f}% as configured, "
+                         f"{100 * c['flagged_variant']:.0f}% evaluated that way")
+            if c.get("check"):
+                line += f". Check {cell(c['check'])}"
+        elif e.get("behind") and e.get("paragraph"):
+            line += f". {cell(e['paragraph'])}"
+        out += ["", line]
+    if view.get("next"):
+        out += ["", "Next:"] + [f"- {cell(step['why'])}: `{printable(step['command'])}`" for step in view["next"]]
+    return out + [""]
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
     s = summary["settings"]
     drafters = summary["drafters"]
     estimate = any(d["estimate"] for d in drafters)
-    out = [f"**dflash-eval run** `{cell(summary['run'])}`: target `{cell(s['target'])}`, {cell(s['prompts'])} prompts "
+    out = verdict_markdown(summary["verdict"]) if summary.get("verdict") else []
+    out += [f"**dflash-eval run** `{cell(summary['run'])}`: target `{cell(s['target'])}`, {cell(s['prompts'])} prompts "
            f"(`{cell(s['prompt_source'])}`), max_new_tokens {cell(s['max_new_tokens'])}, thinking "
            f"{'on' if s['thinking'] else 'off'}, {cell(s['mode'])}"
            + (f", temperature {cell(s['temperature'])}" if s["temperature"] else "")

@@ -296,15 +296,22 @@ def render_by_prompt_set(console: Console, run: RunDocument) -> None:
     console.print(table)
 
 
-def render_report(console: Console, run: RunDocument, rows: list[dict], *, samples_per_drafter: int = 2) -> None:
-    """The whole terminal report: summary, per-position table, repetition, a few blocks, legend."""
+def render_report(console: Console, run: RunDocument, rows: list[dict], *, samples_per_drafter: int = 2,
+                  run_dir: str | None = None, program: tuple[str, ...] | None = None) -> None:
+    """The whole terminal report: the verdict block first (core/verdict.py; `run_dir` as the user names the
+    folder and `program` as this shell calls dflash-eval, for the next commands), summary, the gap's
+    explanation, per-position table, repetition, a few blocks, legend."""
     from ..core.samples import select_blocks
+    from ..core.verdict import verdict_block
+    from .terminal_verdict import render_explanation, render_verdict
 
+    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else [])))
     if run["provenance"].get("estimate"):
         render_estimate_report(console, run)
         return
     render_run_summary(console, run)
     render_by_prompt_set(console, run)
+    render_explanation(console, run)  # `run --reference`: doctor's variants on the run's trajectories
     render_paper_comparison(console, run)  # the paper's tau beside these, when its table has target and set
     render_per_position(console, run)
     from .draft_lengths import render_draft_lengths
@@ -329,25 +336,44 @@ def render_estimate_report(console: Console, run: RunDocument) -> None:
     console.print(f"[bold]ESTIMATE[/] at temperature {sampling.get('temperature')} (top-p {sampling.get('top_p')}, "
                   f"top-k {sampling.get('top_k')}), {sampling.get('samples')} sampled continuations per prompt, "
                   f"{safe(prov['prompts']['count'])} prompts; not the live loop's count (--mode live runs it)")
-    table = Table(title="Estimated acceptance (teacher-forced on sampled text)", header_style="bold")
-    for column in ("drafter", "draft policy", "tau estimate macro [95% CI]", "tau estimate micro",
-                   "E\\[tau] per anchor", "alpha per slot", "alpha 1..3", "expected reach 1..3"):
-        table.add_column(column, justify="left" if column in ("drafter", "draft policy", "alpha per slot") else "right")
-    for d in run["drafters"]:
-        m = d["metrics"]
-        ci = m.get("tau_macro_ci")
-        alpha = [a for a in m["alpha"] if a is not None]
-        table.add_row(safe(d["name"]), safe(d.get("draft_policy", "")),
-                      f"{fixed_digits(m['tau_macro'], 2) or '-'} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(n/a)"),
-                      fixed_digits(m["tau_micro"], 2) or "-", fixed_digits(m["tau_per_anchor"], 2) or "-",
-                      sparkline([round(100 * a) for a in alpha]),
-                      " ".join(fixed_digits(a, 2) or "-" for a in m["alpha"][:3]),
-                      " ".join(fixed_digits(r, 2) or "-" for r in m["expected_reach"][:3]))
+    for headers in (ESTIMATE_HEADERS, ESTIMATE_SHORT, ESTIMATE_NARROW):  # explained headers when they fit, else short
+        table = _estimate_table(run, headers)
+        if natural_width(console, table) <= console.width:
+            break
     console.print(table)
     if run["drafters"]:
         console.print(safe("definition: " + run["drafters"][0]["metrics"]["definition"]))
         console.print(f"E\\[tau] per anchor: {ESTIMATE_PER_ANCHOR}")
     render_paper_comparison(console, run)
+
+
+ESTIMATE_HEADERS = ("draft policy", "tau estimate macro [95% CI]", "tau estimate micro", "E\\[tau] per anchor",
+                    "alpha per slot", "alpha 1..3", "expected reach 1..3")
+ESTIMATE_SHORT = ("policy", "tau est.\nmacro", "tau est.\nmicro", "E\\[tau]\n/anchor", "alpha", "alpha\n1..3",
+                  "reach\n1..3")
+ESTIMATE_NARROW = ESTIMATE_SHORT[:5]  # alpha and reach per slot: per_position.csv, report --json
+
+
+def _estimate_table(run: RunDocument, headers: tuple[str, ...]) -> Table:
+    """The estimate's table; the drafter column never narrower than the longest name (`drafter_column`): at 100
+    columns two 20-character names used to print as `drafter_…`."""
+    table = Table(title="Estimated acceptance (teacher-forced on sampled text)", header_style="bold")
+    drafter_column(table, [d["name"] for d in run["drafters"]])
+    for i, column in enumerate(headers):
+        table.add_column(column, justify="left" if i in (0, 4) else "right")
+    if len(headers) < len(ESTIMATE_HEADERS):
+        table.caption = "alpha and reach per slot: per_position.csv, report --json"
+    for d in run["drafters"]:
+        m = d["metrics"]
+        ci = m.get("tau_macro_ci")
+        alpha = [a for a in m["alpha"] if a is not None]
+        table.add_row(*[safe(d["name"]), safe(d.get("draft_policy", "")),
+                        f"{fixed_digits(m['tau_macro'], 2) or '-'} " + (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "(n/a)"),
+                        fixed_digits(m["tau_micro"], 2) or "-", fixed_digits(m["tau_per_anchor"], 2) or "-",
+                        sparkline([round(100 * a) for a in alpha]),
+                        " ".join(fixed_digits(a, 2) or "-" for a in m["alpha"][:3]),
+                        " ".join(fixed_digits(r, 2) or "-" for r in m["expected_reach"][:3])][:1 + len(headers)])
+    return table
 
 
 def render_paper_comparison(console: Console, run: RunDocument) -> None:

@@ -9,48 +9,46 @@ from ..core.compare import Delta, paired_figure
 from ..core.safe_text import safe
 from .terminal import fixed_digits
 from .terminal_doctor_windows import render_windows
+from .terminal_gap import flagged_cell, render_gap, short_labels
 
-LABEL_DETAIL = 24  # a variant's parenthesised detail longer than this goes under the table, not in its row
 
-
-def short_labels(names: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Each variant's name for a table row, and the details taken out of it: "RoPE: the target's (default,
-    theta 10000000.0, mrope_section 2/1/1, ...)" is a row "RoPE: the target's ¹" and a line "¹ RoPE: the
-    target's: default, theta ..." under the table, so that no row takes ten lines at 80 columns."""
-    shown, notes = {}, []
-    for name in names:
-        head, sep, detail = name.partition(" (")
-        if sep and len(detail) > LABEL_DETAIL:
-            notes.append(f"{len(notes) + 1}. {head}: {detail.removesuffix(')')}")
-            shown[name] = f"{head} ({len(notes)})"
-        else:
-            shown[name] = name
-    return shown, notes
+def _cells(every: bool, *cells: str) -> list[str]:
+    """A variants-table row, without its pairs cell (the fifth) when every row pairs all the prompts."""
+    return [c for i, c in enumerate(cells) if i != 4 or not every]
 
 
 def render_doctor(console: Console, result: dict) -> None:
+    deltas = [r["delta"] for r in result["variants"] if r.get("delta")]
+    # a pairs column only where some row pairs fewer prompts than all (a prompt without steps under a variant)
+    every = all(d.get("n") == result["prompts"] and d.get("total") in (None, d.get("n")) for d in deltas)
+    paired = f"paired over all {result['prompts']} prompts" if every else "paired over prompts"
     table = Table(title=f"doctor: {safe(result['drafter'])} on {result['prompts']} prompts (one target pass each for "
-                        "all these variants; delta = variant - as configured, paired over prompts)", header_style="bold")
-    for column in ("variant", "tau\nmacro", "delta [95% CI]", "p", "pairs", "drafts\nunchanged"):
-        table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
+                        f"all these variants; delta = variant - as configured, {paired}; flagged: the share of the "
+                        "walk's blocks flagged as repetitive)", header_style="bold")
+    for column in ("variant", "tau\nmacro", "delta [95% CI]", "p", "pairs", "drafts\nunchanged", "flag-\nged"):
+        if column != "pairs" or not every:
+            table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
     labels, notes = short_labels([row["variant"] for row in result["variants"]])
     for row in [{**r, "variant": safe(labels[r["variant"]])} for r in result["variants"]]:
         d = row.get("delta")
+        flagged = flagged_cell(row.get("flagged_share"))
         if d is None:
-            table.add_row(f"[bold]{row['variant']}[/]", fixed_digits(row["tau_macro"], 2), "", "", "", "")
+            table.add_row(*_cells(every, f"[bold]{row['variant']}[/]", fixed_digits(row["tau_macro"], 2), "", "", "", "",
+                                  flagged))
             continue
         # every paired figure says how many prompts it pairs; too few pairs get no interval and no p
         n, total = d.get("n"), d.get("total")
         pairs = f"{n}/{total}" if total is not None and total != n else f"{n}"
         unchanged = f"{100 * row['identical_drafts']:.0f}%" if row["identical_drafts"] is not None else ""
         if Delta(0, 0, 0, 1, n or 0).too_few:
-            table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"{d['estimate']:+.2f} (too few pairs)", "-",
-                          pairs, unchanged)
+            table.add_row(*_cells(every, row["variant"], fixed_digits(row["tau_macro"], 2),
+                                  f"{d['estimate']:+.2f} (too few pairs)", "-", pairs, unchanged, flagged))
             continue
         style = "bold green" if d["low"] > 0 and d["p_value"] < 0.05 else ""
         delta = f"{d['estimate']:+.2f} [{d['low']:.2f}, {d['high']:.2f}]"
-        table.add_row(row["variant"], fixed_digits(row["tau_macro"], 2), f"[{style}]{delta}[/]" if style else delta,
-                      "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged)
+        table.add_row(*_cells(every, row["variant"], fixed_digits(row["tau_macro"], 2),
+                              f"[{style}]{delta}[/]" if style else delta,
+                              "<0.001" if d["p_value"] < 0.001 else f"{d['p_value']:.2g}", pairs, unchanged, flagged))
     console.print(table)
     for note in notes:
         console.print(safe(note))
@@ -90,25 +88,7 @@ def render_doctor(console: Console, result: dict) -> None:
         render_trained_taps(console, result["trained_taps"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
-    if gap and gap["gap"] is None:  # no prompt with steps on every side: the paragraph says so
-        console.print(safe(gap["paragraph"]))
-    elif gap:
-        g = gap["gap"]
-        table = Table(title=f"the gap to {safe(gap['reference'])} (tau {fixed_digits(gap['reference_tau_macro'], 2)}): "
-                            f"{paired_figure(g)}",
-                      header_style="bold")
-        for column in ("variant", "closes (delta tau)", "share of the gap [95% CI]"):
-            table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=column != "variant")
-        labels, notes = short_labels([row["variant"] for row in gap["variants"]])
-        for row in sorted(gap["variants"], key=lambda r: -(r["share"] or 0)):
-            c, ci = row["closed"], row["share_ci"]
-            share = "-" if row["share"] is None else f"{100 * row['share']:.0f}%" + (
-                f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
-            style = "bold green" if row["significant"] and (row["share"] or 0) > 0 else ""
-            cells = [safe(labels[row["variant"]]), f"{c['estimate']:+.2f}" + ("" if Delta(0, 0, 0, 1, c["n"]).too_few else
-                                                                              f" [{c['low']:.2f}, {c['high']:.2f}]"), share]
-            table.add_row(*([f"[{style}]{x}[/]" for x in cells] if style else cells))
-        console.print(table)
-        for note in notes:
-            console.print(safe(note))
-        console.print(safe(gap["paragraph"]))
+    if gap:
+        render_gap(console, gap)
+        if gap.get("context"):  # the context variants: their own table, over their own paired prompts
+            render_gap(console, gap["context"], context=True)
