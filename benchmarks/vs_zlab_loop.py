@@ -40,7 +40,7 @@ def main() -> None:
     import reference_code as ref  # tests/reference_code.py: z-lab's loop, its CUDA timer swapped for CPU
     import torch
 
-    from dflash_eval.core.options import Reporter, RunOptions
+    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
     from dflash_eval.model.target import load_target, stop_token_ids
     from dflash_eval.pipeline.continuations import continuations_for
     from dflash_eval.pipeline.document import assemble

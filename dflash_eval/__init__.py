@@ -16,7 +16,7 @@ from .core.version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "RunOptions": "core.options", "Reporter": "core.options", "InputError": "core.errors",
+    "RunOptions": "core.settings.run_settings", "Reporter": "core.settings.run_settings", "InputError": "core.errors",
     "evaluate": "commands.evaluate",
     "run_doctor": "commands.doctor",
     "track": "commands.track", "TrackOptions": "commands.track", "Tracker": "commands.track",

@@ -110,7 +110,7 @@ def test_no_import_circle_anywhere():
 def test_core_is_pure():
     """core/ holds plain functions over ints, lists and dicts: it never imports torch or transformers."""
     heavy = []
-    for file in (PACKAGE / "core").glob("*.py"):
+    for file in (PACKAGE / "core").rglob("*.py"):
         for node in ast.walk(ast.parse(file.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []

@@ -44,7 +44,7 @@ def test_the_record_counts_sequences_per_value_and_merges_by_summing():
 
 def test_run_json_records_the_anchors_per_forward_the_engine_ran(test_bed, tmp_path, monkeypatch):
     from dflash_eval.commands.evaluate import evaluate
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.drafter import DFlashDrafter
     from dflash_eval.pipeline import scoring
     from dflash_eval.testing.testbed import write_random_drafter

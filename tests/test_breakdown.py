@@ -11,8 +11,8 @@ import pytest
 
 from dflash_eval.core import breakdown as BD
 from dflash_eval.core import metrics as M
+from dflash_eval.core.documents.results import metrics_summary as summary
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.results import metrics_summary as summary
 from dflash_eval.core.text_kinds import byte_level_text, labels, segment_labels, token_classes
 
 NS = -1  # engine.NOT_SCORED
@@ -126,7 +126,7 @@ def test_depth_bucket_option():
     assert [BD.depth_label(lo, hi) for lo, hi in BD.depth_bounds((1024, 2048))] == ["0-1K", "1K-2K", "2K+"]
     assert [BD.depth_bucket(a, (1024, 2048)) for a in (0, 1023, 1024, 2047, 2048, 10**6)] == [0, 0, 1, 1, 2, 2]
 
-    from dflash_eval.core.options_work import Breakdown
+    from dflash_eval.core.settings.work import Breakdown
 
     with pytest.raises(InputError, match="--depth-buckets"):
         Breakdown(depth_buckets="9,3").check()
@@ -222,7 +222,7 @@ def test_the_breakdown_section_in_headless_chromium(tmp_path):
 
     from test_html import STORED, DevTools, required_chromium
 
-    from dflash_eval.core.results import read_run_document, read_samples
+    from dflash_eval.core.documents.results import read_run_document, read_samples
     from dflash_eval.render.html import render_run_html, write_html
 
     binary = required_chromium()

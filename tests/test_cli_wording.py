@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.cli.demo import program
-from dflash_eval.core.results import read_run_document, read_samples
+from dflash_eval.core.documents.results import read_run_document, read_samples
 
 STORED = Path(__file__).parent / "data" / "report_run"
 COMMAND = re.compile(r"^  (\S.*)$")
@@ -87,7 +87,7 @@ def test_the_demo_caches_where_every_command_does(demo, private_cache):
 
 
 def test_the_suite_never_touches_the_users_cache(private_cache):
-    from dflash_eval.core.options import RunOptions, default_cache_dir
+    from dflash_eval.core.settings.run_settings import RunOptions, default_cache_dir
 
     assert os.environ["DFLASH_EVAL_CACHE"] == str(private_cache)
     assert default_cache_dir() == private_cache and RunOptions(drafters=[], out=Path(".")).cache_dir == private_cache

@@ -201,7 +201,7 @@ def speculators_variants(converted, tmp_path_factory) -> dict[str, Path]:
 def run_dflash_eval(bed, prompts, tmp_path_factory):
     """dflash-eval's `evaluate` on one drafter: {prompt_id: samples row} and run.json."""
     from dflash_eval.commands.evaluate import RunOptions, evaluate
-    from dflash_eval.core.results import RUN_JSON, SAMPLES, read_samples
+    from dflash_eval.core.documents.results import RUN_JSON, SAMPLES, read_samples
 
     cache = tmp_path_factory.mktemp("conformance-cache")  # continuations generated once, reused
     counter = iter(range(10_000))

@@ -64,7 +64,7 @@ def runs(d2) -> dict[str, Path]:
 
 
 def _rows(folder: Path, drafter: str) -> list[dict]:
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
 
     return [r for r in read_samples(folder / "samples.jsonl") if r["drafter"] == drafter]
 

@@ -243,7 +243,7 @@ def test_the_library_call_leaves_the_folder_the_command_leaves(trained, tmp_path
     """`dflash_eval.run_doctor(...)` writes what `dflash-eval doctor --out RUN` writes: doctor.json, the
     'doctor' section in run.json and report.html again with it, each recorded in written.json."""
     import dflash_eval
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.render.html import render_run_html
 
     target, drafter = trained["qwen3"]["target"], trained["qwen3"]["anchor_bug"]

@@ -1,5 +1,5 @@
 """Typed run documents (issue 35): each file dflash-eval writes is read back into its TypedDict, checked field
-by field (core/json_types.py); a malformed file is one line naming the file and the field (exit 2), and a bug
+by field (core/documents/json_types.py); a malformed file is one line naming the file and the field (exit 2), and a bug
 in our code is a bug (exit 1, traceback saved), never reported as the user's edit."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from dflash_eval.core import documents, results
+from dflash_eval.core.documents import results
+from dflash_eval.core.documents import run_document as documents
+from dflash_eval.core.documents.json_types import check_json
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.json_types import check_json
 
 runner = CliRunner()
 REPORT_RUN = Path(__file__).parent / "data" / "report_run"
@@ -136,22 +137,22 @@ def test_a_bug_while_rendering_is_an_internal_error_never_the_user_s_edit(tmp_pa
 def test_one_read_run_name_for_one_thing():
     """`dflash_eval.read_run` (DataFrames) is the only read_run; the typed reader is read_run_document."""
     import dflash_eval
-    from dflash_eval.core import results
+    from dflash_eval.core.documents import results
 
     assert not hasattr(results, "read_run")
     assert dflash_eval.read_run.__module__ == "dflash_eval.commands.frames"
 
 
 def test_the_schema_page_is_what_the_typeddicts_say_now():
-    from dflash_eval.core.document_reference import reference
+    from dflash_eval.core.documents.reference import reference
 
     assert (DOCS / "result-documents.md").read_text() == reference(), (
         "docs/result-documents.md is not what the TypedDicts declare: regenerate it with "
-        "`python -m dflash_eval.core.document_reference > docs/result-documents.md`")
+        "`python -m dflash_eval.core.documents.reference > docs/result-documents.md`")
 
 
 def documented_run_keys() -> dict[str, set[str]]:
-    """run.json's keys as core/results.py's docstring lists them: the top level (indented 4) and, under each
+    """run.json's keys as core/documents/results.py's docstring lists them: the top level (indented 4) and, under each
     top-level key, its own keys (indented 8; `a, b` names two). Prose under a key starts with a capital and
     ends that key's list."""
     text = results.__doc__.split("DIR/run.json", 1)[1].split("\nDIR/", 1)[0]
@@ -172,7 +173,7 @@ def documented_run_keys() -> dict[str, set[str]]:
 @pytest.mark.parametrize("where, document", [("", documents.RunDocument), ("provenance", documents.Provenance),
                                              ("drafters", documents.DrafterDocument)])
 def test_the_schema_docstring_and_the_types_name_the_same_keys(where, document):
-    """The meaning of each field (core/results.py's docstring) and its type (core/documents.py) cannot drift
+    """The meaning of each field (core/documents/results.py's docstring) and its type (core/documents/run_document.py) cannot drift
     apart: a key added to one and not the other fails here. When this was first run, the docstring lacked
     provenance.draft_lengths and merged_from, the drafters' breakdown_note and estimate, and doctor/incomplete."""
     typed = set(typing.get_type_hints(document))

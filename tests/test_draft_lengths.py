@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
 
 
 def _rows(folder, drafter="ref"):
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
 
     return [r for r in read_samples(folder / "samples.jsonl") if r["drafter"] == drafter]
 

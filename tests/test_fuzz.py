@@ -236,8 +236,8 @@ def test_fuzz_run_folder(data, tmp_path_factory):
 
 def run_folder_verdict(folder: Path) -> str | None:
     """The readers' verdict on a run folder (run.json, then its rows): what report and show must follow."""
-    from dflash_eval.core.results import read_run_document
-    from dflash_eval.core.run_rows import run_rows
+    from dflash_eval.core.documents.results import read_run_document
+    from dflash_eval.core.documents.run_rows import run_rows
 
     return verdict(lambda: run_rows(folder, read_run_document(folder)))
 

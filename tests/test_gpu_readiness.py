@@ -71,7 +71,7 @@ def test_torchrun_ranks_run_on_their_own_gpu_with_nccl_bound_and_the_timeout(mon
 
     from dflash_eval.commands import distributed
     from dflash_eval.core.errors import InputError
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -124,7 +124,7 @@ def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, 
     (OffloadedLayers) and reach the drafter's device one layer at a time, for the base trajectories and the
     context variants' alike."""
     from dflash_eval.commands import doctor
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.trajectories import OffloadedLayers
 
     held = []
@@ -142,7 +142,7 @@ def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, 
     assert all(x.device.type == "cpu" for t in held for x in t.layers.stored.values())
     # every variant's continuations follow the run's whole-set generation plan (doctor's --limit 2 prompts
     # with their companions of the full demo set): `run` (thinking flipped too) finds them all in the cache
-    from dflash_eval.core.options import Reporter
+    from dflash_eval.core.settings.run_settings import Reporter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.continuations import continuations_for, template_ids, whole_prompt_set
 
@@ -194,7 +194,7 @@ def test_doctor_refuses_trajectories_past_the_machines_memory_by_name(trained, t
     shows) with the memory available, and refuses by name, naming the option that fits."""
     from dflash_eval.commands import doctor
     from dflash_eval.core.errors import InputError
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline import trajectories
 
     options = RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc", limit=2, max_new_tokens=12,
@@ -300,7 +300,7 @@ def test_the_stub_fla_is_bound_where_the_real_one_is_and_computes_the_fallbacks_
 EMULATED_DISPATCH_SCRIPT = """
 import json, sys, torch
 from pathlib import Path
-from dflash_eval.core.options import RunOptions
+from dflash_eval.core.settings.run_settings import RunOptions
 from dflash_eval.model.kernels import kernel_report, kernel_summary, torch_fallback_kernels
 from dflash_eval.model.target import load_target
 from dflash_eval.pipeline.continuations import generation_settings
@@ -467,7 +467,7 @@ def test_a_failing_nccl_rank_aborts_its_group_at_once_and_raises_its_error(monke
     import torch.distributed as dist
 
     from dflash_eval.commands import distributed
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -565,7 +565,7 @@ def test_no_drafter_is_on_the_targets_device_while_the_target_generates(trained,
 
     from dflash_eval.cli import app
     from dflash_eval.commands import doctor, evaluate, track
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline import continuations, scoring
 
     there: set[int] = set()  # ids of the drafters on the target's device now

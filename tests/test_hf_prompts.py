@@ -56,7 +56,7 @@ def test_a_multi_turn_run_follows_the_target_s_own_greedy_answers(hf_hub, test_b
 
 
 def test_multi_turn_sets_refuse_sampling_and_responses_and_shards_rebalance(hf_hub, test_bed, tmp_path):
-    from dflash_eval.core.options import Reporter, RunOptions
+    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
     from dflash_eval.pipeline.inputs import prepare_inputs
     from dflash_eval.pipeline.turns import answer_earlier_turns
 

@@ -656,7 +656,7 @@ def test_an_explicit_target_wins_over_an_unfindable_recorded_verifier(world):
     warnings = json.loads((out / "run.json").read_text())["provenance"]["warnings"]
     assert any("../the-trainers/target" in w and "not found here" in w for w in warnings)
     # the tracker's view of a checkpoint goes the same way (it marked every such checkpoint invalid)
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.target import target_info
     from dflash_eval.pipeline.inputs import prepare_inputs, with_one_drafter
 
@@ -728,7 +728,7 @@ def test_a_refused_write_names_the_file_and_leaves_no_temporary(tmp_path):
         import resource, signal
         from pathlib import Path
         from dflash_eval.core.errors import InputError
-        from dflash_eval.core.results import atomic_write
+        from dflash_eval.core.documents.results import atomic_write
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
         try:
@@ -896,7 +896,7 @@ def test_track_takes_a_checkpoint_trained_elsewhere_and_settles_a_copy(world, tm
     """track marked a checkpoint recording an unfindable verifier invalid although --target was given, and a
     copy of an evaluated checkpoint stayed "waiting (new)" forever (with --watch, every poll)."""
     from dflash_eval.commands.track import TrackOptions, track
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.track_folder import read_log, read_rows
 
     save = tmp_path / "save"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from dflash_eval.commands.diff import diff
-from dflash_eval.core.results import read_run_document, read_samples
+from dflash_eval.core.documents.results import read_run_document, read_samples
 from dflash_eval.formats.references import published_tau
 from dflash_eval.render.html import render_diff_html, render_run_html, write_html
 

@@ -1,5 +1,5 @@
 """Impossible numbers are never data (issue 36, class 2): one invariant check per result file type
-(core/invariants.py), the same rule wherever the file is read.
+(core/documents/invariants.py), the same rule wherever the file is read.
 
 `report` and `show` rendered a samples row that `diff` and `merge` refused (`accepted 8/7`, exit 0), and
 `merge` refused it as an internal error (exit 1). Here each impossible edit of a finished run's files (a row

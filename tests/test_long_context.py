@@ -31,7 +31,7 @@ def test_draft_window_is_the_anchor_window_on_every_layer(test_bed, drafter_dirs
     """--draft-window W on a full-attention drafter replays exactly like the same drafter with every layer
     windowed W rows back from the anchor; a window past the sequence changes nothing; a small one changes
     drafts."""
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.formats.checkpoints import read_spec
     from dflash_eval.formats.files import weight_files
     from dflash_eval.model.drafter import load_drafter
@@ -88,7 +88,7 @@ def test_stdlib_set_and_refusals(test_bed):
     import platform
 
     from dflash_eval.core.errors import InputError
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.target import load_tokenizer
     from dflash_eval.pipeline.long_prompts import fit_context, long_prompts
 

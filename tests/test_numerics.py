@@ -9,7 +9,7 @@ import json
 import pytest
 
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.options import RunOptions
+from dflash_eval.core.settings.run_settings import RunOptions
 from dflash_eval.pipeline.numerics import common_prefix, drafts_changed, live_summary, merge_measured
 
 
@@ -80,7 +80,7 @@ def test_numerics_check_in_bf16_is_recorded_and_changes_nothing(kind, trained, t
     from rich.console import Console
 
     from dflash_eval.commands.evaluate import evaluate
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
     from dflash_eval.render.terminal import render_numerics
 
     def run(name: str, check: int) -> dict:

@@ -1,4 +1,4 @@
-"""Settings as sections (core/sections.py, core/options_work.py): every command that takes a section's flag
+"""Settings as sections (core/settings/sections.py, core/settings/work.py): every command that takes a section's flag
 takes it as the section declares it (same name, default, help, panel), a refused value names its flag, and
 what a section records reads back as the same section."""
 
@@ -12,11 +12,11 @@ import typer
 
 from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.options import RunOptions
-from dflash_eval.core.options_inputs import INPUT_SECTIONS, InputSettings
-from dflash_eval.core.options_output import OUTPUT_SECTIONS, Output
-from dflash_eval.core.options_run import RUN_SECTIONS, Numerics, Placement, Replay
-from dflash_eval.core.options_work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
+from dflash_eval.core.settings.execution import RUN_SECTIONS, Numerics, Placement, Replay
+from dflash_eval.core.settings.inputs import INPUT_SECTIONS, InputSettings
+from dflash_eval.core.settings.output import OUTPUT_SECTIONS, Output
+from dflash_eval.core.settings.run_settings import RunOptions
+from dflash_eval.core.settings.work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
 
 COMMANDS = typer.main.get_command(app).commands
 # the help a command may give a section's flag instead of the section's own: the same meaning, said for what
@@ -83,7 +83,7 @@ def test_run_options_defaults_are_the_sections_defaults():
     # the inputs flags are None when not given (doctor --out RUN then takes the run's); the run defaults are the
     # section's own, as RunOptions has them
     assert RunOptions(drafters=[], out=Path("x")).inputs == InputSettings() == InputSettings.given(**InputSettings.defaults())
-    # --out is required and --cache-dir's run default is the user's cache (core/options.default_cache_dir)
+    # --out is required and --cache-dir's run default is the user's cache (core/settings/run_settings.default_cache_dir)
     written = RunOptions(drafters=[], out=Path("x"), overwrite=True)
     assert written.output == Output(out=Path("x"), overwrite=True, cache_dir=written.cache_dir)
     assert written.numerics == Numerics() and fields["overwrite"] is False

@@ -360,7 +360,7 @@ def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeyp
     """The same on a real loaded target: plan from the test bed's config and tokenizer, run's rule on the
     loaded bf16 model (its parameters counted), on a patched 80 GiB CUDA device; and on the same target
     dispatched by accelerate (half its layers offloaded to disk), as --device-map places it."""
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.continuations import run_generation_budget, template_ids, whole_prompt_set
 

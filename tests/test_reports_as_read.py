@@ -32,7 +32,7 @@ def panel_body(output: str) -> str:
 # ------------------------------------------------------------------------ 2: prompts show = what run sends
 
 def test_prompts_show_prints_what_run_sends_with_runs_thinking_rule(tmp_path):
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.inputs import prepare_inputs
 
     shown = invoke(["prompts", "show", "demo", "--id", "demo/3"], columns=200)
@@ -318,7 +318,7 @@ def test_text_rows_are_a_documented_alias_of_prompt(tmp_path):
 
 
 def test_a_byte_identical_copy_of_the_verifier_is_the_verifier(test_bed, drafter_dirs, tmp_path):
-    from dflash_eval.core.options import RunOptions
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.inputs import prepare_inputs
 
     def warnings(target):
@@ -337,7 +337,7 @@ def test_a_byte_identical_copy_of_the_verifier_is_the_verifier(test_bed, drafter
 
 
 def test_show_help_and_worst_blocks_taken_across_prompts():
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
     from dflash_eval.core.samples import select_blocks
 
     shown = " ".join(invoke(["show", "--help"], columns=200).stdout.split())

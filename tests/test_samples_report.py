@@ -103,7 +103,7 @@ def test_show_flagged_lists_only_the_flagged_blocks_worst_first():
     --worst K the K worst of them; --first would mean walk order, refused with what to give instead."""
     from pathlib import Path
 
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
     from dflash_eval.core.samples import select_blocks, walk_blocks
 
     stored = Path(__file__).parent / "data" / "report_run"

@@ -130,7 +130,7 @@ def test_requests_without_ids_are_matched_by_their_prompt(demo_run, tmp_path):
 
     run, rows = demo_run
     prompts = {p.id: p for p in load_prompts("demo")}
-    from dflash_eval.core.results import read_run_document
+    from dflash_eval.core.documents.results import read_run_document
 
     tokenizer = load_tokenizer(read_run_document(run)["provenance"]["target"]["path"])
     first, second = rows[0], rows[1]

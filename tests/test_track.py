@@ -44,7 +44,7 @@ def _track_args(target: Path, out: Path, cache: Path, *extra: str) -> list[str]:
 
 def _run_alone(checkpoint: Path, target: Path, out: Path, cache: Path) -> tuple[dict, list[dict]]:
     from dflash_eval.commands.evaluate import RunOptions, evaluate
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
 
     result = evaluate(RunOptions(drafters=[str(checkpoint)], target=str(target), out=out, max_new_tokens=int(TOKENS),
                                  device="cpu", cache_dir=cache))
@@ -57,7 +57,7 @@ def _without_time(rows: list[dict]) -> list[dict]:
 
 def assert_rows_equal_run(track_dir: Path, target: Path, cache: Path, tmp_path: Path) -> None:
     """Every checkpoint row (and its run folder) equals `run` on that checkpoint alone, same prompts."""
-    from dflash_eval.core.results import read_samples
+    from dflash_eval.core.documents.results import read_samples
 
     for number, row in enumerate(r for r in read_rows(track_dir) if r["role"] == "checkpoint"):
         alone, samples = _run_alone(Path(row["path"]), target, tmp_path / f"alone-{number}", cache)

@@ -25,9 +25,9 @@ def demo(
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
     from ..commands.evaluate import RunOptions, evaluate
-    from ..core.options import default_cache_dir
+    from ..core.documents.results import STATE, read_samples
     from ..core.paths import output_path
-    from ..core.results import STATE, read_samples
+    from ..core.settings.run_settings import default_cache_dir
     from ..demo import available, drafter_paths, target_path
     from ..render.terminal import render_report
 

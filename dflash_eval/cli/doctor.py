@@ -59,7 +59,7 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
     """doctor's work once its --out is checked (and, a run folder, locked)."""
     from ..commands.doctor import run_doctor
     from ..commands.evaluate import RunOptions
-    from ..core.results import RUN_JSON
+    from ..core.documents.results import RUN_JSON
     from ..render.terminal_doctor import render_doctor
 
     run_count = None

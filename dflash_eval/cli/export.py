@@ -32,8 +32,8 @@ def export_serving(
 ) -> None:
     """Write the serving engine's settings that accept at this drafter's measured per-position rates."""
     from ..commands.export_serving import export_serving as build
+    from ..core.documents.results import atomic_write
     from ..core.paths import output_path
-    from ..core.results import atomic_write
 
     if out is not None:
         output_path(out, "--out", reads=[run_dir])  # the one output guard (core/paths.py)

@@ -23,7 +23,7 @@ def merge(
 ) -> None:
     """Join shard runs into one run folder: counts add exactly; shards of other runs, missing or overlapping ones are refused."""
     from ..commands.merge import merge as merge_shards
-    from ..core.results import read_samples
+    from ..core.documents.results import read_samples
     from ..render.html import render_run_html
     from ..render.terminal import render_report
 

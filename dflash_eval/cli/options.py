@@ -1,6 +1,6 @@
 """The option bundle `run` and `doctor` (and later `track`) share: one name, one default, one help text per
 setting, mapped onto `options.RunOptions` by `shared_settings`. The settings are declared in their sections
-(core/options_inputs.py, core/options_work.py, core/options_run.py); `Setting(flag)` turns a section's
+(core/settings/inputs.py, core/settings/work.py, core/settings/execution.py); `Setting(flag)` turns a section's
 `Flag` into the Typer option, and a command's signature reads its default from the same place:
 `tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
 
@@ -16,13 +16,13 @@ from typing import Annotated, Any
 
 import typer
 
-from ..core.options_inputs import InputSettings
-from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
-from ..core.options_output import Output
-from ..core.options_run import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
-from ..core.options_run import Explanation, Numerics, Placement, Replay
-from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
-from ..core.sections import Flag
+from ..core.settings.execution import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
+from ..core.settings.execution import Explanation, Numerics, Placement, Replay
+from ..core.settings.inputs import InputSettings
+from ..core.settings.output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
+from ..core.settings.output import Output
+from ..core.settings.sections import Flag
+from ..core.settings.work import Batching, Breakdown, LongContext, Sampling, Serving
 
 
 def finite_number(low: float | None = None, high: float | None = None, *, low_open: bool = False):
@@ -45,8 +45,8 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
     parse.__name__ = "float"  # help shows NUMBER for it, as for any float (root._WORDS)
     return parse
 
-# the labelled groups of `--help` are the sections' own panels (core/options_work.py); --drafter and --reference
-# share theirs, DRAFTERS, with --explain (core/options_run.py)
+# the labelled groups of `--help` are the sections' own panels (core/settings/work.py); --drafter and --reference
+# share theirs, DRAFTERS, with --explain (core/settings/execution.py)
 
 
 class Setting:
@@ -116,8 +116,8 @@ max_context = Setting(LongContext.flag("max_context"))
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,
                     semantics, prompt_field=None, responses=None) -> dict[str, Any]:
-    """The bundle's values as RunOptions fields, with the run defaults applied (core/options_inputs.InputSettings)."""
-    from ..core.options import default_cache_dir
+    """The bundle's values as RunOptions fields, with the run defaults applied (core/settings/inputs.InputSettings)."""
+    from ..core.settings.run_settings import default_cache_dir
 
     inputs = InputSettings.given(target=target, prompts=prompts, prompt_field=prompt_field, limit=limit, seed=seed,
                           max_new_tokens=max_new_tokens, thinking=thinking, responses=responses, semantics=semantics)

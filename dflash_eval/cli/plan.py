@@ -23,7 +23,7 @@ def plan(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Generation cap (the run's default 256)."),
     accelerator: str = typer.Option("h200", "--accelerator", help="h100, h200, a100 or b200 (published bf16 peak, bandwidth, memory)."),
-    generation_batch: opt.generation_batch.type = opt.generation_batch.default,  # the run's own flags (core/options_work.py)
+    generation_batch: opt.generation_batch.type = opt.generation_batch.default,  # the run's own flags (core/settings/work.py)
     anchor_batch: opt.anchor_batch.type = opt.anchor_batch.default,
     tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default,
     temperature: float = typer.Option(0.0, "--temperature", parser=finite_number(0), help="> 0: K sampled continuations per prompt."),

@@ -24,9 +24,9 @@ def report(
     markdown: bool = typer.Option(False, "--markdown", help="Print the same summary as markdown tables, to paste into an issue or a PR."),
 ) -> None:
     """Print a run's report: summary, per-position table, repetition, sample blocks, legend."""
+    from ..core.documents.results import read_run_document
+    from ..core.documents.run_rows import run_rows
     from ..core.paths import output_path
-    from ..core.results import read_run_document
-    from ..core.run_rows import run_rows
     from ..render.terminal import render_report
 
     if as_json and markdown:

@@ -63,7 +63,7 @@ def run(
     dist_timeout: opt.dist_timeout.type = opt.dist_timeout.default,
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
-    from ..core.options import RunOptions
+    from ..core.settings.run_settings import RunOptions
 
     if not drafter and not reference:
         raise fail("give at least one --drafter (or --reference)")
@@ -104,7 +104,7 @@ def run(
         reporter.close()
     if world > 1 and rank > 0:
         return  # rank 0 merged the shards into --out and writes the report
-    from ..core.results import read_samples
+    from ..core.documents.results import read_samples
 
     rows = read_samples(out / "samples.jsonl")
     render_report(console, result, rows, run_dir=str(out), program=program())

@@ -26,8 +26,8 @@ def show(
     flagged: bool = typer.Option(False, "--flagged", help="Only the blocks a repetition detector flagged, worst first (with --worst K: the K worst of them)."),
 ) -> None:
     """Decoded draft blocks along the walk, next to the target's tokens."""
-    from ..core.results import read_run_document
-    from ..core.run_rows import run_rows
+    from ..core.documents.results import read_run_document
+    from ..core.documents.run_rows import run_rows
     from ..core.samples import select_blocks
     from ..render.terminal import SAMPLE_LEGEND, render_blocks
 

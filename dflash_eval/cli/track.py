@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..core.sections import SECONDS_MAX
+from ..core.settings.sections import SECONDS_MAX
 from ..pipeline.track_folder import TRACK_LOCK
 from . import options as opt
 from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..core.sections import SECONDS_MAX
+from ..core.settings.sections import SECONDS_MAX
 from . import options as opt
 from .common import claims_out, reports_input_errors, safe_line, stdout_console
 from .progress import reporter_for

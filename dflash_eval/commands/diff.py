@@ -16,10 +16,10 @@ from typing import Any
 
 from ..core import compare as C
 from ..core import metrics as M
-from ..core.documents import DrafterDocument, RunDocument
+from ..core.documents.results import drafter_named, read_run_document
+from ..core.documents.run_document import DrafterDocument, RunDocument
+from ..core.documents.run_rows import run_rows
 from ..core.errors import InputError
-from ..core.results import drafter_named, read_run_document
-from ..core.run_rows import run_rows
 from ..core.samples import BlockView, walk_blocks
 
 

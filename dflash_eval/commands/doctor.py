@@ -171,7 +171,7 @@ def _with_every_prompt(per_prompt: dict, prompts) -> dict:
 def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
     """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
     by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
-    from ..core.results import read_run_document
+    from ..core.documents.results import read_run_document
     from ..formats.files import resolve_local_or_cached
 
     prov = read_run_document(out)["provenance"]
@@ -203,7 +203,7 @@ def write_doctor(out: Path, result: dict[str, Any], report=None) -> list[Path]:
     and, with `report(run, rows)` (render.html.render_run_html), its report.html is written again with it."""
     import json
 
-    from ..core import results as R
+    from ..core.documents import results as R
     from ..pipeline.run_folder import REPORT_HTML, write_recorded, write_run_html
 
     out = Path(out)
@@ -232,7 +232,7 @@ def run_doctor(options, reporter=None, *, write: bool = True, report=None) -> di
 
 def _diagnose(options, reporter=None) -> dict[str, Any]:
     """run_doctor's work: the summary, written nowhere."""
-    from ..core.options import Reporter
+    from ..core.settings.run_settings import Reporter
     from ..model.kernels import kernel_report, torch_fallback_kernels
     from ..model.sampling import sampling_of
     from ..model.target import capture_taps, load_target, target_info

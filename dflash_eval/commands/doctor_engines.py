@@ -181,8 +181,8 @@ def run_engines(options, reporter=None, *, write: bool = True) -> dict[str, Any]
 
 def _engines(options, reporter=None) -> dict[str, Any]:
     """The composition: inputs (one drafter) -> continuations -> one trajectory per prompt -> every engine's
-    reading scored on them. `options` is a core.options.RunOptions."""
-    from ..core.options import Reporter
+    reading scored on them. `options` is a core.settings.run_settings.RunOptions."""
+    from ..core.settings.run_settings import Reporter
     from ..model.target import load_target, target_info
     from ..pipeline.continuations import continuations_for, whole_prompt_set
     from ..pipeline.inputs import prepare_inputs

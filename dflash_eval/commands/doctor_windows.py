@@ -227,7 +227,7 @@ def run_window_settings(out: Path, depth_buckets: str | None,
     """doctor --out RUN: the run's depth buckets and --draft-window fill what was not given (the doctor's
     curves then pair with the run's by_depth); other depth buckets are refused by name. Another window is
     not: the doctor's served window is a what-if beside the configuration, which it never changes."""
-    from ..core.results import read_run_document
+    from ..core.documents.results import read_run_document
 
     run = read_run_document(out)
     recorded_edges = next((d.get("depth_edges") for d in run.get("drafters") or [] if d.get("depth_edges")), None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..core.options import Reporter, RunOptions, pause_after_prompt
+from ..core.settings.run_settings import Reporter, RunOptions, pause_after_prompt
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import PartialSchedule, assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
@@ -107,7 +107,7 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
         try:
             reporter.note(f"{options.out} already holds this run, finished; nothing to do (--overwrite runs it again)")
             if report is not None and not (options.out / "report.html").exists():
-                from ..core.results import SAMPLES, read_samples
+                from ..core.documents.results import SAMPLES, read_samples
                 from ..pipeline.run_folder import write_run_html
 
                 write_run_html(options.out, report(finished, read_samples(options.out / SAMPLES)))
@@ -135,7 +135,7 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
 @dataclasses.dataclass
 class ServingPlan:
     """What the serving decision needs, resolved up front from the Serving section's flags
-    (core/options_work.Serving): the draft lengths per drafter and the source of step times (a file, a
+    (core/settings/work.Serving): the draft lengths per drafter and the source of step times (a file, a
     roofline accelerator, or none: live mode then measures them)."""
 
     draft_lengths: dict[str, tuple[int, ...]]
@@ -155,7 +155,7 @@ def serving_inputs(options: RunOptions, inputs: Inputs) -> ServingPlan:
     if options.serving.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
         raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
                                "not replayed per draft length)")
-    options.serving.check()  # --accelerator with --step-times (core/options_work.py)
+    options.serving.check()  # --accelerator with --step-times (core/settings/work.py)
     times = None
     if options.serving.accelerator is not None:
         times = {e.name: roofline_step_times(options, inputs, e) for e in inputs.entries}

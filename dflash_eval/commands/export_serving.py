@@ -31,9 +31,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..core.documents import DrafterDocument, RunDocument
+from ..core.documents.results import drafter_named, read_run_document
+from ..core.documents.run_document import DrafterDocument, RunDocument
 from ..core.errors import InputError
-from ..core.results import drafter_named, read_run_document
 
 ENGINES = ("vllm", "sglang", "dynamo", "modelopt")
 SYNTHETIC = ("rates", "length")

@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 
 from ..core import metrics as M
-from ..core import results as R
-from ..core.documents import RunDocument
-from ..core.row_documents import SampleRow
-from ..core.run_rows import run_rows
+from ..core.documents import results as R
+from ..core.documents.row_documents import SampleRow
+from ..core.documents.run_document import RunDocument
+from ..core.documents.run_rows import run_rows
 
 
 @dataclass

@@ -21,11 +21,11 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from ..core import results as R
 from ..core.batching import merged_anchor_batches
+from ..core.documents import results as R
+from ..core.documents.run_rows import run_rows
 from ..core.errors import InputError, read_json_object
-from ..core.options import RunOptions
-from ..core.run_rows import run_rows
+from ..core.settings.run_settings import RunOptions
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
 from ..pipeline.run_folder import RunFolder, claimed, settings_differences
@@ -97,7 +97,7 @@ def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] |
                   key=lambda r: (order[r["prompt_id"]], r.get("sample", 0), drafter_order.get(r["drafter"], 0)))
     prov = copy.deepcopy(run0["provenance"])
     edges = _depth_edges(shards)
-    # what the shards ran with, read back from their provenance (core/options.py)
+    # what the shards ran with, read back from their provenance (core/settings/run_settings.py)
     options = RunOptions.from_provenance(prov, out=out, seed=first["settings"]["shard"]["seed"], depth_edges=edges)
     entries = [DrafterRecord.from_document(d) for d in run0["drafters"]]
     fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}

@@ -20,7 +20,7 @@ from typing import Any
 from ..core import roofline as R
 from ..core.batching import anchor_batch as rule
 from ..core.batching import lm_head_pieces
-from ..core.options_work import TAP_CHUNK
+from ..core.settings.work import TAP_CHUNK
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from ..pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
@@ -40,7 +40,7 @@ class PlanSettings:
     accelerator: str = "h200"
     generation_batch: int | None = None  # None: the run's rule
     anchor_batch: int | None = None  # None: the run's rule
-    tap_chunk: int = TAP_CHUNK  # the one default (core/options_work.py)
+    tap_chunk: int = TAP_CHUNK  # the one default (core/settings/work.py)
     temperature: float = 0.0
     samples: int = 1
     doctor: bool = False  # also plan `doctor` on the first drafter

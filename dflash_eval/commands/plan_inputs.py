@@ -35,7 +35,7 @@ class Model:
 def check_settings(target: str, drafters: list[str], settings, reference: str | None) -> list:
     """What `run` refuses of these settings, refused here by the same code (pipeline.inputs.check_options);
     the drafter folders, `--reference z-lab` resolved as run resolves it."""
-    from ..core.options import RunOptions
+    from ..core.settings.run_settings import RunOptions
     from ..formats.files import resolve_local_or_cached
     from ..pipeline.inputs import check_options
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.documents import DrafterDocument, RunDocument
+from ..core.documents.run_document import DrafterDocument, RunDocument
 
 SLOT_KEYS = ("reach", "conditional", "marginal")
 ESTIMATE_SLOT_KEYS = ("expected_reach", "alpha")

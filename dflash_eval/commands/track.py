@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.options import Reporter, RunOptions, pause_after_prompt
+from ..core.settings.run_settings import Reporter, RunOptions, pause_after_prompt
 from ..formats import checkpoint_scan
 from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
 from ..pipeline.document import assemble
@@ -99,7 +99,7 @@ def check_track_options(options: TrackOptions) -> None:
                                    "(give RULES, not NAME=RULES)")
     import math
 
-    from ..core.sections import SECONDS_MAX
+    from ..core.settings.sections import SECONDS_MAX
 
     for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
         # NaN compares false with everything, inf reached time.sleep after the checkpoints were evaluated and
@@ -341,7 +341,7 @@ class Tracker:
         self.folder.log("batch", number=self.batches, drafters=[it.label for it in items], prompts=len(needed),
                         target_passes=passes, continuations_generated=generated)
         self.busy = False
-        from ..core import results as R
+        from ..core.documents import results as R
 
         R.atomic_write(self.folder.path / CSV, track_csv(self.rows))
         self.after_batch(self)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.breakdown import DEFAULT_DEPTH_EDGES
 from ..core.errors import InputError
-from ..core.options import RunOptions
+from ..core.settings.run_settings import RunOptions
 
 
 def check_options(run: RunOptions, reference_block: int | None) -> None:

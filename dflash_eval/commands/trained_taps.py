@@ -19,7 +19,7 @@ from typing import Any
 
 from ..core import tap_skew
 from ..core.errors import InputError
-from ..core.options import Reporter
+from ..core.settings.run_settings import Reporter
 from ..formats.training_data import TrainingData, read_training_data
 
 

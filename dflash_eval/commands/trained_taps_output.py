@@ -48,7 +48,7 @@ def check_out(out: Path, options, overwrite: bool):
 def run_document(result: dict, rows: list[dict], options, target, entry, drafter) -> dict[str, Any]:
     """run.json for the evaluation rows: `run`'s document (pipeline/document.assemble) over the two sides, its
     provenance saying where the continuations came from (the training data) and how they were scored."""
-    from ..core.options import RunOptions
+    from ..core.settings.run_settings import RunOptions
     from ..formats.files import checkpoint_fingerprint, target_content
     from ..model.kernels import kernel_report, kernel_summary
     from ..pipeline.document import assemble
@@ -83,7 +83,7 @@ def run_document(result: dict, rows: list[dict], options, target, entry, drafter
 def write_outputs(folder, result: dict, rows: list[dict], options, target, entry, drafter) -> list[Path]:
     """trained_taps.json and, with a drafter, the run folder's files (recorded in written.json, each replaced
     atomically); the paths written."""
-    from ..core.results import atomic_write
+    from ..core.documents.results import atomic_write
     from ..pipeline.run_folder import RunFolder, record_written
 
     if not isinstance(folder, RunFolder):

@@ -92,7 +92,7 @@ def evaluation_summary(rows: list[dict], entry, data, seed: int) -> dict[str, An
     """Both sides' metrics (from their rows' counts) and the gap trained - ours, paired over samples."""
     from ..core import compare as C
     from ..core import metrics as M
-    from ..core.results import metrics_summary
+    from ..core.documents.results import metrics_summary
 
     if not rows:
         return None

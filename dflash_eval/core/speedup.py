@@ -36,8 +36,8 @@ StepTime = Callable[[int, int], "float | None"]  # (new tokens per sequence, bat
 def parse_draft_lengths(text: str | None, block_size: int, *, name: str = "") -> tuple[int, ...]:
     """"3,7,15" or "all" -> sorted draft lengths k (1 <= k <= B - 1 of that drafter); empty for None.
 
-    The one parser is the serving section's (core/options_work.py); this is its shorthand for one value."""
-    from .options_work import Serving
+    The one parser is the serving section's (core/settings/work.py); this is its shorthand for one value."""
+    from .settings.work import Serving
 
     return Serving(draft_lengths=text).for_block(block_size, name)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .compare import Delta, delta_tau_per_prompt, verdict
-from .row_documents import TrackRow
+from .documents.row_documents import TrackRow
 from .snapshots import conflicts
 
 SPARKS = "▁▂▃▄▅▆▇█"

@@ -23,7 +23,7 @@ DOCTOR_MD = Path(__file__).resolve().parents[2] / "docs" / "doctor.md"
 def demo_doctor(cache_dir: Path | None = None) -> dict[str, Any]:
     """doctor on the demo's in-house drafter with the demo reference, as the page's command runs it."""
     from ..commands.doctor import run_doctor
-    from ..core.options import RunOptions, default_cache_dir
+    from ..core.settings.run_settings import RunOptions, default_cache_dir
     from . import drafter_paths, target_path
 
     reference, inhouse = drafter_paths()

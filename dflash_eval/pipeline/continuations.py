@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..core.errors import InputError
-from ..core.options import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
+from ..core.settings.run_settings import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
 from ..model.target import Target, stop_token_ids
 from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
 
@@ -90,8 +90,8 @@ class ContinuationCache:
     def put(self, key: str, continuation: list[int]) -> None:
         if self.directory is None:
             return
+        from ..core.documents.results import atomic_write
         from ..core.errors import InputError
-        from ..core.results import atomic_write
 
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import metrics as M
-from ..core import results as R
 from ..core.breakdown import breakdown_documents
+from ..core.documents import results as R
 from ..core.semantics import shorter_final_block
 from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import InputError
-from ..core.options_inputs import InputSettings
+from ..core.settings.inputs import InputSettings
 from ..formats import hf_cache
 from ..formats.benchmark_sets import BENCHMARK_SETS, PAPER_DRAW, PAPER_ROWS, BenchmarkSet, paper_indices
 
@@ -163,7 +163,7 @@ def _generic(source: str, field: str | None) -> list[list[PromptRow]]:
 
 def benchmark_conversations(source: str, field: str | None = None) -> list[list[PromptRow]]:
     """The conversations of a named set, a `paper:` draw or an `hf:` dataset, each a list of PromptRows."""
-    InputSettings(prompts=source, prompt_field=field).check()  # --prompt-field: hf: only (core/options_inputs.py)
+    InputSettings(prompts=source, prompt_field=field).check()  # --prompt-field: hf: only (core/settings/inputs.py)
     if source.startswith("hf:"):
         return _generic(source, field)
     name = source.removeprefix("paper:")

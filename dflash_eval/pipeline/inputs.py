@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.options import RunOptions
+from ..core.settings.run_settings import RunOptions
 from ..core.spec import DrafterSpec
 from ..formats.checkpoints import checked_spec, read_spec
 from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, target_content
@@ -267,14 +267,14 @@ def check_options(options: RunOptions) -> Resolved:
 
     device = resolve_device(options.device)
     dtype = resolve_dtype(options.dtype, device)
-    options.replay.check()  # --mode, --final-block, --kernels (core/options_run.py)
+    options.replay.check()  # --mode, --final-block, --kernels (core/settings/execution.py)
     from ..model.sampling import sampling_of
 
     check_sampling_numbers(options)
     sampling_of(options).check()
-    options.output.check()  # --cache-dir (core/options_output.py)
+    options.output.check()  # --cache-dir (core/settings/output.py)
     shard = parse_shard(options.shard) if options.shard is not None else None
-    options.placement.check()  # --device-map, --max-memory (core/options_run.py)
+    options.placement.check()  # --device-map, --max-memory (core/settings/execution.py)
     max_memory = options.placement.memory
     if not 1 <= options.samples <= MAX_SAMPLES:
         raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
@@ -284,7 +284,7 @@ def check_options(options: RunOptions) -> Resolved:
         raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
-    options.breakdown.check()  # --depth-buckets, --draft-window (core/options_work.py)
+    options.breakdown.check()  # --depth-buckets, --draft-window (core/settings/work.py)
     engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
     if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
         raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.documents.results import STATE
 from ..core.errors import read_json_object
-from ..core.options import RunOptions
-from ..core.results import STATE
+from ..core.settings.run_settings import RunOptions
 from ..formats.checkpoints import recorded_verifier
 from ..formats.validation import check_target_files
 from .inputs import resolve_drafters

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core import results as R
+from ..core.documents import results as R
 from ..core.errors import InputError, read_json_object
 from ..core.paths import RESULT_FILES
 
@@ -264,7 +264,7 @@ class RunFolder:
             return None
         if not (self.path / R.RUN_JSON).exists():
             return None  # a finish cut between the state and run.json: the run is finished again
-        from ..core.run_rows import run_rows
+        from ..core.documents.run_rows import run_rows
 
         document = R.read_run_document(self.path)
         run_rows(self.path, document)  # its rows must be what its counts say, or the run is refused by name
@@ -316,7 +316,7 @@ class RunFolder:
         self._check_settings(state)
         rows = R.read_samples(self.path / R.SAMPLES, torn_tail="drop")
         self._check_rows_belong(rows)
-        from ..core.invariants import check_samples_row
+        from ..core.documents.invariants import check_samples_row
 
         for row in rows:  # a resumed run never builds on a row it could not have written
             check_samples_row(row, self.path / R.SAMPLES)

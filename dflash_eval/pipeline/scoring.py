@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..core.options import RunOptions
+from ..core.settings.run_settings import RunOptions
 from ..formats.files import weight_files
 from ..model.engine import DrafterOnPrompt, replay
 from ..model.live import LiveResult, live_generate

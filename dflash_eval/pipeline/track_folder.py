@@ -22,10 +22,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..core import results as R
-from ..core.documents import DrafterDocument
+from ..core.documents import results as R
+from ..core.documents.row_documents import TrackRow
+from ..core.documents.run_document import DrafterDocument
 from ..core.errors import InputError, read_json_object
-from ..core.row_documents import TrackRow
 from ..core.snapshots import drafter_architecture
 from .run_folder import held_lock, record_written, remove_written, settings_differences, settings_hash
 
@@ -119,7 +119,7 @@ class TrackFolder:
 def read_rows(directory: Path) -> list[TrackRow]:
     """track.jsonl's rows, each checked (core/invariants.check_track_row); a torn last line (killed
     mid-write) is dropped (that checkpoint is redone)."""
-    from ..core.invariants import check_track_row
+    from ..core.documents.invariants import check_track_row
 
     rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop", row_type=TrackRow)
     for number, row in enumerate(rows, 1):

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.documents import DrafterDocument, RunDocument
+from ..core.documents.run_document import DrafterDocument, RunDocument
 from ..core.safe_text import safe
 
 SPLITS = (("by_depth", "bucket", "depth"), ("by_segment", "segment", "segment"),

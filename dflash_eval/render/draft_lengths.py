@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.documents import RunDocument
+from ..core.documents.run_document import RunDocument
 from ..core.safe_text import safe
 from ..core.speedup import rising_with_batch
 

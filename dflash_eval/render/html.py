@@ -40,9 +40,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..core.documents import DrafterDocument, RunDocument
-from ..core.results import atomic_write
-from ..core.row_documents import SampleRow
+from ..core.documents.results import atomic_write
+from ..core.documents.row_documents import SampleRow
+from ..core.documents.run_document import DrafterDocument, RunDocument
 from ..core.samples import select_blocks, walk_blocks
 from ..formats import references
 from .breakdown import breakdown_view
@@ -152,7 +152,7 @@ def _sample_legend() -> str:
 
 def write_html(path: Path, html: str) -> Path:
     """Write beside, then rename (a crash never leaves half a report); creates missing parent folders. A
-    write the system refuses (a full disk) is one line naming the file (core/results.atomic_write)."""
+    write the system refuses (a full disk) is one line naming the file (core/documents/results.atomic_write)."""
     from ..core.errors import InputError
 
     path = Path(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..commands.report import live_throughput
-from ..core.documents import RunDocument
+from ..core.documents.run_document import RunDocument
 from ..core.safe_text import safe
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from rich.text import Text
 
-from ..core.documents import RunDocument
+from ..core.documents.run_document import RunDocument
 from ..core.safe_text import printable, safe
 
 SPARK = " ▁▂▃▄▅▆▇█"

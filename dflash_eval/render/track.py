@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.row_documents import TrackRow
+from ..core.documents.row_documents import TrackRow
 from ..core.safe_text import safe
 from ..core.track_summary import Curve, curve, label, sparkline
 

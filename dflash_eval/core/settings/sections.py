@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import InputError
+from ..errors import InputError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """docs/result-documents.md, written from the TypedDicts themselves (tests/test_documents.py checks that the
 page is what this writes now): the schema a reader checks and the page a person reads cannot drift.
 
-Regenerate: python -m dflash_eval.core.document_reference > docs/result-documents.md
+Regenerate: python -m dflash_eval.core.documents.reference > docs/result-documents.md
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from .json_types import describe, field_types, is_typeddict, required_keys, stri
 HEADER = """# Result documents: the schema of each file
 
 Generated from the TypedDicts the readers check every file against (`dflash_eval/core/documents.py`,
-`core/row_documents.py`, `core/doctor_document.py`; the checker is `core/json_types.py`). A file that does not
+`core/documents/row_documents.py`, `core/documents/doctor_document.py`; the checker is `core/documents/json_types.py`). A file that does not
 match is refused when it is read, as one line naming the file and the field
 (`run.json: drafters[1].metrics.tau_macro is not a number or null (found a string); ...`); what each field
-means is in [results.md](results.md) and `core/results.py`. Keys a class does not list are passed through
+means is in [results.md](results.md) and `core/documents/results.py`. Keys a class does not list are passed through
 unchecked (a newer writer may add fields). Regenerate with
-`python -m dflash_eval.core.document_reference > docs/result-documents.md`.
+`python -m dflash_eval.core.documents.reference > docs/result-documents.md`.
 
 | file | its type |
 |------|----------|
@@ -68,8 +68,8 @@ def _classes(root) -> list[type]:
 
 def reference() -> str:
     from .doctor_document import DoctorDocument
-    from .documents import RunDocument
     from .row_documents import SampleRow, TrackRow
+    from .run_document import RunDocument
 
     parts = [HEADER]
     done: set[type] = set()

@@ -9,7 +9,7 @@ import csv
 import io
 from typing import Any
 
-from .safe_text import printable
+from ..safe_text import printable
 
 
 def per_position_csv(drafters: list[dict[str, Any]]) -> str:
@@ -25,7 +25,7 @@ COUNTED_SLOTS = [("reach", "acceptance_at_pos"), ("conditional", "conditional_at
 def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
     """per_position_splits.csv: each drafter's parts that hold walk steps (each shorter draft length k, depth
     bucket, segment, token class), per_position.csv's columns after drafter, split, part; None without any."""
-    from .breakdown import split_parts
+    from ..breakdown import split_parts
 
     rows = []
     for d in (d for d in drafters if not d["metrics"].get("estimate")):

@@ -1,5 +1,5 @@
-"""The sections of how and where a run executes (core/sections.py): replay (the rules drafts are scored
-under), placement (devices, one target over several, shards, torchrun) and the bf16 numerics check. Beside core/options_work.py,
+"""The sections of how and where a run executes (core/settings/sections.py): replay (the rules drafts are scored
+under), placement (devices, one target over several, shards, torchrun) and the bf16 numerics check. Beside core/settings/work.py,
 whose sections shape the work itself; `RunOptions` takes its defaults from both. Also the explanation of a
 gap by `run --reference` (commands/explain.py), skipped with --no-explain."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional
 
-from .errors import InputError
+from ..errors import InputError
 from .sections import SECONDS_MAX, Section, setting
 
 REPLAY = "Replay (how drafts are scored)"

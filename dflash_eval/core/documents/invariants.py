@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from . import metrics as M
-from .errors import InputError
+from .. import metrics as M
+from ..errors import InputError
 
 TOLERANCE = 1e-9  # relative: a stored ratio equals its recomputation up to float rounding
 
@@ -168,7 +168,7 @@ def check_run_document(run: dict[str, Any], path: Path | str) -> None:
     file, the drafter and the number."""
     drafters = run.get("drafters")
     if not isinstance(drafters, list):
-        return  # the shape is the schema reader's to refuse (results.read_run_document, core/documents.py)
+        return  # the shape is the schema reader's to refuse (results.read_run_document, core/documents/run_document.py)
     try:
         for d in drafters:
             if not isinstance(d, dict):
@@ -309,7 +309,7 @@ def _row_problem(row: dict, block_size: int | None) -> str | None:
             if committed not in (min(accepted[a - p] + 1, T - 1 - a), accepted[a - p] + 1):  # (the older rule)
                 return f"step {s} commits {committed} tokens, its anchor accepted {accepted[a - p]}"
     if bits is not None:
-        from .breakdown import slot_table
+        from ..breakdown import slot_table
 
         bits = _ints(bits, "anchor_slot_correct")
         if len(bits) != max(n_cont - 1, 0) or any(b >= 1 << (B - 1) for b in bits):

@@ -1,5 +1,5 @@
 """samples.jsonl and track.jsonl rows as types: what `run_rows` and the track folder's reader check each row
-against (core/json_types.py), before core/invariants.py checks the numbers inside.
+against (core/documents/json_types.py), before core/documents/invariants.py checks the numbers inside.
 
 Why: report, show, diff, merge, frames and track read rows back; a row edited by hand or damaged is one
 InputError naming the file, the line and the field, never a KeyError in a renderer. results.py's docstring
@@ -9,7 +9,7 @@ TypedDict reads NotRequired from the real annotations.)
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .documents import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument
+from .run_document import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument
 
 
 class ExplainedVariantCounts(TypedDict):

@@ -1,4 +1,4 @@
-"""The section of where a run writes (core/sections.py): its folder (--out, resumed when interrupted), whether
+"""The section of where a run writes (core/settings/sections.py): its folder (--out, resumed when interrupted), whether
 a folder dflash-eval wrote may be replaced (--overwrite) and the continuation cache (--cache-dir)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .paths import writable_dir
+from ..paths import writable_dir
 from .sections import Section, setting
 
 OUTPUT = "Output"
@@ -16,7 +16,7 @@ OUTPUT = "Output"
 @dataclass(frozen=True)
 class Output(Section):
     """--out (required by run and track), --overwrite, --cache-dir (None: ~/.cache/dflash-eval or
-    $DFLASH_EVAL_CACHE, core/options.default_cache_dir)."""
+    $DFLASH_EVAL_CACHE, core/settings/run_settings.default_cache_dir)."""
 
     out: Optional[Path] = None
     overwrite: bool = False

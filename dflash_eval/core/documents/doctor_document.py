@@ -1,5 +1,5 @@
 """doctor.json (and run.json's `doctor` section) as types: what `dflash-eval doctor` writes, checked when a
-run document that holds it is read (core/json_types.py). commands/doctor.py says what each field means.
+run document that holds it is read (core/documents/json_types.py). commands/doctor.py says what each field means.
 
 Only what a reader renders is typed (the verdict, the variants table, the MASK row, the gap): the other
 sections (windows, logit lens, norm convention, trained taps, engines) pass through as JSON objects, and

@@ -1,7 +1,7 @@
 """`RunOptions`: every setting of a run (and of doctor), plus the progress callbacks the stages report to.
 
-The settings that shape the work are declared in sections (core/options_work.py: batching, sampling,
-serving, breakdown, long contexts; core/sections.py says what a section owns): their defaults here are the
+The settings that shape the work are declared in sections (core/settings/work.py: batching, sampling,
+serving, breakdown, long contexts; core/settings/sections.py says what a section owns): their defaults here are the
 sections' defaults, and a stage reads the section it uses (`options.serving.for_block(B, name)`,
 `options.breakdown.edges`), parsed and checked once, never the raw string. Library callers keep the flat
 keyword arguments (`RunOptions(drafters=[...], out=..., draft_lengths="3,7")`)."""
@@ -15,10 +15,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
-from .options_output import Output
-from .options_run import Explanation, Numerics, Placement, Replay
-from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
+from .execution import Explanation, Numerics, Placement, Replay
+from .inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
+from .output import Output
+from .work import Batching, Breakdown, LongContext, Sampling, Serving
 
 _B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
 _R, _P = Replay(), Placement()

@@ -1,4 +1,4 @@
-"""run.json as types: the TypedDicts `read_run_document` checks a run document against (core/json_types.py).
+"""run.json as types: the TypedDicts `read_run_document` checks a run document against (core/documents/json_types.py).
 
 Why: every reader of a run folder (`report`, `show`, `diff`, `merge`, `export-serving`, `frames`, the
 library's `read_run`) gets a RunDocument whose every declared field has its declared type, checked once

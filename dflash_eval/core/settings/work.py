@@ -1,7 +1,7 @@
-"""The sections of the settings that shape the work of a run (core/sections.py): batching, sampling, serving
+"""The sections of the settings that shape the work of a run (core/settings/sections.py): batching, sampling, serving
 (draft lengths and step times), breakdown (depth buckets, draft window) and long contexts.
 
-Each section is declared once here; `RunOptions` (core/options.py) holds the values and hands each stage the
+Each section is declared once here; `RunOptions` (core/settings/run_settings.py) holds the values and hands each stage the
 section it reads (`options.serving.for_block(B, name)`, `options.breakdown.edges`), and every command's Typer
 signature is built from the same `Flag`s (cli/options.py), so a flag's name, default and help cannot differ
 between `run`, `track`, `doctor` and `plan`.
@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import InputError
+from ..errors import InputError
 from .sections import Section, setting
 
 BATCHING = "Batching (memory and speed, never the numbers)"
@@ -197,7 +197,7 @@ class Breakdown(Section):
     @cached_property
     def edges(self) -> tuple[int, ...]:
         """--depth-buckets parsed once: the inner edges (default DEFAULT_DEPTH_EDGES); InputError naming it."""
-        from .breakdown import parse_depth_buckets
+        from ..breakdown import parse_depth_buckets
 
         try:
             return parse_depth_buckets(self.depth_buckets)

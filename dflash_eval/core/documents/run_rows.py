@@ -1,7 +1,7 @@
 """A run folder's rows checked against its run.json before anything is computed or shown from them.
 
 Why: `run.json` is computed from `samples.jsonl`, and `report`, `show`, `diff`, `merge` and `read_run()`
-recompute from the rows. Each row's own numbers are checked here too (core/invariants.py), and a finished
+recompute from the rows. Each row's own numbers are checked here too (core/documents/invariants.py), and a finished
 run's counts against the rows' sum, so every reader refuses the same rows with the same line. Rows written twice (two processes in one folder), cut (a torn or truncated file),
 edited, or of a drafter or prompt the run does not have would give other numbers than run.json in silence,
 so each is refused by name: the file, the line or the prompt and drafter, and what is wrong.
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .documents import DrafterDocument, RunDocument
-from .errors import InputError
+from ..errors import InputError
 from .invariants import check_samples_row
 from .results import SAMPLES, read_samples
 from .row_documents import SampleRow
+from .run_document import DrafterDocument, RunDocument
 
 
 def check_rows(run: RunDocument, rows: list[SampleRow], path: Path, *, partial: bool = False) -> None:
@@ -108,7 +108,7 @@ def check_pieces(row: SampleRow, seen: dict[int, tuple[str, str]], path: Path) -
 
 def check_totals(drafters: list[DrafterDocument], rows: list[SampleRow], path: Path) -> None:
     """Each counted drafter's run.json counts are its rows' counts added up (a prompt's samples pooled)."""
-    from . import metrics as M
+    from .. import metrics as M
 
     for d in drafters:
         if not isinstance(d, dict) or not isinstance(d.get("counts"), dict):

@@ -1,4 +1,4 @@
-"""A parsed JSON value checked against the TypedDict that describes it (core/documents.py and its siblings).
+"""A parsed JSON value checked against the TypedDict that describes it (core/documents/run_document.py and its siblings).
 
 Why: the files dflash-eval writes are read back by `report`, `show`, `diff`, `merge`, `frames` and the
 library. A file edited by hand, damaged or written by another version must be one InputError naming the
@@ -21,7 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from .errors import InputError
+from ..errors import InputError
 
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", type(None): "null",
           list: "a list", dict: "an object"}

@@ -198,12 +198,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import metrics as M
-from .errors import InputError
+from .. import metrics as M
+from ..errors import InputError
 from .per_position import COUNTED_SLOTS, per_position_csv, per_position_splits_csv  # noqa: F401 - here too
 
 if TYPE_CHECKING:
-    from .documents import DrafterDocument, RunDocument
+    from .run_document import DrafterDocument, RunDocument
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -217,7 +217,7 @@ STATE = "run_state.json"  # resume bookkeeping: settings hash, completion flag
 def atomic_write(path: Path, text: str) -> None:
     """Write beside, then rename: a crash never leaves a half-written result file. A write the system
     refuses (disk full, quota) removes its temporary file and is one line naming the file."""
-    from .errors import InputError
+    from ..errors import InputError
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -233,7 +233,7 @@ def atomic_write(path: Path, text: str) -> None:
 def append_text(path: Path, text: str) -> None:
     """Append to a file (rows of a run or a track, log lines); a write the system refuses is one line naming
     the file, like atomic_write."""
-    from .errors import InputError
+    from ..errors import InputError
 
     try:
         with Path(path).open("a", encoding="utf-8") as sink:
@@ -282,7 +282,7 @@ def read_samples(path: Path, *, torn_tail: str = "refuse", row_type: Any = None)
     `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
     "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
     that prompt is redone or not shown yet). A missing file is no rows; readers that need rows say so."""
-    from .errors import InputError, loads, read_bytes
+    from ..errors import InputError, loads, read_bytes
 
     path = Path(path)
     if not path.exists():
@@ -341,10 +341,10 @@ def incomplete_message(directory: Path) -> str:
 
 
 def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
-    """run.json as a RunDocument (core/documents.py: every declared field of its declared type, or one
+    """run.json as a RunDocument (core/documents/run_document.py: every declared field of its declared type, or one
     InputError naming the file and the field); with `partial`, an unfinished run's run.partial.json (its
     `incomplete` field says how far it got, and renderers show a banner) when there is no run.json yet."""
-    from .errors import InputError
+    from ..errors import InputError
 
     path = directory / RUN_JSON
     if not path.exists() and (directory / STATE).is_file():
@@ -353,7 +353,7 @@ def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
                              + ("" if partial or not (directory / PARTIAL_JSON).is_file()
                                 else " (or add --partial to see the prompts done so far)"))
         path = directory / PARTIAL_JSON
-    from .errors import loads, read_text
+    from ..errors import loads, read_text
 
     try:
         data = loads(read_text(path))
@@ -367,9 +367,9 @@ def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
         raise InputError(path, f"is not a run document (a JSON {type(data).__name__}, expected an object)")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise InputError(path, f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
-    from .documents import RunDocument
     from .invariants import check_run_document
     from .json_types import check_json
+    from .run_document import RunDocument
 
     check_json(data, RunDocument, path)  # the types, field by field
     check_run_document(data, path)  # the numbers a run document must satisfy

@@ -1,4 +1,4 @@
-"""The section of what a run evaluates on (core/sections.py): the target, the prompts (and the column of an
+"""The section of what a run evaluates on (core/settings/sections.py): the target, the prompts (and the column of an
 hf: dataset), how many of them and which (--limit, --seed), the generation cap, the thinking flag, the
 continuations given (--responses) and the attention rules per drafter (--semantics).
 
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import InputError
-from .options_run import REPLAY  # --semantics is listed with the scoring rules
+from ..errors import InputError
+from .execution import REPLAY  # --semantics is listed with the scoring rules
 from .sections import Section, setting
 
 INPUTS = "Inputs (target, prompts, generation)"
