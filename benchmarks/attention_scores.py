@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 MODELS = Path(__file__).resolve().parent.parent / "dflash_eval" / "demo" / "models"
 
 
@@ -112,7 +114,7 @@ def main() -> int:
         for label, function in (("fp32 scores", module_real), ("bf16 scores", bf16_scores_attention)):
             with attention(function), torch.inference_mode():
                 started = time.perf_counter()
-                results[label] = [replay(drafter, taps.to(torch.bfloat16), tokens, p_len, n)
+                results[label] = [replay(drafter, taps.to(torch.bfloat16), tokens, p_len, Scoring(n))
                                   for tokens, p_len, n, taps in trajectories]
                 seconds[label] = time.perf_counter() - started
         anchors = tokens_total = anchors_changed = tokens_changed = 0
@@ -136,7 +138,7 @@ def main() -> int:
     with attention(measuring), torch.inference_mode():
         for drafter in drafters.values():
             for tokens, p_len, n, taps in trajectories[:8]:
-                replay(drafter, taps.to(torch.bfloat16), tokens, p_len, n)
+                replay(drafter, taps.to(torch.bfloat16), tokens, p_len, Scoring(n))
     ratios = [old / new for new, old in errors if new > 0]
     report["attention_error_vs_fp64"] = {
         "calls": len(errors), "fp32_scores_median": statistics.median(e[0] for e in errors),

@@ -64,7 +64,7 @@ def main() -> None:
                     run = evaluate(RunOptions(drafters=[str(drafter)], target=str(target_dir), thinking=False, out=tmp / f"{kind}-{temperature}-{policy}-{mode}",
                                               max_new_tokens=args.tokens, device="cpu", dtype="float32",
                                               cache_dir=tmp / "cache", mode=mode, temperature=temperature,
-                                              samples=args.samples, draft_policy=policy))
+                                              samples=args.samples, draft_policy=policy)).document
                     m = run["drafters"][0]["metrics"]
                     taus[mode] = (m["tau_macro"], m["tau_macro_ci"], time.perf_counter() - began)
                 (e, e_ci, e_s), (l, l_ci, l_s) = taus["trajectory"], taus["live"]

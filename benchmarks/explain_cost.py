@@ -82,7 +82,7 @@ def measure(name: str, case: dict, tmp: Path, repeat: int) -> None:
         options = RunOptions(**case, out=tmp / f"{name}-{label}-{n}", device="cpu", cache_dir=tmp / "cache",
                              explain=explain, argv=["benchmark"])
         start = time.perf_counter()
-        run = evaluate(options)
+        run = evaluate(options).document
         return time.perf_counter() - start, run
 
     once("warm", 0, False)  # continuations into the cache, libraries imported

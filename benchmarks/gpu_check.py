@@ -161,7 +161,7 @@ def part_kernels(out: Path, rehearse: bool, record: Record) -> None:
                                                ("bf16-fla-live", "bfloat16", "auto", "live", "bf16")):
         run = evaluate(RunOptions(drafters=[drafter], out=out / "work" / f"run-{label}", target=target_dir,
                                   limit=limit, max_new_tokens=new, device=device.type, dtype=dtype, kernels=kernels,
-                                  mode=mode, cache_dir=out / "work" / f"cache-{cache}", overwrite=True))
+                                  mode=mode, cache_dir=out / "work" / f"cache-{cache}", overwrite=True)).document
         runs[label] = _walks(out / "work" / f"run-{label}")
         metrics = run["drafters"][0]["metrics"]
         sc = run["provenance"]["self_consistency"]

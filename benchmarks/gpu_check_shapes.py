@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 HYBRID_27B = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
                   num_key_value_heads=4, head_dim=256, linear_num_value_heads=48, linear_num_key_heads=16,
                   linear_key_head_dim=128, linear_value_head_dim=128)
@@ -154,7 +156,7 @@ def part_phases(rehearse: bool, record, accelerator, peak_flops) -> list[tuple[s
 
         capture = capture_taps(target, tokens, taps)
         anchors = drafter_anchor_batch(drafter, prompt + T)
-        drafter_s, drafter_flops = timed(lambda: replay(drafter, capture.taps, tokens, prompt, T), device)
+        drafter_s, drafter_flops = timed(lambda: replay(drafter, capture.taps, tokens, prompt, Scoring(T)), device)
         slots = sum(block_length(a, prompt + T, spec.block_size, True) for a in range(prompt, prompt + T - 1))
         lm_head = 2 * spec.hidden_size * spec.draft_vocab_size * slots
         row("drafter pass", f"{drafter_s * 1e3:.0f} ms over {T} anchors x B = {spec.block_size} at {anchors} anchors per "

@@ -47,6 +47,8 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -375,7 +377,7 @@ class Probe:
         spec = self.drafter.spec
 
         def once():
-            return replay(self.drafter, taps, self.tokens, prompt, T - prompt)
+            return replay(self.drafter, taps, self.tokens, prompt, Scoring(T - prompt))
 
         with torch.inference_mode():
             cold = self.timed(once)

@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +72,7 @@ def main() -> None:
                 taps = capture_taps(target, tokens, union).taps
                 for k, drafter in enumerate(drafters):
                     cols = torch.cat([torch.arange(union.index(t) * H, (union.index(t) + 1) * H) for t in drafter.spec.taps])
-                    walk = replay(drafter, taps[:, cols], tokens, len(ids), args.max_new_tokens).walk_accept_lengths
+                    walk = replay(drafter, taps[:, cols], tokens, len(ids), Scoring(args.max_new_tokens)).walk_accept_lengths
                     if walk:
                         offline_taus[k].append(sum(walk) / len(walk))
             offline = time.perf_counter() - started
@@ -79,7 +81,7 @@ def main() -> None:
             live_taus = [[] for _ in drafters]
             for ids in prompts:
                 for k, drafter in enumerate(drafters):
-                    walk = live_generate(target, drafter, ids, args.max_new_tokens).walk_accept_lengths
+                    walk = live_generate(target, drafter, ids, Scoring(args.max_new_tokens)).walk_accept_lengths
                     if walk:
                         live_taus[k].append(sum(walk) / len(walk))
             live = time.perf_counter() - started

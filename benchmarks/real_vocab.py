@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 SHAPES = {  # hidden, heads, kv heads, head dim, MLP, vocab
     "0.6b": (1024, 16, 8, 128, 3072, 151936),
     "8b": (4096, 32, 8, 128, 12288, 151936),
@@ -211,7 +213,7 @@ def run_one(spec_drafter, T: int, A: int, before: bool, seed: int):
     with parts.attached(drafter, before):
         reset_peak()
         started = CLOCK()
-        result = replay(drafter, taps, tokens, 1, T - 1, anchor_batch=A)
+        result = replay(drafter, taps, tokens, 1, Scoring(T - 1, anchor_batch=A))
         seconds = CLOCK() - started
         peak = peak_bytes()
     return seconds, peak, parts.split(seconds), result.drafts

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -106,7 +108,7 @@ def main() -> None:
             for b in batches:
                 reset_peak()
                 started = time.perf_counter()
-                replay(drafter, capture.taps, tokens, 64, T, anchor_batch=b)
+                replay(drafter, capture.taps, tokens, 64, Scoring(T, anchor_batch=b))
                 drafter_s[b].append(time.perf_counter() - started)
                 line += f" {drafter_s[b][-1]:>13.2f}s {peak_mib():>9.0f}"
             print(line, flush=True)

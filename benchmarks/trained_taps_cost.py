@@ -31,7 +31,8 @@ def main() -> None:
 
     import torch
 
-    from dflash_eval.commands.trained_taps import TrainedTapsOptions, trained_taps
+    from dflash_eval.commands.trained_taps import TrainedTapsSettings, trained_taps
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.target import capture_taps, load_target
     from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
     from dflash_eval.pipeline.prompts import load_prompts
@@ -61,10 +62,10 @@ def main() -> None:
             for label, extra in (("comparison only", {}), ("with a drafter (B = 8)", {"drafter": str(drafter)})):
                 best = None
                 for _ in range(args.repeat):
-                    options = TrainedTapsOptions(data=data, target=str(bed[kind]), device="cpu", split="all",
-                                                 limit=args.samples, noise_samples=args.noise_samples,
-                                                 layer_ids=None if extra else (2, 3, 4), **extra)
-                    seconds = trained_taps(options).result["seconds"]
+                    taps = TrainedTapsSettings(data=data, target=str(bed[kind]), split="all", limit=args.samples,
+                                               noise_samples=args.noise_samples,
+                                               layer_ids=None if extra else "2,3,4", **extra)
+                    seconds = trained_taps(taps, RunOptions(device="cpu")).result["seconds"]
                     best = seconds if best is None or seconds["total"] < best["total"] else best
                 print(f"  {label}: {best['total']:.2f} s (reference pass, comparison"
                       f"{' and evaluation' if extra else ''} {best['reference_and_evaluation']:.2f} s, noise floor on "

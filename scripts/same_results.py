@@ -19,7 +19,9 @@ vLLM rules and full final blocks, sampling (the offline estimate), the live loop
 file's sha256 after the normalisation below.
 
 What is normalised, and nothing else: the session's own folder and the checkout's root (absolute paths:
-`<work>`, `<root>`); ISO timestamps (`created`); the git commit (`git_sha`, a 40-hex word); and the wall
+`<work>`, `<root>`; give the two checkouts paths of one length, as the terminal pads around them, and make
+each a git checkout); the digest of a folder's settings (taken over those paths; the settings themselves are
+compared); ISO timestamps (`created`); the git commit (`git_sha`, a 40-hex word); and the wall
 clock (a live loop's timings, the measured step times and the speedups computed from them: the HTML and terminal
 text of a live run are compared with their decimals masked; trained-taps' `seconds`; the progress lines on
 stdout; the machine's available memory in `plan`).
@@ -131,6 +133,7 @@ def session(work: Path, fix: Path) -> None:
     sh(work, "inspect", "inspect", str(INH), "--target", str(T))
 
 
+SETTINGS_HASH = re.compile(r'"settings_hash": "[0-9a-f]{64}"')  # over absolute paths; the settings are compared
 PROGRESS = re.compile(r"^[\w-]+ \d+/\d+ \(\d+%\), .*elapsed.*\n", re.M)
 AVAILABLE = re.compile(r'\([\d.]+ available\)|"machine_available_bytes": \d+')
 
@@ -139,7 +142,7 @@ def normalise(path: Path, work: Path, root: Path, fix: Path) -> bytes:
     text = path.read_bytes().decode("utf-8", "surrogateescape")
     for folder, label in ((str(work), "<work>"), (str(fix), "<fix>"), (str(root), "<root>")):
         text = text.replace(folder, label)
-    text = SHA.sub("<sha>", ISO.sub("<time>", text))
+    text = SETTINGS_HASH.sub('"settings_hash": "<hash of the settings beside it>"', SHA.sub("<sha>", ISO.sub("<time>", text)))
     if path.parent.name == "stdout":
         text = AVAILABLE.sub("<available>", PROGRESS.sub("", text))
     live = "run-live" in path.parts or path.stem == "run-live"

@@ -73,7 +73,7 @@ def test_run_json_records_the_anchors_per_forward_the_engine_ran(test_bed, tmp_p
     monkeypatch.setattr(scoring, "replay", observed_replay)
     run = evaluate(RunOptions(drafters=[f"{drafters['four']}:four", f"{drafters['eight']}:eight"],
                               out=tmp_path / "run", target=str(test_bed["qwen3"]), limit=4, max_new_tokens=16,
-                              device="cpu", dtype="float32", cache_dir=tmp_path / "cache"))
+                              device="cpu", dtype="float32", cache_dir=tmp_path / "cache")).document
     numerics = run["provenance"]["numerics"]
     recorded = numerics["anchor_batch"]
     for name, heads in (("four", 4), ("eight", 8)):

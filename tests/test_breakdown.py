@@ -182,7 +182,7 @@ def test_run_splits_add_up_and_reach_the_csv(trained, tmp_path):
     out = tmp_path / "run"
     run = evaluate(RunOptions(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]),
                               out=out, prompts="demo", limit=3, max_new_tokens=24, device="cpu",
-                              cache_dir=tmp_path / "cache", depth_buckets="0,40,48", argv=["test"]))
+                              cache_dir=tmp_path / "cache", depth_buckets="0,40,48", argv=["test"])).document
     d = run["drafters"][0]
     assert d["depth_edges"] == [40, 48]
     assert [e["bucket"] for e in d["by_depth"]] == ["0-40", "40-48", "48+"]

@@ -90,7 +90,7 @@ def test_the_suite_never_touches_the_users_cache(private_cache):
     from dflash_eval.core.settings.run_settings import RunOptions, default_cache_dir
 
     assert os.environ["DFLASH_EVAL_CACHE"] == str(private_cache)
-    assert default_cache_dir() == private_cache and RunOptions(drafters=[], out=Path(".")).cache_dir == private_cache
+    assert default_cache_dir() == private_cache and RunOptions(drafters=[], out=Path(".")).output.cache == private_cache
     assert Path.home() not in private_cache.parents
 
 

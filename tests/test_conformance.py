@@ -27,6 +27,8 @@ import pytest
 import reference_code as ref
 import torch
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 # transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
 pytestmark = pytest.mark.compat
 
@@ -427,10 +429,10 @@ def test_converted_sliding_with_zlab_semantics_equals_zlab_loop(refs, converted,
     """A sliding layer: speculators' rules (window from the anchor) and z-lab's (window from the query)
     differ, and a speculators-format checkpoint follows speculators' by default. With the explicit
     override `semantics="zlab"` dflash-eval must reproduce z-lab's loop on the z-lab original."""
-    from dflash_eval.commands.evaluate import RunOptions
+    from dflash_eval.core.settings.inputs import InputSettings
 
-    if "semantics" not in RunOptions.__dataclass_fields__:
-        pytest.fail("dflash_eval.commands.evaluate.RunOptions has no `semantics` field (the --semantics zlab override)")
+    if "semantics" not in InputSettings.__dataclass_fields__:
+        pytest.fail("dflash_eval's InputSettings has no `semantics` field (the --semantics zlab override)")
     expected = zlab_reference(zlab_variants["b-sliding-w8"])
     rows, run_json = run_dflash_eval(converted["b-sliding-w8"], semantics=["zlab"])  # --semantics zlab
     assert run_json["drafters"][0]["format"] == "speculators"
@@ -643,8 +645,7 @@ def test_live_sampling_tau_matches_zlab_loop_at_temperature_one(refs, target, pr
             _, lengths = ref.zlab_generate(target.model, trained, ids, new_tokens, stops, drafter=zlab_model,
                                            temperature=1.0)
             zl.append((len(lengths), sum(lengths)))
-            live = live_generate(target, ours_drafter, ids, new_tokens, sampling=Sampling(1.0),
-                                 generator=generator_for(0, pid, k))
+            live = live_generate(target, ours_drafter, ids, Scoring(new_tokens), sampling=Sampling(1.0), generator=generator_for(0, pid, k))
             ou.append((len(live.walk_accept_lengths), sum(live.walk_accept_lengths)))
         per_side["zlab"].append(zl)
         per_side["ours"].append(ou)

@@ -95,7 +95,7 @@ def test_quick_evaluate_reference_beats_inhouse(tmp_path: Path):
 
     run = evaluate(RunOptions(drafters=[str(p) for p in demo.drafter_paths()], target=str(demo.target_path()),
                               prompts="demo", limit=4, max_new_tokens=32, thinking=False, out=tmp_path / "run",
-                              cache_dir=tmp_path / "cache", device="cpu", dtype="float32", argv=["pytest"]))
+                              cache_dir=tmp_path / "cache", device="cpu", dtype="float32", argv=["pytest"])).document
     taus = {d["name"]: d["metrics"]["tau_macro"] for d in run["drafters"]}
     assert taus[demo.REFERENCE_NAME] > taus[demo.INHOUSE_NAME] + 0.5, taus
     assert run["provenance"]["warnings"] == []

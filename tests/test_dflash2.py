@@ -20,6 +20,7 @@ import reference_code as ref
 import torch
 
 from dflash_eval.core.errors import InputError
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.formats.checkpoints import checked_spec, read_spec
 from dflash_eval.formats.files import weight_files
 from dflash_eval.model.dflash2 import candidate_probs, candidates, edge_scores, grouped_causal_conv, serving_walk
@@ -288,9 +289,9 @@ def test_greedy_drafts_equal_unary_argmax_when_the_low_rank_term_is_zero(layouts
     ids, greedy = _prompt(target)
     tokens = torch.tensor(ids + greedy)
     taps = capture_taps(target, tokens, list(drafter.spec.taps)).taps
-    with_selector = replay(drafter, taps, tokens, len(ids), 16)
+    with_selector = replay(drafter, taps, tokens, len(ids), Scoring(16))
     drafter.candidate_selector.predecessor_codebook.zero_()
-    zeroed = replay(drafter, taps, tokens, len(ids), 16)
+    zeroed = replay(drafter, taps, tokens, len(ids), Scoring(16))
     logits = draft_logits(drafter, drafter.context(taps), tokens, zeroed.anchors, zeroed.block_lengths)
     argmax, offset = logits.argmax(-1).tolist(), 0
     for length, drafts in zip(zeroed.block_lengths, zeroed.drafts):
@@ -304,9 +305,8 @@ def test_replay_walk_equals_live_loop(layouts, target):
     drafter = _loaded(layouts["speculators"], target)
     ids, greedy = _prompt(target)
     tokens = torch.tensor(ids + greedy)
-    offline = replay(drafter, capture_taps(target, tokens, list(drafter.spec.taps)).taps, tokens, len(ids), 16,
-                     anchor_batch=3)
-    live = live_generate(target, drafter, ids, 16)
+    offline = replay(drafter, capture_taps(target, tokens, list(drafter.spec.taps)).taps, tokens, len(ids), Scoring(16, anchor_batch=3))
+    live = live_generate(target, drafter, ids, Scoring(16))
     assert live.continuation == greedy
     assert offline.walk_anchors == live.walk_anchors and offline.walk_accept_lengths == live.walk_accept_lengths
     by_anchor = dict(zip(offline.anchors, offline.drafts))
@@ -319,8 +319,7 @@ def test_live_loop_at_temperature_samples_candidates(layouts, target):
 
     drafter = _loaded(layouts["speculators"], target)
     ids, _ = _prompt(target)
-    live = live_generate(target, drafter, ids, 12, sampling=Sampling(temperature=0.8),
-                         generator=generator_for(0, "p", 0))
+    live = live_generate(target, drafter, ids, Scoring(12), sampling=Sampling(temperature=0.8), generator=generator_for(0, "p", 0))
     assert sum(live.walk_accept_lengths) == len(live.continuation) - 1
     tokens = torch.tensor(live.tokens)
     ctx = drafter.context(capture_taps(target, tokens, list(drafter.spec.taps)).taps)
@@ -342,7 +341,7 @@ def test_estimate_reads_the_candidates_distribution(layouts, target):
     ids, greedy = _prompt(target)
     tokens = torch.tensor(ids + greedy)
     capture = capture_taps(target, tokens, list(drafter.spec.taps), keep_hidden=True)
-    args = (capture.taps, tokens, capture.hidden, target.lm_head, len(ids), 16)
+    args = (capture.taps, tokens, capture.hidden, target.lm_head, len(ids), Scoring(16))
     for policy in ("sample", "argmax"):
         sampling = Sampling(temperature=0.7, draft_policy=policy)
         restricted = anchor_alphas(drafter, *args, sampling)

@@ -241,10 +241,12 @@ def test_a_drafter_trained_with_thinking_on_is_named_when_evaluated_with_it_off(
 
 def test_the_library_call_leaves_the_folder_the_command_leaves(trained, tmp_path):
     """`dflash_eval.run_doctor(...)` writes what `dflash-eval doctor --out RUN` writes: doctor.json, the
-    'doctor' section in run.json and report.html again with it, each recorded in written.json."""
+    'doctor' section in run.json and report.html again with it, each recorded in written.json; it takes the
+    run's settings and the folder's lock itself, as the command does (no callback, no CLI step)."""
     import dflash_eval
+    from dflash_eval.core.errors import InputError
     from dflash_eval.core.settings.run_settings import RunOptions
-    from dflash_eval.render.html import render_run_html
+    from dflash_eval.pipeline.run_folder import FolderLock
 
     target, drafter = trained["qwen3"]["target"], trained["qwen3"]["anchor_bug"]
     made = tmp_path / "made"
@@ -257,9 +259,17 @@ def test_the_library_call_leaves_the_folder_the_command_leaves(trained, tmp_path
     done = runner.invoke(app, ["doctor", "-d", str(drafter), "--device", "cpu", "--cache-dir", str(tmp_path / "cache"),
                                "--out", str(by_cli)], env={"COLUMNS": "200"})
     assert done.exit_code == 0, done.output
-    options = RunOptions(drafters=[str(drafter)], out=by_library, target=str(target), prompts="demo", limit=2,
-                         max_new_tokens=12, thinking=False, device="cpu", cache_dir=tmp_path / "cache")
-    result = dflash_eval.run_doctor(options, report=render_run_html)
+    options = RunOptions(drafters=[str(drafter)], out=by_library, device="cpu", cache_dir=tmp_path / "cache")
+    other = FolderLock(by_library)
+    other.acquire()  # another process writing the folder: the library refuses, as the command does
+    try:
+        before = {p.name: p.read_bytes() for p in by_library.iterdir()}
+        with pytest.raises(InputError, match="is in use"):
+            dflash_eval.run_doctor(options)
+        assert {p.name: p.read_bytes() for p in by_library.iterdir()} == before
+    finally:
+        other.release()
+    result = dflash_eval.run_doctor(options)
 
     def files(folder):
         return {p.relative_to(folder).as_posix(): p.read_bytes().replace(str(folder).encode(), b"<OUT>")

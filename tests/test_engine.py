@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.formats.files import weight_files
 from dflash_eval.model.drafter import load_drafter
@@ -55,8 +56,8 @@ def test_replay_walk_equals_live_loop_and_live_output_is_greedy(setup, max_new, 
         tokens = torch.tensor(ids + greedy)
         capture = capture_taps(target, tokens, list(drafter.spec.taps))
         assert self_consistency(capture.greedy, tokens, len(ids)) == (len(greedy), len(greedy))
-        offline = replay(drafter, capture.taps, tokens, len(ids), max_new, shorter_final_block=shorter, anchor_batch=7)
-        live = live_generate(target, drafter, ids, max_new, shorter_final_block=shorter)
+        offline = replay(drafter, capture.taps, tokens, len(ids), Scoring(max_new, "shorter" if shorter else "full", anchor_batch=7))
+        live = live_generate(target, drafter, ids, Scoring(max_new, "shorter" if shorter else "full"))
         assert live.continuation == greedy, f"{kind} prompt {i}: live loop output differs from greedy generation"
         assert offline.walk_anchors == live.walk_anchors, f"{kind} prompt {i}"
         assert offline.walk_accept_lengths == live.walk_accept_lengths, f"{kind} prompt {i}"
@@ -76,8 +77,8 @@ def test_anchor_batching_does_not_change_results(setup):
     ids = prompt_ids(target.tokenizer, Prompt("x", DEMO_PROMPTS[0]), enable_thinking=False)
     tokens = torch.tensor(ids + generate_greedy(target, [ids], MAX_NEW)[0])
     taps = capture_taps(target, tokens, list(drafter.spec.taps)).taps
-    one = replay(drafter, taps, tokens, len(ids), MAX_NEW, anchor_batch=1)
-    many = replay(drafter, taps, tokens, len(ids), MAX_NEW, anchor_batch=1000)
+    one = replay(drafter, taps, tokens, len(ids), Scoring(MAX_NEW, anchor_batch=1))
+    many = replay(drafter, taps, tokens, len(ids), Scoring(MAX_NEW, anchor_batch=1000))
     assert one.accepted == many.accepted and one.drafts == many.drafts
 
 

@@ -142,16 +142,18 @@ def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, 
     assert all(x.device.type == "cpu" for t in held for x in t.layers.stored.values())
     # every variant's continuations follow the run's whole-set generation plan (doctor's --limit 2 prompts
     # with their companions of the full demo set): `run` (thinking flipped too) finds them all in the cache
-    from dflash_eval.core.settings.run_settings import Reporter
+    from dflash_eval.core.progress import Reporter
     from dflash_eval.model.target import load_target
-    from dflash_eval.pipeline.continuations import continuations_for, template_ids, whole_prompt_set
+    from dflash_eval.pipeline.continuations import continuations_for, template_ids
+    from dflash_eval.pipeline.prompts import load_prompts
 
     target = load_target(str(trained["qwen3"]["target"]), device="cpu", dtype="float32")
-    prompts = whole_prompt_set(options)[:2]
+    planned = load_prompts(options.inputs.prompts, options.inputs.limit)  # the run's plan: its prompts
+    prompts = planned[:2]
     for thinking, template in ((False, "chat"), (True, "chat"), (False, "raw")):
         ids = {p.id: template_ids(target.tokenizer, p, thinking, template) for p in prompts}
         _, generated = continuations_for(target, prompts, ids, options, thinking, None, Reporter(), template=template,
-                                         universe=whole_prompt_set(options))
+                                         universe=planned)
         assert generated == 0, (thinking, template)
 
 
@@ -222,6 +224,7 @@ class Keep(logging.Handler):
     def emit(self, record):
         messages.append(record.getMessage())
 hf_logging.get_logger("transformers").addHandler(Keep())
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.model.live import live_generate
 from dflash_eval.model.sampling import Sampling, generator_for
 from dflash_eval.model.target import capture_taps, load_target
@@ -240,8 +243,8 @@ for kind in ("qwen3", "qwen3_5_text"):
         from dflash_eval.model.drafter import load_drafter
         spec, _ = checked_spec({str(drafter_dirs['zlab'])!r}, target.info)
         drafter = load_drafter(spec, weight_files({str(drafter_dirs['zlab'])!r})).attach_target(target.embed_tokens, target.lm_head)
-        live_generate(target, drafter, ids, 12)
-        live_generate(target, drafter, ids, 12, sampling=s, generator=generator_for(0, "a", 0))
+        live_generate(target, drafter, ids, Scoring(12))
+        live_generate(target, drafter, ids, Scoring(12), sampling=s, generator=generator_for(0, "a", 0))
 bad = [m for m in messages if "deprecat" in m.lower()]
 assert not bad, bad
 print("clean")
@@ -426,6 +429,7 @@ def test_the_live_loop_draws_on_the_embeddings_device_when_the_logits_come_back_
     """Temperature > 0 on a target split over GPUs: the generator lives on the input embedding's device, the
     target's and the drafter's logits come back on the lm_head's. The loop moves them home before it draws
     or compares, and so gives the tokens it gives on one device."""
+    from dflash_eval.core.settings.run_settings import Scoring
     from dflash_eval.formats.checkpoints import checked_spec
     from dflash_eval.formats.files import weight_files
     from dflash_eval.model import live
@@ -441,7 +445,7 @@ def test_the_live_loop_draws_on_the_embeddings_device_when_the_logits_come_back_
     sampling = Sampling(temperature=1.0)
 
     def loop():
-        result = live.live_generate(target, drafter, ids, 16, sampling=sampling, generator=generator_for(0, "p", 0))
+        result = live.live_generate(target, drafter, ids, Scoring(16), sampling=sampling, generator=generator_for(0, "p", 0))
         return result.tokens, result.walk_accept_lengths
 
     one_device = loop()

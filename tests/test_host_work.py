@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dflash_eval.core.settings.run_settings import Scoring
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -71,7 +73,7 @@ def test_a_run_serialises_its_tokenizer_once_and_writes_one_partial_document(tra
                                                                                      real(self, doc, done, total)))
     run = evaluate(RunOptions(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]),
                               out=tmp_path / "run", limit=6, max_new_tokens=12, device="cpu",
-                              cache_dir=tmp_path / "cache", argv=["test"]))
+                              cache_dir=tmp_path / "cache", argv=["test"])).document
     assert partials == [1]
     assert len(serialisations) == 1 and run["provenance"]["tokenizer_hash"]
     assert not (tmp_path / "run" / "run.partial.json").exists()
@@ -221,7 +223,7 @@ def test_the_live_prefill_keeps_the_last_positions_logits_only(test_bed, drafter
                                                         tuple(out.logits.shape))), with_kwargs=True)
     try:
         prompt = target.tokenizer("def add(a, b):\n    return a + b\n")["input_ids"]
-        result = live_generate(target, drafter, prompt, 12)
+        result = live_generate(target, drafter, prompt, Scoring(12))
     finally:
         handle.remove()
     assert calls[0] == (len(prompt), 1, (1, 1, target.info.vocab_size))

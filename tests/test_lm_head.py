@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from dflash_eval.core import batching
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.model.lm_head import greedy_ids, row_pieces, sliceable
 
 
@@ -154,7 +155,7 @@ def test_replay_drafts_and_counts_equal_the_whole_logits_path(which, trained, dr
         ids = prompt_ids(target.tokenizer, Prompt(str(i), text), enable_thinking=False)
         tokens = torch.tensor(ids + generate_greedy(target, [ids], 24)[0])
         taps = capture_taps(target, tokens, list(drafter.spec.taps)).taps
-        result = replay(drafter, taps, tokens, len(ids), 24, anchor_batch=6)
+        result = replay(drafter, taps, tokens, len(ids), Scoring(24, anchor_batch=6))
         assert result.drafts == whole_logits_drafts(drafter, taps, tokens, len(ids), 24, 6), f"{which} prompt {i}"
         T, truth = int(tokens.shape[0]), tokens.tolist()
         for a, block, correct, n in zip(result.anchors, result.drafts, result.slot_correct, result.accepted):

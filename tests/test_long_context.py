@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dflash_eval.core.attention import LayerAttention
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.model.masks import block_masks
 
 
@@ -31,7 +32,6 @@ def test_draft_window_is_the_anchor_window_on_every_layer(test_bed, drafter_dirs
     """--draft-window W on a full-attention drafter replays exactly like the same drafter with every layer
     windowed W rows back from the anchor; a window past the sequence changes nothing; a small one changes
     drafts."""
-    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.formats.checkpoints import read_spec
     from dflash_eval.formats.files import weight_files
     from dflash_eval.model.drafter import load_drafter
@@ -47,17 +47,16 @@ def test_draft_window_is_the_anchor_window_on_every_layer(test_bed, drafter_dirs
     taps = torch.randn(48, len(spec.taps) * target.info.hidden_size, generator=generator)
 
     def run(d):
-        return replay(d, taps, tokens, 20, 28, anchor_batch=8)
+        return replay(d, taps, tokens, 20, Scoring(28, anchor_batch=8))
 
-    options = RunOptions(drafters=[], out=None, draft_window=4)  # type: ignore[arg-type]
-    served = run(windowed(drafter, options))
-    assert windowed(drafter, dataclasses.replace(options, draft_window=None)) is drafter
+    served = run(windowed(drafter, 4))
+    assert windowed(drafter, None) is drafter
     layers = tuple(dataclasses.replace(layer, window=4, window_from="anchor", kind="sliding") for layer in spec.layers)
     drafter.spec = dataclasses.replace(spec, layers=layers)
     as_layers = run(drafter)
     drafter.spec = spec
     assert served.drafts == as_layers.drafts and served.walk_accept_lengths == as_layers.walk_accept_lengths
-    assert run(windowed(drafter, dataclasses.replace(options, draft_window=64))).drafts == run(drafter).drafts
+    assert run(windowed(drafter, 64)).drafts == run(drafter).drafts
     assert served.drafts != run(drafter).drafts
 
 
@@ -128,7 +127,7 @@ def test_repo_run_at_thousands_of_tokens_with_a_draft_window(test_bed, drafter_d
     common = dict(drafters=[f"{drafter_dirs['zlab']}:z"], target=str(test_bed["qwen3"]), prompts=f"repo:{repo}",
                   context_tokens=2000, limit=2, max_new_tokens=12, device="cpu", cache_dir=tmp_path / "cache",
                   depth_buckets="1K,2K", argv=["test"])
-    run = evaluate(RunOptions(out=tmp_path / "w", draft_window=256, **common))
+    run = evaluate(RunOptions(out=tmp_path / "w", draft_window=256, **common)).document
     prov = run["provenance"]
     assert prov["draft_window"] == 256
     assert prov["prompts"]["context_tokens"] == 2000 and prov["prompts"]["sets"] == {"repo:repo": 2}

@@ -86,7 +86,7 @@ def test_numerics_check_in_bf16_is_recorded_and_changes_nothing(kind, trained, t
     def run(name: str, check: int) -> dict:
         return evaluate(RunOptions(drafters=[f"{trained[kind]['good']}:good"], out=tmp_path / name,
                                    target=str(trained[kind]["target"]), limit=3, max_new_tokens=16, device="cpu",
-                                   dtype="bfloat16", cache_dir=tmp_path / "cache", numerics_check=check))
+                                   dtype="bfloat16", cache_dir=tmp_path / "cache", numerics_check=check)).document
 
     checked = run("checked", 2)
     plain = run("plain", 0)

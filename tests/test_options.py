@@ -1,123 +1,127 @@
-"""Settings as sections (core/settings/sections.py, core/settings/work.py): every command that takes a section's flag
-takes it as the section declares it (same name, default, help, panel), a refused value names its flag, and
-what a section records reads back as the same section."""
+"""Settings as sections (core/settings/): every command that takes a section's flag takes it as the section
+declares it (same name, default, help, panel; its signature is generated from the sections, cli/options.takes),
+a refused value names its flag, what a section records reads back as the same section, `RunSettings` has no
+flat field, and adding an option is two edits in its section (the exercise at the end)."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from dflash_eval.cli import app
+from dflash_eval.cli.options import takes
+from dflash_eval.commands.track_settings import Tracking
+from dflash_eval.commands.trained_taps_settings import TrainedTapsSettings
 from dflash_eval.core.errors import InputError
-from dflash_eval.core.settings.execution import RUN_SECTIONS, Numerics, Placement, Replay
-from dflash_eval.core.settings.inputs import INPUT_SECTIONS, InputSettings
-from dflash_eval.core.settings.output import OUTPUT_SECTIONS, Output
-from dflash_eval.core.settings.run_settings import RunOptions
-from dflash_eval.core.settings.work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
+from dflash_eval.core.settings.execution import Doctor, Numerics, Placement, Replay
+from dflash_eval.core.settings.inputs import Drafters, InputSettings
+from dflash_eval.core.settings.output import Output
+from dflash_eval.core.settings.run_settings import RunOptions, RunSettings, Scoring
+from dflash_eval.core.settings.sections import Section, Use, setting
+from dflash_eval.core.settings.work import TAP_CHUNK, Batching, Breakdown, LongContext, Sampling, Serving
 
 COMMANDS = typer.main.get_command(app).commands
-# the help a command may give a section's flag instead of the section's own: the same meaning, said for what
-# that command does with it (track and doctor evaluate offline; doctor's window is a variant, not the run)
-VARIANT_HELP = {("track", "temperature"): Sampling.OFFLINE_HELP["temperature"],
-                ("track", "draft_policy"): Sampling.OFFLINE_HELP["draft_policy"],
-                ("doctor", "temperature"): Sampling.OFFLINE_HELP["temperature"],
-                ("doctor", "draft_policy"): Sampling.OFFLINE_HELP["draft_policy"],
-                ("doctor", "draft_window"): Breakdown.DOCTOR_HELP["draft_window"],
-                ("track", "out"): Output.TRACK_HELP["out"], ("track", "overwrite"): Output.TRACK_HELP["overwrite"]}
-# a command's own flag of the same name: plan plans on a named accelerator (h200 by default) and refuses a
-# negative temperature at parse; trained-taps computes its reference taps in float32 by default; plan needs a
-# target, counts the demo prompts and 256 tokens by default (no run folder to take them from) and says so;
-# trained-taps needs the target the data came from and reads its first 64 samples; demo generates 64 tokens;
-# diff's and show's --seed seed their own statistics and choice; inspect's target and rules are a view;
-# doctor, trained-taps, demo, merge and the exports write their own documents (--out optional or a file)
-OWN = {("doctor", "out"), ("trained-taps", "out"), ("trained-taps", "overwrite"), ("demo", "out"), ("merge", "out"),
-       ("merge", "overwrite"), ("export", "out"), ("export-serving", "out"),
-       ("demo", "max_new_tokens"), ("diff", "seed"), ("show", "seed"), ("inspect", "target"), ("inspect", "semantics"),
-       ("plan", "accelerator"), ("plan", "temperature"), ("plan", "samples"), ("trained-taps", "dtype"),
-       ("plan", "target"), ("plan", "prompts"), ("plan", "limit"), ("plan", "max_new_tokens"), ("plan", "thinking"),
-       ("trained-taps", "target"), ("trained-taps", "limit")}
-SECTIONS = WORK_SECTIONS + RUN_SECTIONS + INPUT_SECTIONS + OUTPUT_SECTIONS
-FLAGS = {flag.field: flag for section in SECTIONS for flag in section.FLAGS}
+RUN_SECTIONS = tuple(RunSettings.sections())
+# the help a command gives a section's flag instead of the section's own: the same meaning, said for what that
+# command does with it (track and doctor evaluate offline; doctor's window is a variant, not the run; plan and
+# merge say what their folder or their prompts are)
+VARIANT_HELP = {("track", f): h for f, h in {**Sampling.OFFLINE_HELP, **Output.TRACK_HELP}.items()} | {
+    ("doctor", f): h for f, h in {**Sampling.OFFLINE_HELP, **Breakdown.DOCTOR_HELP}.items()}
+# a command's own flag under a section's field name: doctor, track, demo, merge, trained-taps and the exports write
+# their own folders or files; doctor and track take one --reference their own way; plan needs a target and names
+# an accelerator; demo generates 64 tokens; diff's and show's --seed seed their own statistics and choice;
+# inspect's target and rules are a view; report, diff and served write a page where --html-file says
+OWN = {("doctor", "out"), ("doctor", "reference"), ("track", "reference"), ("demo", "out"), ("demo", "max_new_tokens"),
+       ("trained-taps", "out"), ("trained-taps", "overwrite"), ("export-serving", "out"), ("diff", "seed"),
+       ("show", "seed"), ("inspect", "target"), ("inspect", "semantics"), ("plan", "target"), ("plan", "accelerator"),
+       ("plan", "doctor"), ("diff", "html"), ("report", "html"), ("served", "html")}  # report, diff, served: --html-file
+OTHER_SECTIONS = (Tracking, TrainedTapsSettings)  # a wing's own sections, passed to its command by name
 
 
-def section_params():
-    for name, command in sorted(COMMANDS.items()):
-        for param in command.params:
-            if param.name in FLAGS and (name, param.name) not in OWN:
-                yield name, param
+def flags_of(sections):
+    return {(section, flag.field): flag for section in sections for flag in section.FLAGS}
+
+
+def owner(command: str, field: str):
+    """The section a command's parameter comes from (its own sections first: trained-taps' --target, --seed)."""
+    for section in (*OTHER_SECTIONS, *RUN_SECTIONS):
+        if any(f.field == field for f in section.FLAGS):
+            if section in OTHER_SECTIONS and not {"track": Tracking, "trained-taps": TrainedTapsSettings}.get(
+                    command) is section:
+                continue
+            return section.flag(field)
+    return None
 
 
 def test_every_command_takes_a_section_flag_as_the_section_declares_it():
     seen = 0
-    for name, param in section_params():
-        flag = FLAGS[param.name]
-        where = f"{name} {flag.flag}"
-        assert tuple(param.opts) + tuple(param.secondary_opts) == tuple(
-            n for names in flag.names for n in names.split("/")), where
-        if flag.default is ...:
-            assert param.required, where
-        else:
-            assert param.default == flag.default, where
-        assert param.help == VARIANT_HELP.get((name, param.name), flag.help), where
-        assert getattr(param, "rich_help_panel", None) == flag.panel, where
-        if flag.minimum is not None:
-            assert param.min == flag.minimum, where
-        seen += 1
-    assert seen >= 87  # run takes all 37, track 25, doctor 18, plan 3, trained-taps 3, demo 1
+    for name, command in sorted(COMMANDS.items()):
+        for param in command.params:
+            flag = owner(name, param.name)
+            if flag is None or (name, param.name) in OWN:
+                continue
+            where = f"{name} {flag.flag}"
+            assert tuple(param.opts) + tuple(param.secondary_opts) == tuple(
+                n for names in flag.names for n in names.split("/")), where
+            if flag.default is ...:
+                assert param.required, where
+            else:
+                assert param.default == flag.default, where
+            if (name, param.name) in VARIANT_HELP:
+                assert param.help == VARIANT_HELP[(name, param.name)], where
+            elif name not in ("plan", "merge", "demo"):  # plan, merge and demo say their own words (cli/plan.py ...)
+                assert param.help == flag.help, where
+            assert getattr(param, "rich_help_panel", None) == flag.panel, where
+            if flag.minimum is not None:
+                assert param.min == flag.minimum, where
+            seen += 1
+    assert seen >= 100  # run takes 44, track 29, doctor 20, plan 14, trained-taps 12, merge 3, demo 2
 
 
-def test_run_takes_every_flag_of_every_work_section():
+def test_run_takes_every_flag_of_every_section_but_doctor_s():
     run = {p.name for p in COMMANDS["run"].params}
-    assert set(FLAGS) <= run
+    wanted = {flag.field for section in RUN_SECTIONS if section is not Doctor for flag in section.FLAGS}
+    assert wanted <= run and not {f.field for f in Doctor.FLAGS} & run
 
 
-def test_run_options_defaults_are_the_sections_defaults():
-    fields = {f.name: f.default for f in dataclasses.fields(RunOptions)}
-    for section in WORK_SECTIONS + RUN_SECTIONS:
-        for flag in section.FLAGS:
-            assert fields[flag.field] == flag.default, flag.flag
-    assert Batching().tap_chunk == TAP_CHUNK == fields["tap_chunk"]
+def test_run_settings_are_the_sections_and_no_flat_field():
+    assert all(issubclass(f.type if isinstance(f.type, type) else type(f.default), Section)
+               for f in dataclasses.fields(RunSettings))
+    assert RunOptions(argv=()) == RunSettings()  # the flat constructor with nothing given: every section's default
+    assert Batching().tap_chunk == TAP_CHUNK
     # the inputs flags are None when not given (doctor --out RUN then takes the run's); the run defaults are the
-    # section's own, as RunOptions has them
-    assert RunOptions(drafters=[], out=Path("x")).inputs == InputSettings() == InputSettings.given(**InputSettings.defaults())
-    # --out is required and --cache-dir's run default is the user's cache (core/settings/run_settings.default_cache_dir)
-    written = RunOptions(drafters=[], out=Path("x"), overwrite=True)
-    assert written.output == Output(out=Path("x"), overwrite=True, cache_dir=written.cache_dir)
-    assert written.numerics == Numerics() and fields["overwrite"] is False
-    assert (InputSettings().prompts, InputSettings().max_new_tokens) == (fields["prompts"], fields["max_new_tokens"]) == ("demo", 256)
+    # section's own
+    assert InputSettings.from_flags({f.field: f.default for f in InputSettings.FLAGS}) == InputSettings()
+    assert (InputSettings().prompts, InputSettings().max_new_tokens) == ("demo", 256)
 
 
-def test_the_inputs_flags_mean_the_run_defaults_when_not_given():
-    from dflash_eval.cli.options import shared_settings
-
-    given = dict(target=None, prompts=None, limit=None, seed=None, max_new_tokens=None, thinking=None, device="auto",
-                 dtype="auto", cache_dir=Path("c"), semantics=[])
-    options = RunOptions(drafters=[], out=Path("x"), **shared_settings(**given))
-    assert options.inputs == InputSettings() and (options.seed, options.prompt_seed, options.prompts) == (0, None, "demo")
-    chosen = RunOptions(drafters=[], out=Path("x"), **shared_settings(**{
-        **given, "prompts": "hf:org/set", "limit": 5, "seed": 3, "max_new_tokens": 64, "thinking": False,
-        "semantics": ["a=vllm"], "prompt_field": "question", "responses": Path("r.jsonl")}))
-    assert (chosen.seed, chosen.prompt_seed, chosen.limit, chosen.max_new_tokens) == (3, 3, 5, 64)
-    assert chosen.inputs == InputSettings(prompts="hf:org/set", prompt_field="question", limit=5, seed=3, max_new_tokens=64,
-                                   thinking=False, responses=Path("r.jsonl"), semantics=("a=vllm",))
-    assert chosen.semantics == ["a=vllm"] and chosen.inputs.bootstrap_seed == 3
-
-
-def test_run_options_hand_each_stage_its_section():
-    options = RunOptions(drafters=[], out=Path("x"), anchor_batch=64, draft_lengths="7, 3,3", depth_buckets="0,1K",
-                         temperature=0.7, samples=2, context_tokens=128)
-    assert options.batching == Batching(anchor_batch=64)
-    assert options.serving.for_block(8, "mine") == (3, 7)
-    assert options.serving.shorter(8) == (3,)  # 7 = B - 1 is the drafter's own run
-    assert options.breakdown.edges == (1024,)
-    assert options.sampling == Sampling(temperature=0.7, samples=2)
-    assert options.long_context.tokens == 128
-    placed = RunOptions(drafters=[], out=Path("x"), device_map="auto", max_memory="0=70GiB,cpu=200GiB")
-    assert placed.placement.memory == {0: "70GiB", "cpu": "200GiB"} and placed.replay == Replay()
-    assert RunOptions(drafters=[], out=Path("x")).serving.for_block(16) == ()
+def test_the_flat_constructor_hands_each_keyword_to_its_section():
+    settings = RunOptions(drafters=["a:x"], out=Path("x"), anchor_batch=64, draft_lengths="7, 3,3", depth_buckets="0,1K",
+                          temperature=0.7, samples=2, context_tokens=128, seed=3, limit=5, final_block="full",
+                          context_variants=False, explain=False, argv=["dflash-eval", "run"])
+    assert settings.drafters == Drafters(drafters=("a:x",))
+    assert settings.batching == Batching(anchor_batch=64)
+    assert settings.serving.for_block(8, "mine") == (3, 7) and settings.serving.shorter(8) == (3,)
+    assert settings.breakdown.edges == (1024,)
+    assert settings.sampling == Sampling(temperature=0.7, samples=2)
+    assert settings.long_context.tokens == 128
+    assert (settings.inputs.seed, settings.seed, settings.inputs.limit) == (3, 3, 5)
+    assert settings.inputs.given == {"seed", "limit"}  # what doctor --out RUN must not take from the run
+    assert settings.scoring == Scoring(256, "full", 64)
+    assert not settings.doctor.context_variants and not settings.explanation.explain
+    assert settings.output == Output(out=Path("x"), argv=("dflash-eval", "run"))
+    assert RunOptions().seed == 0  # without --seed: the first N prompts, the bootstrap seeded with 0
+    with pytest.raises(TypeError, match="no setting 'prompt_seed'"):  # one meaning, one name
+        RunOptions(prompt_seed=3)
+    placed = RunOptions(device_map="auto", max_memory="0=70GiB,cpu=200GiB", shard="1/4").placement.resolve()
+    assert (placed.shard, placed.max_memory) == ((1, 4), {0: "70GiB", "cpu": "200GiB"})
+    assert placed.load_keywords() == {"device_map": "auto", "max_memory": {0: "70GiB", "cpu": "200GiB"}}
     assert Serving(draft_lengths="all").for_block(4) == (1, 2, 3)
 
 
@@ -133,13 +137,39 @@ def test_run_options_hand_each_stage_its_section():
     (Placement(device_map="everywhere"), "--device-map", "unknown"),
     (Placement(max_memory="0=70GiB"), "--max-memory", "give --device-map too"),
     (Placement(device_map="auto", max_memory="70GiB"), "--max-memory", "expected DEVICE=AMOUNT"),
+    (Placement(shard="4/4"), "--shard", "expected I/N"),
+    (Sampling(temperature=float("nan")), "--temperature", "finite"),
+    (Sampling(temperature=1e-40), "--temperature", "overflow"),
+    (Sampling(top_p=0), "--top-p", "(0, 1]"),
+    (Sampling(draft_policy="greedy"), "--draft-policy", "unknown"),
+    (Sampling(samples=2), "--samples", "needs --temperature"),
+    (Sampling(samples=2000, temperature=1), "--samples", "1 to 1024"),
+    (LongContext(max_context="cut"), "--max-context", "refuse or truncate"),
+    (LongContext(context_tokens=32), "--context-tokens", "at least 64"),
     (InputSettings(prompts="gsm8k", prompt_field="question"), "--prompt-field", "gsm8k builds its own prompts"),
     (Output(cache_dir=Path("/dev/null/cache")), "--cache-dir", ""),
+    (Tracking(interval=0.0), "--interval", "> 0"),
+    (TrainedTapsSettings(layer_ids="2,x"), "--layer-ids", "integers"),
+    (RunOptions(temperature=0.5, responses=Path("r.jsonl")), "--responses", "cannot be combined"),
+    (RunOptions(temperature=0.5, draft_lengths="3"), "--draft-lengths", "needs --mode live"),
+    (RunOptions(numerics_check=2, mode="live"), "--numerics-check", "--mode trajectory"),
+    (RunOptions(context_tokens=128), "--context-tokens", "repo:PATH or stdlib"),
+    (RunOptions(temperature=0.5, semantics=["sglang"]), "--semantics sglang", "greedy only"),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
     with pytest.raises(InputError) as refused:
         section.check()
     assert flag in refused.value.problem and message in refused.value.problem
+
+
+def test_one_check_runs_every_rule_before_anything_is_read():
+    """RunSettings.check refuses each section's bad value and every rule between sections, with nothing on disk."""
+    for bad in (dict(mode="x"), dict(temperature=-1.0), dict(samples=3), dict(shard="x"), dict(depth_buckets="5,1"),
+                dict(draft_window=0), dict(max_context="cut"), dict(prompts="demo", prompt_field="q"),
+                dict(accelerator="h100", step_times=Path("t")), dict(numerics_check=1, temperature=0.5)):
+        with pytest.raises(InputError):
+            RunOptions(**bad).check()
+    RunOptions(prompts="repo:x", context_tokens=256, max_context="truncate").check()
 
 
 def test_a_draft_length_past_the_block_names_the_drafter():
@@ -156,9 +186,10 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     Replay(), Replay(mode="live", final_block="full", kernels="torch"),
     Placement(), Placement(device="cuda:1", dtype="bfloat16", device_map="auto", max_memory="0=70GiB", shard="1/4"),
     Numerics(), Numerics(numerics_check=4),
-    Output(), Output(out=Path("o"), overwrite=True, cache_dir=Path("c")),
-    InputSettings(), InputSettings(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64, thinking=True,
-                     responses=Path("r.jsonl"), semantics=("vllm",)),
+    Output(), Output(out=Path("o"), overwrite=True, cache_dir=Path("c"), html=False),
+    InputSettings(), InputSettings(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64,
+                                   thinking=True, responses=Path("r.jsonl"), semantics=("vllm",)),
+    Drafters(drafters=("a", "b:c"), reference="z-lab"), Doctor(context_variants=False, trained_taps=Path("d")),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):
     assert type(section).from_provenance(section.provenance()) == section
@@ -172,11 +203,75 @@ def test_sampling_reads_back_from_a_run_documents_provenance():
     assert Sampling.from_provenance(sampled) == Sampling(temperature=0.8, top_p=0.95, draft_policy="argmax", samples=3)
 
 
-def test_merge_reads_the_options_back_from_the_shards_provenance():
+def test_merge_reads_the_settings_back_from_the_shards_provenance():
     prov = {"mode": "live", "temperature": 0.5, "max_new_tokens": 32, "draft_lengths": "3",
             "sampling": {"temperature": 0.5, "top_p": 1.0, "top_k": 0, "draft_policy": "argmax", "samples": 2}}
-    options = RunOptions.from_provenance(prov, out=Path("m"), seed=7, depth_edges=[512, 2048])
-    assert (options.mode, options.seed, options.max_new_tokens) == ("live", 7, 32)
-    assert options.sampling == Sampling(temperature=0.5, draft_policy="argmax", samples=2)
-    assert options.breakdown.edges == (512, 2048)
-    assert options.serving.for_block(8) == (3,)
+    settings = RunSettings.from_provenance(prov, out=Path("m"), seed=7, depth_edges=[512, 2048])
+    assert (settings.replay.mode, settings.seed, settings.inputs.max_new_tokens) == ("live", 7, 32)
+    assert settings.sampling == Sampling(temperature=0.5, draft_policy="argmax", samples=2)
+    assert settings.breakdown.edges == (512, 2048)
+    assert settings.serving.for_block(8) == (3,)
+
+
+def test_the_one_sampling_value_is_the_sections():
+    """One `Sampling`: the live loop and the estimate take the section itself (model/sampling.py draws with it)."""
+    from dflash_eval.model import sampling
+
+    assert sampling.Sampling is Sampling
+    assert Sampling(temperature=0.5).to_dict() == {"temperature": 0.5, "top_p": 1.0, "top_k": 0, "draft_policy": "sample"}
+
+
+# ------------------------------------------------------------------------------------------ the exercise
+
+OPTION = "Exercise (a test-only section)"
+
+
+@dataclass(frozen=True)
+class Before(Section):
+    """A test-only section, as it stood before a new option."""
+
+    width: int = 3
+
+    FLAGS = (setting("width", "--width", int, 3, "How wide.", OPTION, minimum=1),)
+
+
+@dataclass(frozen=True)
+class After(Section):
+    """The same section after adding `--depth`: the two edits are the field and its Flag (marked)."""
+
+    width: int = 3
+    depth: Optional[int] = None  # edit 1 of 2: the field
+
+    FLAGS = (setting("width", "--width", int, 3, "How wide.", OPTION, minimum=1),
+             setting("depth", "--depth", Optional[int], None, "How deep (default: as wide).", OPTION,  # edit 2 of 2
+                     minimum=1))
+
+
+def exercise_app(section):
+    """A command that takes the section (and the run's batching): nothing in it names a flag."""
+    received = {}
+    one = typer.Typer()
+
+    @one.command()
+    @takes(Use(Batching, only=("anchor_batch",)), exercise=section)
+    def command(settings: RunSettings, exercise: section) -> None:
+        received.update(exercise=exercise, anchor_batch=settings.batching.anchor_batch)
+
+    return one, received
+
+
+def test_adding_an_option_is_a_field_and_a_flag_in_its_section():
+    runner = CliRunner()
+    before, _ = exercise_app(Before)
+    after, received = exercise_app(After)
+    assert "--depth" not in runner.invoke(before, ["--help"]).output
+    shown = runner.invoke(after, ["--help"], terminal_width=200).output
+    assert "--depth" in shown and "How deep (default: as wide)." in shown and OPTION.split(" (")[0] in shown
+    result = runner.invoke(after, ["--width", "5", "--depth", "7", "--anchor-batch", "9"])
+    assert result.exit_code == 0, result.output
+    assert received == {"exercise": After(width=5, depth=7), "anchor_batch": 9}
+    refused = runner.invoke(after, ["--depth", "0"])  # the Flag's bound, with no code of the command's
+    assert refused.exit_code == 2 and "--depth" in refused.output
+    assert After.from_provenance(After(width=2, depth=4).provenance()) == After(width=2, depth=4)
+    runner.invoke(after, [])
+    assert received["exercise"] == After()  # not given: the section's default

@@ -174,23 +174,26 @@ def test_overwrite_is_refused_at_the_first_look_while_another_run_writes(world, 
         free.close()
 
 
-def test_report_html_is_written_under_the_runs_lock(test_bed, drafter_dirs, tmp_path):
+def test_report_html_is_written_under_the_runs_lock(test_bed, drafter_dirs, tmp_path, monkeypatch):
+    """evaluate writes its own page (commands write their pages), with the results, before the lock is released."""
     from dflash_eval.commands.evaluate import RunOptions, evaluate
     from dflash_eval.core.errors import InputError
     from dflash_eval.pipeline.run_folder import FolderLock
+    from dflash_eval.render import html
 
     out = tmp_path / "run"
     seen = []
 
-    def report(run, rows) -> str:
+    def report(run, rows, **_) -> str:
         with pytest.raises(InputError, match="is in use"):
             FolderLock(out).acquire()  # another writer: still refused while the report is written
         seen.append(len(rows))
         return "<html></html>"
 
+    monkeypatch.setattr(html, "render_run_html", report)
     options = RunOptions(drafters=[str(drafter_dirs["zlab"])], target=str(test_bed["qwen3"]), out=out, limit=2,
                          max_new_tokens=6, device="cpu")
-    evaluate(options, report=report)
+    evaluate(options)
     assert seen == [2] and (out / "report.html").read_text() == "<html></html>"
     assert "report.html" in json.loads((out / "written.json").read_text())
     lock = FolderLock(out)

@@ -360,14 +360,14 @@ def test_run_and_plan_agree_on_the_tiny_test_bed(test_bed, drafter_dirs, monkeyp
     """The same on a real loaded target: plan from the test bed's config and tokenizer, run's rule on the
     loaded bf16 model (its parameters counted), on a patched 80 GiB CUDA device; and on the same target
     dispatched by accelerate (half its layers offloaded to disk), as --device-map places it."""
-    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.model.target import load_target
-    from dflash_eval.pipeline.continuations import run_generation_budget, template_ids, whole_prompt_set
+    from dflash_eval.pipeline.continuations import run_generation_budget, template_ids
+    from dflash_eval.pipeline.prompts import load_prompts
 
     code, doc = plan_json("--target", str(test_bed["qwen3"]), "--drafter", str(drafter_dirs["zlab"]),
                           "--prompts", "demo", "--max-new-tokens", "24", "--accelerator", "h100")
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="bfloat16")
-    prompts = whole_prompt_set(RunOptions(drafters=[], out=Path(".")))
+    prompts = load_prompts("demo")  # a run's prompts: what its generation is planned over
     lengths = [len(template_ids(target.tokenizer, p, False)) for p in prompts]
     layers = len(target.layers)
     placed = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu",

@@ -52,8 +52,8 @@ def test_as_temperature_goes_to_zero_the_estimate_is_the_greedy_tau(trained, tmp
 
     common = dict(drafters=[str(trained["qwen3"]["good"])], target=str(trained["qwen3"]["target"]), limit=6,
                   max_new_tokens=40, device="cpu", cache_dir=tmp_path / "cache")
-    greedy = evaluate(RunOptions(out=tmp_path / "greedy", **common))["drafters"][0]["metrics"]
-    cold = evaluate(RunOptions(out=tmp_path / "cold", temperature=1e-6, draft_policy=policy, **common))
+    greedy = evaluate(RunOptions(out=tmp_path / "greedy", **common)).document["drafters"][0]["metrics"]
+    cold = evaluate(RunOptions(out=tmp_path / "cold", temperature=1e-6, draft_policy=policy, **common)).document
     estimate = cold["drafters"][0]["metrics"]
     assert cold["provenance"]["estimate"] and estimate["estimate"]
     assert estimate["tau_macro"] == pytest.approx(greedy["tau_macro"], abs=1e-9)

@@ -9,6 +9,7 @@ import torch
 from scipy.stats import chisquare
 
 from dflash_eval.core.metrics import acceptance_probability, expected_accepted_length
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.formats.checkpoints import checked_spec
 from dflash_eval.formats.files import weight_files
 from dflash_eval.model.drafter import load_drafter
@@ -99,9 +100,8 @@ def pair(request, trained):
 @pytest.mark.parametrize("policy", ["sample", "argmax"])
 def test_as_temperature_goes_to_zero_the_loop_is_the_greedy_loop(pair, policy):
     _, target, drafter, ids = pair
-    greedy = live_generate(target, drafter, ids, 24)
-    cold = live_generate(target, drafter, ids, 24, sampling=Sampling(1e-6, draft_policy=policy),
-                         generator=generator_for(0, "x", 0))
+    greedy = live_generate(target, drafter, ids, Scoring(24))
+    cold = live_generate(target, drafter, ids, Scoring(24), sampling=Sampling(1e-6, draft_policy=policy), generator=generator_for(0, "x", 0))
     assert cold.tokens == greedy.tokens and cold.walk_accept_lengths == greedy.walk_accept_lengths
 
 
@@ -112,7 +112,7 @@ def test_the_first_step_commits_tokens_distributed_as_the_target(pair, policy):
     target's processed distribution (chi-square), whether the draft was accepted or replaced."""
     kind, target, drafter, ids = pair
     sampling = Sampling(1.0, top_k=6, draft_policy=policy)
-    runs = [live_generate(target, drafter, ids, 3, sampling=sampling, generator=generator_for(7, kind, k))
+    runs = [live_generate(target, drafter, ids, Scoring(3), sampling=sampling, generator=generator_for(7, kind, k))
             for k in range(500)]
     firsts = [r.continuation[0] for r in runs]
     first = max(set(firsts), key=firsts.count)

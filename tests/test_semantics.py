@@ -18,6 +18,7 @@ from dflash_eval.cli import app
 from dflash_eval.core.attention import AttentionConfig, LayerAttention
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.semantics import layers_under
+from dflash_eval.core.settings.run_settings import Scoring
 from dflash_eval.formats.checkpoints import read_spec
 from dflash_eval.model.masks import anchor_block_mask
 from dflash_eval.testing.testbed import write_random_drafter
@@ -298,7 +299,7 @@ def _replay(drafter, spec, capture, tokens, shorter):
     from dflash_eval.model.engine import replay
 
     drafter.spec = spec
-    return replay(drafter, capture.taps, tokens, 4, 16, shorter_final_block=shorter, anchor_batch=64)
+    return replay(drafter, capture.taps, tokens, 4, Scoring(16, "shorter" if shorter else "full", anchor_batch=64))
 
 
 def test_vllm_drafts_full_blocks_up_to_the_length_cap(vllm_pair):
@@ -327,8 +328,7 @@ def test_vllm_probabilistic_drafts_ignore_top_p_and_greedy_drafts_are_argmax(vll
     def alphas(spec, sampling):
         drafter.spec = spec
         try:
-            return anchor_alphas(drafter, capture.taps, tokens, capture.hidden, target.lm_head, 4, 16, sampling,
-                                 shorter_final_block=False)
+            return anchor_alphas(drafter, capture.taps, tokens, capture.hidden, target.lm_head, 4, Scoring(16, "full"), sampling)
         finally:
             drafter.spec = zlab
 

@@ -47,7 +47,7 @@ def _run_alone(checkpoint: Path, target: Path, out: Path, cache: Path) -> tuple[
     from dflash_eval.core.documents.results import read_samples
 
     result = evaluate(RunOptions(drafters=[str(checkpoint)], target=str(target), out=out, max_new_tokens=int(TOKENS),
-                                 device="cpu", cache_dir=cache))
+                                 device="cpu", cache_dir=cache)).document
     return result, read_samples(out / "samples.jsonl")
 
 
@@ -170,7 +170,7 @@ def test_track_evaluates_each_checkpoint_once_on_one_pass_per_prompt_and_equals_
     from dflash_eval.commands.evaluate import RunOptions, evaluate
 
     alone = evaluate(RunOptions(drafters=[], reference=str(reference), target=str(target), out=tmp_path / "ref",
-                                max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache))
+                                max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache)).document
     assert rows[0]["metrics"] == alone["drafters"][0]["metrics"]
 
     # nothing new: nothing is evaluated again
@@ -469,7 +469,7 @@ def test_track_at_temperature_above_zero_is_an_estimate_equal_to_run(training_ru
     assert [(b["prompts"], b["target_passes"]) for b in batches] == [(5, 10)]  # one pass per prompt per sample
     alone = evaluate(RunOptions(drafters=[rows[-1]["path"]], target=str(target), out=tmp_path / "alone", limit=5,
                                 max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache, temperature=0.7,
-                                samples=2))
+                                samples=2)).document
     assert rows[-1]["metrics"] == alone["drafters"][0]["metrics"]
     assert "ESTIMATE" in (out / "track.html").read_text()
 
@@ -491,7 +491,7 @@ def test_track_draft_lengths_and_depth_equal_run_on_the_checkpoint(training_run,
     latest = rows[-1]
     alone = evaluate(RunOptions(drafters=[latest["path"]], target=str(target), out=tmp_path / "alone", limit=3,
                                 max_new_tokens=int(TOKENS), device="cpu", cache_dir=cache, draft_lengths="1,2",
-                                depth_buckets="0,40,48"))["drafters"][0]
+                                depth_buckets="0,40,48")).document["drafters"][0]
     assert [e["k"] for e in latest["by_draft_length"]] == [1, 2, 3]
     assert latest["by_draft_length"] == alone["by_draft_length"]
     assert latest["depth_edges"] == [40, 48] and latest["by_depth"] == alone["by_depth"]

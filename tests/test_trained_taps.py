@@ -20,7 +20,8 @@ import torch
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from dflash_eval.commands.trained_taps import TrainedTapsOptions, trained_taps
+from dflash_eval.commands.trained_taps import TrainedTapsSettings, trained_taps
+from dflash_eval.core.settings.run_settings import RunOptions
 from dflash_eval.formats.training_data import read_training_data
 from dflash_eval.model.training_taps import load_sample
 from dflash_eval.testing import trainer_data as W
@@ -58,9 +59,12 @@ def _states(bed, target="t16", **skew):
     return [a for a, _ in pairs], [b for _, b in pairs]
 
 
+CPU = RunOptions(device="cpu")  # the run's settings trained-taps reads: the device (and the anchors per forward)
+
+
 def _run(bed, data, **options):
     options.setdefault("split", "all")
-    return trained_taps(TrainedTapsOptions(data=data, target=str(bed["target"]), device="cpu", **options)).result
+    return trained_taps(TrainedTapsSettings(data=data, target=str(bed["target"]), **options), CPU).result
 
 
 def test_tap_stats_and_the_judgement_on_hand_computed_cases():
@@ -169,9 +173,9 @@ def test_correct_bf16_data_is_within_the_measured_noise_floor(kind, bed, test_be
                "deepspec": W.write_deepspec(tmp_path / "ds", samples, slots, post, TAPS, "t"),
                "legacy": W.write_legacy(tmp_path / "legacy", samples, slots, pre, TAPS + [5], "t")}
     for name, folder in folders.items():
-        options = {"layer_ids": (2, 3, 4)} if name == "speculators" else {"layer_ids": (1, 2, 3)} if name == "specforge" else {}
-        result = trained_taps(TrainedTapsOptions(data=folder, target=str(test_bed[kind]), device="cpu", split="all",
-                                                 **options)).result
+        options = {"layer_ids": "2,3,4"} if name == "speculators" else {"layer_ids": "1,2,3"} if name == "specforge" else {}
+        result = trained_taps(TrainedTapsSettings(data=folder, target=str(test_bed[kind]), split="all", **options),
+                              CPU).result
         assert [s["status"] for s in result["slots"]] == ["ok"] * (3 + (name != "specforge")), (name, result["verdict"])
         assert result["findings"] == [] and result["verdict"].startswith("the training taps are the target's own")
         for slot in result["slots"][:3]:
@@ -181,7 +185,7 @@ def test_correct_bf16_data_is_within_the_measured_noise_floor(kind, bed, test_be
 def test_each_injected_skew_is_named_with_its_layer(bed, test_bed, tmp_path):
     samples = bed["samples"]
     down, down_t = _states(bed, shift=-1)
-    result = _run(bed, W.write_speculators(tmp_path / "down", samples, down, down_t), layer_ids=(2, 3, 4))
+    result = _run(bed, W.write_speculators(tmp_path / "down", samples, down, down_t), layer_ids="2,3,4")
     assert [(s["status"], s["match"]) for s in result["slots"][:3]] == [("shifted", 0), ("shifted", 1), ("shifted", 2)]
     assert result["verdict"].startswith("your training taps are the target's layers shifted by one: slot 0 matches our "
                                         "tap 0, not 1: the data was numbered from the embeddings")
@@ -191,23 +195,23 @@ def test_each_injected_skew_is_named_with_its_layer(bed, test_bed, tmp_path):
     assert [s["match"] for s in result["slots"][:3]] == [2, 3, 4] and result["slots"][3]["status"] == "ok"
     assert "slot 0 matches our tap 2, not 1" in result["verdict"]
     slots, pre = _states(bed)
-    result = _run(bed, W.write_speculators(tmp_path / "post", samples, slots, post), layer_ids=(2, 3, 4))
+    result = _run(bed, W.write_speculators(tmp_path / "post", samples, slots, post), layer_ids="2,3,4")
     assert result["slots"][3]["status"] == "post-norm"
     assert result["verdict"].startswith("the teacher was taken after the final norm")
     result = _run(bed, W.write_deepspec(tmp_path / "pre", samples, slots, pre, TAPS, "t"))
     assert result["verdict"].startswith("the teacher was taken before the final norm")
     nan, _ = _states(bed, nan_slot=1)
-    result = _run(bed, W.write_specforge(tmp_path / "nan", samples, nan), layer_ids=(1, 2, 3))
+    result = _run(bed, W.write_specforge(tmp_path / "nan", samples, nan), layer_ids="1,2,3")
     assert result["slots"][1]["status"] == "nonfinite" and "vLLM #45734" in result["verdict"]
-    result = _run(bed, W.write_speculators(tmp_path / "fp8", samples, slots, pre, fp8=True), layer_ids=(2, 3, 4))
+    result = _run(bed, W.write_speculators(tmp_path / "fp8", samples, slots, pre, fp8=True), layer_ids="2,3,4")
     assert result["findings"] == [] and "fp8 round trip" in result["noise_floor"]["what"]
     assert result["layout"]["stored_dtypes"] == ["F8_E4M3"]
     result = _run(bed, W.write_speculators(tmp_path / "mismatch", samples, slots, pre, other_tokens=(4,)),
-                  layer_ids=(2, 3, 4))
+                  layer_ids="2,3,4")
     assert [s["sample"] for s in result["samples"]["skipped"]] == [4] and result["samples"]["compared"] == 11
     assert result["findings"][0]["kind"] == "token-mismatch" and "arrow row 4" in result["findings"][0]["lines"][0]
     result = _run(bed, W.write_speculators(tmp_path / "no-last", samples, slots, pre, include_last=False),
-                  layer_ids=(2, 3, 4))
+                  layer_ids="2,3,4")
     assert [f["kind"] for f in result["findings"]] == ["no-last-layer"] and "speculators #705" in result["verdict"]
 
 
@@ -222,7 +226,7 @@ def test_all_zero_hybrid_layer_and_unsorted_taps(bed, test_bed, tmp_path):
     pairs = [W.states(target, s, TAPS, zero_slot=0) for s in samples]
     folder = W.write_deepspec(tmp_path / "zero", samples, [a for a, _ in pairs],
                               [W.states(target, s, TAPS, teacher="post")[1] for s in samples], TAPS, "t")
-    result = trained_taps(TrainedTapsOptions(data=folder, target=str(test_bed["qwen3_5_text"]), device="cpu")).result
+    result = trained_taps(TrainedTapsSettings(data=folder, target=str(test_bed["qwen3_5_text"])), CPU).result
     assert result["slots"][0]["status"] == "zero" and 1 in result["target"]["hybrid_layers"]
     assert result["verdict"].startswith("the training data's hybrid-layer taps are all zero: slot 0 (layer 1) is all "
                                         "zero in every sample: a Gated-DeltaNet layer") and "PR #46301" in result["verdict"]
@@ -240,8 +244,8 @@ def test_evaluation_on_correct_fp32_training_taps_equals_evaluation_on_ours(bed,
     our taps and greedy tokens gives the same drafts and counts, row for row."""
     slots, pre = _states(bed, target="t32")
     folder = W.write_speculators(tmp_path / "spec32", bed["samples"], slots, pre, dtype=torch.float32)
-    done = trained_taps(TrainedTapsOptions(data=folder, target=str(bed["target"]), device="cpu", split="all",
-                                           drafter=str(bed["shifted"])))
+    done = trained_taps(TrainedTapsSettings(data=folder, target=str(bed["target"]), split="all",
+                                            drafter=str(bed["shifted"])), CPU)
     rows = {(r["drafter"].split("@")[1], r["prompt_id"]): r for r in done.rows}
     assert len(rows) == 24
     for pid in {p for _, p in rows}:

@@ -1,8 +1,33 @@
 """The `dflash-eval` command line: one module per command or command group, each only parsing options,
-calling the library (commands/) and handing the result to render/. Importing this package registers every
-command on `app`, in the order `--help` lists them."""
+calling the library (commands/) and printing what it returns. `COMMANDS` is the one list of them, in the
+order `--help` shows them, each under its panel: the five stories the README tells (evaluate, read the
+results, follow a training run, compare with a server, set up)."""
 
-from . import inspect, plan, run, merge, report, diff, show, export, served, doctor, trained_taps, track, prompts, demo  # noqa: F401,I001  (each registers its commands)
+from . import demo, diff, doctor, export, inspect, merge, plan, prompts, report, run, served, show, track, trained_taps
 from .root import app, main
 
-__all__ = ["app", "main"]
+EVALUATE, RESULTS, TRAINING, SERVING, SETUP = "Evaluate", "Results", "Training", "Serving", "Setup"
+
+COMMANDS = (  # (panel, name, command function)
+    (EVALUATE, "run", run.run),
+    (EVALUATE, "doctor", doctor.doctor),
+    (EVALUATE, "demo", demo.demo),
+    (RESULTS, "report", report.report),
+    (RESULTS, "show", show.show),
+    (RESULTS, "diff", diff.diff),
+    (RESULTS, "merge", merge.merge),
+    (TRAINING, "track", track.track),
+    (TRAINING, "trained-taps", trained_taps.trained_taps),
+    (SERVING, "served", served.served),
+    (SERVING, "export-serving", export.export_serving),
+    (SETUP, "inspect", inspect.inspect),
+    (SETUP, "plan", plan.plan),
+)
+GROUPS = ((SETUP, "prompts", prompts.prompts_app),)  # (panel, name, Typer group)
+
+for _panel, _name, _command in COMMANDS:
+    app.command(_name, rich_help_panel=_panel)(_command)
+for _panel, _name, _group in GROUPS:
+    app.add_typer(_group, name=_name, rich_help_panel=_panel)
+
+__all__ = ["COMMANDS", "GROUPS", "app", "main"]

@@ -138,7 +138,7 @@ def save_traceback() -> str:
     import tempfile
     import traceback
 
-    from ..pipeline.continuations import default_cache_dir
+    from ..core.settings.output import default_cache_dir
 
     text = traceback.format_exc()
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")

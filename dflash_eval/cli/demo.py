@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
 
-from . import options as opt
+from ..core.settings.output import Output
+from ..core.settings.run_settings import RunSettings
+from ..core.settings.sections import Use
 from .common import claims_out, fail, program, reports_input_errors, safe_line, stdout_console
+from .options import takes
 from .progress import reporter_for
-from .root import app
+
+DEMO_HELP = {"html": "Write OUT/report.html."}
 
 
-@app.command()
 @reports_input_errors
 @claims_out()
+@takes(Use(Output, only=("cache_dir", "html"), help=DEMO_HELP))
 def demo(
+    settings: RunSettings,
     out: Path = typer.Option(Path("reports/demo"), "--out", "-o", help="Where the demo run is written."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1, help="Generation cap per prompt."),
-    html: bool = typer.Option(True, "--html/--no-html", help="Write OUT/report.html."),
-    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
 ) -> None:
     """The whole job on the bundled tiny models: a correct reference drafter vs an in-house one with the
     anchor-in-context bug, on a small coding prompt set. No GPU, no download."""
-    from ..commands.evaluate import RunOptions, evaluate
-    from ..core.documents.results import STATE, read_samples
+    import dataclasses
+
+    from ..commands.evaluate import evaluate
+    from ..core.documents.results import STATE
     from ..core.paths import output_path
-    from ..core.settings.run_settings import default_cache_dir
+    from ..core.settings.inputs import Drafters, InputSettings
     from ..demo import available, drafter_paths, target_path
     from ..render.terminal import render_report
 
@@ -39,23 +43,19 @@ def demo(
     reference, inhouse = drafter_paths()
     reporter = reporter_for(console)
     # demo-reference as --reference: the run measures the gap and explains it (commands/explain.py)
-    options = RunOptions(drafters=[f"{inhouse}:demo-inhouse"], reference=f"{reference}:demo-reference", out=out,
-                         target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False,
-                         cache_dir=cache_dir or default_cache_dir(), argv=["dflash-eval", *sys.argv[1:]])
-    from ..render.html import render_run_html
-
-    def page(run, rows) -> str:
-        return render_run_html(run, rows, title="dflash-eval demo: demo-inhouse vs demo-reference")
-
-    try:
-        result = evaluate(options, reporter, page if html else None)  # report.html under the folder's lock
+    settings = settings.with_sections(
+        Drafters(drafters=(f"{inhouse}:demo-inhouse",), reference=f"{reference}:demo-reference"),
+        InputSettings(target=str(target_path()), prompts="demo", max_new_tokens=max_new_tokens, thinking=False),
+        dataclasses.replace(settings.output, out=out))
+    try:  # report.html under the folder's lock
+        result = evaluate(settings, reporter, title="dflash-eval demo: demo-inhouse vs demo-reference")
     finally:
         reporter.close()
         if (out / STATE).is_file():  # even when interrupted: the next demo may replace this folder
             (out / DEMO_MARKER).touch()
-    rows = read_samples(out / "samples.jsonl")
-    render_report(console, result, rows, run_dir=str(out), program=program())
-    print_guidance(console, demo_guidance(result, inhouse, out, max_new_tokens, html, cache_dir, reference))
+    render_report(console, result.document, result.rows, run_dir=str(out), program=program())
+    print_guidance(console, demo_guidance(result.document, inhouse, out, max_new_tokens, settings.output.html,
+                                          settings.output.cache_dir, reference))
 
 
 DEMO_MARKER = ".dflash-eval-demo"  # written into the demo's folder; only such a folder is ever replaced

@@ -8,13 +8,11 @@ from typing import Optional
 
 import typer
 
-from . import options as opt
+from ..core.settings.inputs import InputSettings
 from .common import incomplete_banner, reports_input_errors, safe_line, stdout_console
 from .options import finite_number
-from .root import app
 
 
-@app.command()
 @reports_input_errors
 def diff(
     a: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the baseline)."),
@@ -25,7 +23,7 @@ def diff(
     top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the comparison as a self-contained HTML file."),
-    seed: int = typer.Option(0, "--seed", min=opt.seed.flag.minimum, help="Seed of the bootstrap interval and the permutation test."),
+    seed: int = typer.Option(0, "--seed", min=InputSettings.flag("seed").minimum, help="Seed of the bootstrap interval and the permutation test."),
     partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""

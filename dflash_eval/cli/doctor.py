@@ -1,4 +1,6 @@
-"""`dflash-eval doctor`: replay one drafter under each classic bug's variant and name the mismatch."""
+"""`dflash-eval doctor`: replay one drafter under each classic bug's variant and name the mismatch. Its flags
+are the sections' (cli/options.takes); the library (commands/doctor.run_doctor) takes a run folder's
+settings, holds the folder's lock and writes every file, so the CLI parses, calls and prints."""
 
 from __future__ import annotations
 
@@ -7,106 +9,62 @@ from typing import Optional
 
 import typer
 
-from . import options as opt
-from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
+from ..core.settings.execution import Doctor, Placement, Replay
+from ..core.settings.inputs import InputSettings
+from ..core.settings.output import Output
+from ..core.settings.run_settings import RunSettings
+from ..core.settings.sections import Use
+from ..core.settings.work import Breakdown, Sampling
+from .common import claims_out, reports_input_errors, safe_line, stdout_console
+from .options import takes
 from .progress import reporter_for
-from .root import app
+
+OUT_HELP = ("Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, "
+            "thinking, target, final block) and adds a 'doctor' section to its run.json.")
 
 
-@app.command()
 @reports_input_errors
 @claims_out()
+@takes(Use(InputSettings, without=("responses",)), Use(Replay, only=("final_block",)),
+       Use(Output, only=("cache_dir",)), Use(Sampling, help=Sampling.OFFLINE_HELP), Doctor,
+       Use(Breakdown, help=Breakdown.DOCTOR_HELP), Use(Placement, only=("device", "dtype")))
 def doctor(
+    settings: RunSettings,
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),
     reference: Optional[str] = typer.Option(None, "--reference", help="Explain the gap to this drafter ('z-lab', PATH or PATH:NAME, as run's --reference): how much of it each variant closes."),
-    target: opt.target.type = opt.target.default,
-    prompts: opt.prompts.type = opt.prompts.default,
-    prompt_field: opt.prompt_field.type = opt.prompt_field.default,
-    limit: opt.limit.type = opt.limit.default,
-    max_new_tokens: opt.max_new_tokens.type = opt.max_new_tokens.default,
-    thinking: opt.thinking.type = opt.thinking.default,
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, thinking, target) and adds a 'doctor' section to its run.json."),
-    device: opt.device.type = opt.device.default,
-    dtype: opt.dtype.type = opt.dtype.default,
-    cache_dir: opt.cache_dir.type = opt.cache_dir.default,
-    seed: opt.seed.type = opt.seed.default,
-    semantics: opt.semantics.type = opt.semantics.default,
-    temperature: opt.temperature_offline.type = opt.temperature_offline.default,
-    top_p: opt.top_p.type = opt.top_p.default,
-    top_k: opt.top_k.type = opt.top_k.default,
-    draft_policy: opt.draft_policy_offline.type = opt.draft_policy_offline.default,
-    samples: opt.samples.type = opt.samples.default,
-    context_variants: bool = typer.Option(True, "--context-variants/--no-context-variants", help="Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target pass per prompt each)."),
-    depth_buckets: opt.depth_buckets.type = opt.depth_buckets.default,
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help=OUT_HELP),
     engines: bool = typer.Option(False, "--engines", help="Instead of the variants: the drafter under every engine's reading of its checkpoint (z-lab, speculators, vLLM, SGLang, llama.cpp) on the same trajectories, tau per engine and the rule responsible for each difference; writes engines.json with --out."),
-    draft_window: opt.draft_window_doctor.type = opt.draft_window_doctor.default,
-    trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
-    given = dict(locals())  # every option, passed on whole (a new option needs no second list)
-    from ..core.paths import output_path
+    import dataclasses
+
     from ..pipeline.preflight import check_paths
 
     check_paths([drafter, *([reference] if reference else [])])  # before any heavy import (pipeline/preflight.py)
-    if out is not None:  # (a run folder in --out is held locked from the first line: cli/common.claims_out)
-        output_path(out, "--out", folder=True)
-    _doctor(**given)
-
-
-def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
-            cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
-            depth_buckets, draft_window, trained_taps, engines) -> None:
-    """doctor's work once its --out is checked (and, a run folder, locked)."""
-    from ..commands.doctor import run_doctor
-    from ..commands.evaluate import RunOptions
-    from ..core.documents.results import RUN_JSON
-    from ..render.terminal_doctor import render_doctor
-
-    run_count = None
-    if out is not None and (out / RUN_JSON).is_file():
-        from ..commands.doctor import settings_of_run
-
-        prompts, max_new_tokens, thinking, target, run_count = settings_of_run(out, prompts, max_new_tokens, thinking,
-                                                                               target, limit)
-        from ..commands.doctor_windows import run_window_settings
-
-        depth_buckets, draft_window = run_window_settings(out, depth_buckets, draft_window)
+    settings = settings.with_sections(
+        dataclasses.replace(settings.drafters, drafters=(drafter,), reference=reference),
+        dataclasses.replace(settings.output, out=out))
     console = stdout_console()
     reporter = reporter_for(console)
-    shared = opt.shared_settings(target=target, prompts=prompts, limit=limit if run_count is None else (limit or run_count),
-                                 seed=seed, max_new_tokens=max_new_tokens, thinking=thinking, device=device,
-                                 dtype=dtype, cache_dir=cache_dir, semantics=semantics, prompt_field=prompt_field)
-    if draft_policy == "both":
-        raise fail("doctor examines one draft policy at a time (--draft-policy sample or argmax)")
-    options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
-                         draft_policy=draft_policy, samples=samples, context_variants=context_variants,
-                         depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps, **shared)
     if engines:
-        if trained_taps is not None:
+        from ..commands.doctor_engines import run_engines
+        from ..render.doctor_engines import render_engines
+
+        try:
+            result = run_engines(settings, reporter, write=out is not None)
+        finally:
             reporter.close()
-            raise fail("--engines and --trained-taps are two doctors: run them one at a time")
-        _engines(options, reporter, console, out)
+        render_engines(console, result)
+        if out is not None:
+            console.print(safe_line(f"written: {out / 'engines.json'}"))
         return
-    from ..render.html import render_run_html
+    from ..commands.doctor import run_doctor
+    from ..render.terminal_doctor import render_doctor
 
     try:
-        result = run_doctor(options, reporter, write=out is not None, report=render_run_html)
+        result = run_doctor(settings, reporter, write=out is not None)
     finally:
         reporter.close()
     render_doctor(console, result)
     if out is not None:
         console.print(safe_line(f"written: {out / 'doctor.json'}"))
-
-
-def _engines(options, reporter, console, out: Optional[Path]) -> None:
-    """doctor --engines: commands/doctor_engines.py composes, render/doctor_engines.py shows, engines.json."""
-    from ..commands.doctor_engines import run_engines
-    from ..render.doctor_engines import render_engines
-
-    try:
-        result = run_engines(options, reporter, write=out is not None)
-    finally:
-        reporter.close()
-    render_engines(console, result)
-    if out is not None:
-        console.print(safe_line(f"written: {out / 'engines.json'}"))

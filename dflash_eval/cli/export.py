@@ -10,10 +10,8 @@ from typing import Optional
 import typer
 
 from .common import reports_input_errors, safe_line, stdout_console, write_stdout
-from .root import app
 
 
-@app.command("export-serving")
 @reports_input_errors
 def export_serving(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),

@@ -7,10 +7,8 @@ from typing import Optional
 import typer
 
 from .common import fail, reports_input_errors, stdout_console
-from .root import app
 
 
-@app.command()
 @reports_input_errors
 def inspect(
     drafter: str = typer.Argument(..., help="Drafter checkpoint folder (z-lab or speculators format) or HF cache name."),

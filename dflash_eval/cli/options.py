@@ -1,28 +1,35 @@
-"""The option bundle `run` and `doctor` (and later `track`) share: one name, one default, one help text per
-setting, mapped onto `options.RunOptions` by `shared_settings`. The settings are declared in their sections
-(core/settings/inputs.py, core/settings/work.py, core/settings/execution.py); `Setting(flag)` turns a section's
-`Flag` into the Typer option, and a command's signature reads its default from the same place:
-`tap_chunk: opt.tap_chunk.type = opt.tap_chunk.default`.
+"""Command signatures generated from the sections' flags: `takes(*sections, **named)` names the sections a
+command takes (core/settings/sections.py: a `Section` owns its flags, their help, default and panel) and
+builds the command's Typer signature from their `Flag`s plus the command's own parameters; the command
+receives the settings built (`RunSettings` made of the sections it takes, the others at their defaults) and
+its own values, never a flag's value to pass on by hand. So adding an option is a field and a `Flag` in its
+section: every command that takes the section gains it, with one name, default and help.
 
-The inputs flags default to `None` where "the run default" depends on context (doctor --out RUN takes that
-run's settings); `shared_settings` then applies the run defaults (`InputSettings.given`), so every command means
-the same thing by them.
+    @takes(Drafters, InputSettings, Output, Replay, Placement, Batching, Sampling, Serving, ...)
+    def run(settings: RunSettings) -> None: ...
+
+    @takes(Use(Sampling, help=Sampling.OFFLINE_HELP), ..., tracking=Tracking)   # a section of its own,
+    def track(settings: RunSettings, tracking: Tracking, save_dir: list[Path] = typer.Argument(...)): ...
+
+A section passed by keyword (`tracking=`) reaches the command as that argument instead of inside the
+RunSettings (a wing's own section: the training wing's `Tracking`). `finite_number` is the parser of every
+float option.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import math
-from typing import Annotated, Any
+import sys
+import typing
+from typing import Any
 
 import typer
 
-from ..core.settings.execution import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
-from ..core.settings.execution import Explanation, Numerics, Placement, Replay
-from ..core.settings.inputs import InputSettings
-from ..core.settings.output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
-from ..core.settings.output import Output
-from ..core.settings.sections import Flag
-from ..core.settings.work import Batching, Breakdown, LongContext, Sampling, Serving
+from ..core.settings.run_settings import RunSettings
+from ..core.settings.sections import Flag, Section, Use, use
 
 
 def finite_number(low: float | None = None, high: float | None = None, *, low_open: bool = False):
@@ -45,80 +52,71 @@ def finite_number(low: float | None = None, high: float | None = None, *, low_op
     parse.__name__ = "float"  # help shows NUMBER for it, as for any float (root._WORDS)
     return parse
 
-# the labelled groups of `--help` are the sections' own panels (core/settings/work.py); --drafter and --reference
-# share theirs, DRAFTERS, with --explain (core/settings/execution.py)
+
+def option(flag: Flag, help: str | None = None):
+    """A section's flag as the Typer option a command declares (its default, names, help, panel, bounds)."""
+    extra: dict[str, Any] = {}
+    if flag.minimum is not None:
+        extra["min"] = flag.minimum
+    if flag.maximum is not None:
+        extra["max"] = flag.maximum
+    if flag.metavar is not None:
+        extra["metavar"] = flag.metavar
+    if flag.number is not None:
+        low, high, low_open = flag.number
+        extra["parser"] = finite_number(low, high, low_open=low_open)
+    return typer.Option(flag.default, *flag.names, help=help or flag.help, rich_help_panel=flag.panel, **extra)
 
 
-class Setting:
-    """A section's flag as a command declares it: `type` (the Annotated Typer option) and `default`."""
-
-    def __init__(self, flag: Flag, help: str | None = None) -> None:
-        self.flag, self.default = flag, flag.default
-        extra: dict[str, Any] = {}
-        if flag.minimum is not None:
-            extra["min"] = flag.minimum
-        if flag.maximum is not None:
-            extra["max"] = flag.maximum
-        if flag.metavar is not None:
-            extra["metavar"] = flag.metavar
-        if flag.number is not None:
-            low, high, low_open = flag.number
-            extra["parser"] = finite_number(low, high, low_open=low_open)
-        self.help = help or flag.help
-        self.type = Annotated[flag.type, typer.Option(*flag.names, help=self.help, rich_help_panel=flag.panel,
-                                                      **extra)]
+def command_line() -> tuple[str, ...]:
+    """What run.json records of the command line: the program's name and the words after it."""
+    return ("dflash-eval", *sys.argv[1:])
 
 
-target = Setting(InputSettings.flag("target"))
-prompts = Setting(InputSettings.flag("prompts"))
-prompt_field = Setting(InputSettings.flag("prompt_field"))
-limit = Setting(InputSettings.flag("limit"))
-seed = Setting(InputSettings.flag("seed"))
-max_new_tokens = Setting(InputSettings.flag("max_new_tokens"))
-thinking = Setting(InputSettings.flag("thinking"))
-responses = Setting(InputSettings.flag("responses"))
-semantics = Setting(InputSettings.flag("semantics"))
-out = Setting(Output.flag("out"))
-out_track = Setting(Output.flag("out"), Output.TRACK_HELP["out"])
-overwrite = Setting(Output.flag("overwrite"))
-overwrite_track = Setting(Output.flag("overwrite"), Output.TRACK_HELP["overwrite"])
-cache_dir = Setting(Output.flag("cache_dir"))
-numerics_check = Setting(Numerics.flag("numerics_check"))
-explain = Setting(Explanation.flag("explain"))
-mode = Setting(Replay.flag("mode"))
-final_block = Setting(Replay.flag("final_block"))
-kernels = Setting(Replay.flag("kernels"))
-device = Setting(Placement.flag("device"))
-dtype = Setting(Placement.flag("dtype"))
-device_map = Setting(Placement.flag("device_map"))
-max_memory = Setting(Placement.flag("max_memory"))
-shard = Setting(Placement.flag("shard"))
-dist_timeout = Setting(Placement.flag("dist_timeout"))
-anchor_batch = Setting(Batching.flag("anchor_batch"))
-tap_chunk = Setting(Batching.flag("tap_chunk"))
-generation_batch = Setting(Batching.flag("generation_batch"))
-temperature = Setting(Sampling.flag("temperature"))
-temperature_offline = Setting(Sampling.flag("temperature"), Sampling.OFFLINE_HELP["temperature"])  # track, doctor
-top_p = Setting(Sampling.flag("top_p"))
-top_k = Setting(Sampling.flag("top_k"))
-draft_policy = Setting(Sampling.flag("draft_policy"))
-draft_policy_offline = Setting(Sampling.flag("draft_policy"), Sampling.OFFLINE_HELP["draft_policy"])
-samples = Setting(Sampling.flag("samples"))
-draft_lengths = Setting(Serving.flag("draft_lengths"))
-accelerator = Setting(Serving.flag("accelerator"))
-step_times = Setting(Serving.flag("step_times"))
-depth_buckets = Setting(Breakdown.flag("depth_buckets"))
-draft_window = Setting(Breakdown.flag("draft_window"))
-draft_window_doctor = Setting(Breakdown.flag("draft_window"), Breakdown.DOCTOR_HELP["draft_window"])
-context_tokens = Setting(LongContext.flag("context_tokens"))
-max_context = Setting(LongContext.flag("max_context"))
+def takes(*sections: type[Section] | Use, **named: type[Section] | Use):
+    """The decorator (module docstring): the command's signature is its own parameters (its first one,
+    `settings`, and the ones named in `named` excepted) followed by the flags of `sections` and `named`."""
+    uses = [use(s) for s in sections]
+    named_uses = {name: use(s) for name, s in named.items()}
+    homes = RunSettings.sections()
+    for u in uses:
+        if u.section not in homes:
+            raise TypeError(f"{u.section.__name__} is not a section of RunSettings; pass it by name")
 
+    def decorate(command):
+        own = [p for p in inspect.signature(command).parameters.values()
+               if p.name != "settings" and p.name not in named_uses]
+        try:
+            hints = typing.get_type_hints(command)
+        except NameError:  # a section named by a local (the tests' exercise): only the own parameters' types matter
+            hints = {p.name: eval(p.annotation, command.__globals__) if isinstance(p.annotation, str) else p.annotation
+                     for p in own}
+        takes_settings = "settings" in inspect.signature(command).parameters
+        params = [p.replace(annotation=hints.get(p.name, p.annotation), kind=inspect.Parameter.KEYWORD_ONLY)
+                  for p in own]
+        seen = {p.name for p in params}
+        for u in [*uses, *named_uses.values()]:
+            for flag in u.flags:
+                if flag.field in seen:
+                    raise TypeError(f"{command.__name__}: two parameters named {flag.field!r}")
+                seen.add(flag.field)
+                params.append(inspect.Parameter(flag.field, inspect.Parameter.KEYWORD_ONLY,
+                                                default=option(flag, u.help.get(flag.field)), annotation=flag.type))
 
-def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,
-                    semantics, prompt_field=None, responses=None) -> dict[str, Any]:
-    """The bundle's values as RunOptions fields, with the run defaults applied (core/settings/inputs.InputSettings)."""
-    from ..core.settings.run_settings import default_cache_dir
+        @functools.wraps(command)
+        def wrapper(**values):
+            def section_of(u: Use) -> Section:
+                return u.section.from_flags({f.field: values.pop(f.field) for f in u.flags})
 
-    inputs = InputSettings.given(target=target, prompts=prompts, prompt_field=prompt_field, limit=limit, seed=seed,
-                          max_new_tokens=max_new_tokens, thinking=thinking, responses=responses, semantics=semantics)
-    return dict(inputs.run_fields(), device=device, dtype=dtype, cache_dir=cache_dir or default_cache_dir())
+            built = {homes[u.section]: section_of(u) for u in uses}
+            mine = {name: section_of(u) for name, u in named_uses.items()}
+            if takes_settings:
+                built["output"] = dataclasses.replace(built.get("output", RunSettings().output), argv=command_line())
+                mine["settings"] = RunSettings(**built)
+            return command(**mine, **values)
+
+        wrapper.__signature__ = inspect.Signature(params)  # what Typer reads (inspect stops at it)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate

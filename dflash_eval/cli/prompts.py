@@ -7,10 +7,9 @@ from typing import Optional
 import typer
 
 from .common import fail, reports_input_errors, stdout_console
-from .root import app
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Prompt sets: what they hold and what is sent.")
-app.add_typer(prompts_app, name="prompts")
+
 
 
 @prompts_app.command("list")

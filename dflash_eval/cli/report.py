@@ -10,10 +10,8 @@ from typing import Optional
 import typer
 
 from .common import fail, incomplete_banner, program, reports_input_errors, safe_line, stdout_console, write_stdout
-from .root import app
 
 
-@app.command()
 @reports_input_errors
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),

@@ -10,10 +10,8 @@ from typing import List, Optional
 import typer
 
 from .common import fail, reports_input_errors, safe_line, stdout_console
-from .root import app
 
 
-@app.command()
 @reports_input_errors
 def served(
     dumps: Optional[List[Path]] = typer.Argument(None, help="A /metrics dump, two dumps BEFORE AFTER (subtracted), or "

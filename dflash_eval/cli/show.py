@@ -7,12 +7,10 @@ from typing import Optional
 
 import typer
 
-from . import options as opt
+from ..core.settings.inputs import InputSettings
 from .common import fail, incomplete_banner, reports_input_errors, stdout_console
-from .root import app
 
 
-@app.command()
 @reports_input_errors
 def show(
     run_dir: Path = typer.Argument(..., help="A run folder written by `dflash-eval run`."),
@@ -21,7 +19,7 @@ def show(
     worst: Optional[int] = typer.Option(None, "--worst", min=0, metavar="K", help="The K blocks with the shortest accepted prefix, taken across prompts (each prompt's worst before any prompt's second)."),
     first: Optional[int] = typer.Option(None, "--first", min=1, metavar="N", help="The first N blocks (default 10 unless --prompt is given)."),
     sample: Optional[int] = typer.Option(None, "--random", min=1, metavar="K", help="K blocks at random."),
-    seed: int = typer.Option(0, "--seed", min=opt.seed.flag.minimum, help="Seed of the --random choice."),
+    seed: int = typer.Option(0, "--seed", min=InputSettings.flag("seed").minimum, help="Seed of the --random choice."),
     partial: bool = typer.Option(False, "--partial", help="On an unfinished run: the prompts done so far, under a banner."),
     flagged: bool = typer.Option(False, "--flagged", help="Only the blocks a repetition detector flagged, worst first (with --worst K: the K worst of them)."),
 ) -> None:

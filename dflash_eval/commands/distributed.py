@@ -20,7 +20,6 @@ import dataclasses
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 
 def launched_ranks() -> tuple[int, int]:
@@ -53,27 +52,28 @@ def rank_device(device: str, local_rank: int) -> str:
     return "cpu" if device == "auto" else device
 
 
-def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
-    """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge;
-    `report`: as evaluate's (the merged folder's report.html)."""
+def evaluate_launched(settings, reporter=None):
+    """`commands.evaluate.evaluate`, or under torchrun: this rank's shard, then (rank 0) the exact merge (its
+    report.html with --html); the document and rows (commands/evaluate.Evaluation) either way."""
     from ..core.errors import InputError
     from ..pipeline.continuations import generation_shared_by_ranks
     from .evaluate import evaluate
 
     rank, world = launched_ranks()
     if world <= 1:
-        return evaluate(options, reporter, report)
-    if options.shard is not None:
+        return evaluate(settings, reporter)
+    placement = settings.placement
+    if placement.shard is not None:
         raise InputError(None, "--shard and torchrun both split the prompts: use one of them")
-    if options.device_map is not None:
+    if placement.device_map is not None:
         raise InputError(None, "--device-map and torchrun: one target split over GPUs per rank is not supported; "
                                "use one of them")
     import torch
     import torch.distributed as dist
 
     local = int(os.environ.get("LOCAL_RANK", rank))
-    device = rank_device(options.device, local)
-    timeout = timedelta(seconds=float(options.dist_timeout))
+    device = rank_device(placement.device, local)
+    timeout = timedelta(seconds=float(placement.dist_timeout))
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=torch.device(device), timeout=timeout)
@@ -81,15 +81,18 @@ def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
         dist.init_process_group("gloo", timeout=timeout)
     failed = True
     try:
-        mine = dataclasses.replace(options, shard=f"{rank}/{world}", out=shard_folder(options.out, rank), device=device)
+        mine = settings.with_sections(dataclasses.replace(placement, shard=f"{rank}/{world}", device=device),
+                                      dataclasses.replace(settings.output, out=shard_folder(settings.out, rank),
+                                                          html=False))  # the merged folder has the page
         with generation_shared_by_ranks():  # each planned batch generated once, by one rank (continuations.py)
             result = evaluate(mine, reporter)
         dist.barrier()
         if rank == 0:
             from .merge import merge
 
-            result = merge([shard_folder(options.out, r) for r in range(world)], options.out,
-                           overwrite=options.overwrite, argv=options.argv, report=report)
+            result = merge([shard_folder(settings.out, r) for r in range(world)], settings.out,
+                           overwrite=settings.output.overwrite, argv=list(settings.output.argv),
+                           html=settings.output.html)
         dist.barrier()
         failed = False
         return result

@@ -36,12 +36,14 @@ untrained row.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from ..core import compare as C
 from ..core.errors import InputError
 from ..core.explanation import MIN_GAIN, as_if_verdict, significant_gain
+from ..core.settings.run_settings import RunSettings
 from .doctor_variants import (
     Variant,
     VariantResult,
@@ -124,12 +126,12 @@ def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: di
     return out
 
 
-def _context_variants(target, drafter, prompts, inputs, options, base, final_norm, hidden, reporter) -> list:
+def _context_variants(target, drafter, prompts, inputs, settings, base, final_norm, hidden, reporter) -> list:
     """The configured drafter on continuations made with thinking flipped, and from the raw prompt text
     without the chat template: new continuations (cached) and one more target pass per prompt each. A win
     says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
     the paper")."""
-    from ..pipeline.continuations import continuations_for, template_ids, whole_prompt_set
+    from ..pipeline.continuations import continuations_for, template_ids
     from ..pipeline.scoring import off_accelerator
     from ..pipeline.trajectories import capture_trajectory
 
@@ -145,18 +147,18 @@ def _context_variants(target, drafter, prompts, inputs, options, base, final_nor
          thinking, "raw", {p.id: template_ids(inputs.tokenizer, p, thinking, "raw") for p in prompts}),
     ]
     out = []
-    universe = whole_prompt_set(options)  # the run's plan: a variant's text is `run` with its thinking flag's
+    universe = inputs.planned  # the run's plan: a variant's text is `run` with its thinking flag's
     for name, bug, how, check, group_thinking, template, ids in groups:
         with off_accelerator(target, drafter):  # the generation batch counts the target alone (scoring.py)
-            texts, _ = continuations_for(target, prompts, ids, options, group_thinking, None, reporter,
+            texts, _ = continuations_for(target, prompts, ids, settings, group_thinking, None, reporter,
                                          template=template, universe=universe)
         trajectories = None  # the previous group's taps leave host memory before this group's arrive
         # only the drafter's own taps: the one variant scored here reads nothing else (doctor's host memory)
         trajectories = [capture_trajectory(target, p, ids[p.id], texts[p.id], drafter.spec.taps,
-                                           sequence_chunk=options.batching.tap_chunk, offload=True) for p in prompts]
+                                           sequence_chunk=settings.batching.tap_chunk, offload=True) for p in prompts]
         (result,) = evaluate_variants(drafter, [Variant("as configured", "")], trajectories, final_norm, hidden,
-                                      options.max_new_tokens, options.batching.anchor_batch)
-        delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=options.seed, common_only=True)
+                                      settings.scoring)
+        delta = C.delta_tau_per_prompt(base.per_prompt(), result.per_prompt(), seed=settings.seed, common_only=True)
         out.append({"variant": name, "bug": bug, "how": how, "check": check, "tau_macro": result.tau(),
                     "delta": delta.to_dict(), "target_passes": len(prompts), "per_prompt": result.per_prompt()})
     return out
@@ -168,39 +170,56 @@ def _with_every_prompt(per_prompt: dict, prompts) -> dict:
     return {p.id: tuple(per_prompt.get(p.id, (0, 0))) for p in prompts}
 
 
-def settings_of_run(out: Path, prompts, max_new_tokens, thinking, target, limit):
-    """doctor --out RUN: the run's own settings fill what was not given; a given one that differs is refused
-    by name (a doctor section computed on other prompts or tokens would sit in that run's report)."""
+def settings_of_run(settings: RunSettings) -> RunSettings:
+    """doctor --out RUN: the run's own settings fill what was not given (its prompts, tokens, thinking, target
+    and count, its --final-block, depth buckets and draft window); a given one that differs is refused by name
+    (a doctor section computed on other prompts or tokens, or replayed under another rule, would sit in that
+    run's report)."""
     from ..core.documents.results import read_run_document
     from ..formats.files import resolve_local_or_cached
+    from .doctor_windows import run_window_settings
 
-    prov = read_run_document(out)["provenance"]
+    out = settings.out
+    run = read_run_document(out)
+    prov = run["provenance"]
+    inputs = settings.inputs
     recorded = {"--prompts": prov["prompts"]["source"], "--max-new-tokens": prov["max_new_tokens"],
                 "--thinking": prov["enable_thinking"], "--target": prov["target"]["path"]}
-    given = {"--prompts": prompts, "--max-new-tokens": max_new_tokens, "--thinking": thinking, "--target": target}
-    if target is not None:
-        given["--target"] = str(resolve_local_or_cached(target).resolve())
+    fields = {"--prompts": "prompts", "--max-new-tokens": "max_new_tokens", "--thinking": "thinking", "--target": "target"}
+    given = {flag: getattr(inputs, name) if name in inputs.given else None for flag, name in fields.items()}
+    if given["--target"] is not None:
+        given["--target"] = str(resolve_local_or_cached(given["--target"]).resolve())
         recorded["--target"] = str(Path(recorded["--target"]).resolve())
     for name, value in given.items():
         if value is not None and value != recorded[name]:
             raise InputError(out, f"this run was made with {name} {recorded[name]!r}, doctor was given {value!r}; "
                        "drop the option to use the run's setting, or write doctor elsewhere with another --out")
     count = prov["prompts"]["count"]
+    limit = inputs.limit if "limit" in inputs.given else None
     if limit is not None and limit != count:
         raise InputError(out, f"this run has {count} prompts, doctor was given --limit {limit}; drop --limit to use the run's")
     if any(a == "--seed" or a.startswith("--seed=") for a in prov.get("argv", [])):
         raise InputError(out, "this run drew a seeded prompt subset (--seed); doctor --out on it would not see the same "
                    "prompts: write doctor elsewhere")
-    return recorded["--prompts"], recorded["--max-new-tokens"], recorded["--thinking"], recorded["--target"], count
+    final_block = prov.get("final_block", settings.replay.final_block)
+    if settings.replay.final_block not in ("shorter", final_block):  # a rule given that is not the run's default
+        raise InputError(out, f"this run was made with --final-block {final_block}, doctor was given "
+                              f"{settings.replay.final_block!r}; drop the option to use the run's")
+    edges, window = run_window_settings(out, run, settings.breakdown.depth_buckets, settings.breakdown.draft_window)
+    return settings.with_sections(
+        dataclasses.replace(inputs, prompts=recorded["--prompts"], max_new_tokens=recorded["--max-new-tokens"],
+                            thinking=recorded["--thinking"], target=recorded["--target"], limit=limit or count),
+        dataclasses.replace(settings.replay, final_block=final_block),
+        dataclasses.replace(settings.breakdown, depth_buckets=edges, draft_window=window))
 
 
 DOCTOR_JSON = "doctor.json"
 
 
-def write_doctor(out: Path, result: dict[str, Any], report=None) -> list[Path]:
+def write_doctor(out: Path, result: dict[str, Any]) -> list[Path]:
     """doctor's files in OUT: doctor.json (recorded among the folder's written files, so `--overwrite` of a
-    run folder removes it with the run); when OUT is a run folder, its run.json gains the 'doctor' section
-    and, with `report(run, rows)` (render.html.render_run_html), its report.html is written again with it."""
+    run folder removes it with the run); when OUT is a run folder, its run.json gains the 'doctor' section and
+    its report.html (when it has one) is written again with it (render/html.py)."""
     import json
 
     from ..core.documents import results as R
@@ -213,30 +232,41 @@ def write_doctor(out: Path, result: dict[str, Any], report=None) -> list[Path]:
         run["doctor"] = result
         R.atomic_write(out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
         written.append(out / R.RUN_JSON)
-        if report is not None and (out / REPORT_HTML).exists():
-            written.append(write_run_html(out, report(run, R.read_samples(out / R.SAMPLES))))
+        if (out / REPORT_HTML).exists():
+            from ..render.html import render_run_html
+
+            written.append(write_run_html(out, render_run_html(run, R.read_samples(out / R.SAMPLES))))
     return written
 
 
-def run_doctor(options, reporter=None, *, write: bool = True, report=None) -> dict[str, Any]:
+def run_doctor(settings: RunSettings, reporter=None, *, write: bool = True) -> dict[str, Any]:
     """The `doctor` command as a composition of the run's stages: inputs (one drafter) -> continuations ->
     one trajectory per prompt (taps of every layer any variant reads) -> static checks -> every variant
-    scored on the same trajectories -> summary. `options` is an options.RunOptions. With `write` the
-    result is written into `options.out` as `dflash-eval doctor --out` writes it (write_doctor; `report`:
-    render.html.render_run_html, to write a run folder's report.html again with the doctor section)."""
-    result = _diagnose(options, reporter)
-    if write:
-        write_doctor(options.out, result, report)
+    scored on the same trajectories -> summary. With `write` the result is written into `settings.out` as
+    `dflash-eval doctor --out` writes it (write_doctor), under the folder's lock; when --out holds a run,
+    that run's settings fill what was not given (`settings_of_run`) and its report.html is written again with
+    the doctor section (`write_doctor`)."""
+    from ..core.documents.results import RUN_JSON
+    from ..pipeline.run_folder import claimed
+
+    out = settings.output.out if write else None
+    if settings.sampling.draft_policy == "both":
+        raise InputError(None, "doctor examines one draft policy at a time (--draft-policy sample or argmax)")
+    with claimed(out):  # (already held when the CLI took it first: cli/common.claims_out)
+        if out is not None and (Path(out) / RUN_JSON).is_file():
+            settings = settings_of_run(settings)
+        result = _diagnose(settings, reporter)
+        if out is not None:
+            write_doctor(Path(out), result)
     return result
 
 
-def _diagnose(options, reporter=None) -> dict[str, Any]:
+def _diagnose(settings, reporter=None) -> dict[str, Any]:
     """run_doctor's work: the summary, written nowhere."""
-    from ..core.settings.run_settings import Reporter
+    from ..core.progress import Reporter
     from ..model.kernels import kernel_report, torch_fallback_kernels
-    from ..model.sampling import sampling_of
     from ..model.target import capture_taps, load_target, target_info
-    from ..pipeline.continuations import continuations_for, whole_prompt_set
+    from ..pipeline.continuations import continuations_for
     from ..pipeline.inputs import prepare_inputs
     from ..pipeline.scoring import kernels_context, load_drafters
     from ..pipeline.trajectories import capture_trajectory
@@ -244,17 +274,17 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     reporter = reporter or Reporter()
     from ..pipeline.turns import answer_earlier_turns
 
-    inputs = answer_earlier_turns(prepare_inputs(options, one_drafter=True), options, reporter)  # multi-turn sets
+    inputs = answer_earlier_turns(prepare_inputs(settings, one_drafter=True), settings, reporter)  # multi-turn sets
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
-    reference = inputs.entries[1] if options.reference else None
-    n_contexts = 2 if options.context_variants and options.temperature <= 0 else 0
+    reference = inputs.entries[1] if settings.drafters.reference else None
+    n_contexts = 2 if settings.doctor.context_variants and settings.sampling.temperature <= 0 else 0
     reporter.note(f"doctor: {len(prompts)} target passes for every variant of the drafter (one per prompt"
-                  + (", per sample" if options.temperature > 0 else "") + ")"
+                  + (", per sample" if settings.sampling.temperature > 0 else "") + ")"
                   + (f", plus {len(prompts)} for each of {n_contexts} context variants (thinking flipped, raw prompt: "
                      f"new continuations): {len(prompts) * (1 + n_contexts)} in all" if n_contexts else ""))
     info = target_info(target_path)
-    target = load_target(str(target_path), device=options.device, dtype=options.dtype,
-                         allow_accelerated_on_cpu=options.kernels == "torch")
+    target = load_target(str(target_path), device=settings.placement.device, dtype=settings.placement.dtype,
+                         allow_accelerated_on_cpu=settings.replay.kernels == "torch")
     spec = entry.spec
     variants = build_variants(spec, info.num_layers)
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
@@ -264,33 +294,33 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
                     | set(reference.spec.taps if reference else ()))
     ids = inputs.prompt_ids()
     thinking = inputs.thinking
-    sampled = options.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
-    with kernels_context(target, options):  # --kernels torch generates too, as in `run`: the same cache entries
+    sampled = settings.sampling.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
+    with kernels_context(target, settings):  # --kernels torch generates too, as in `run`: the same cache entries
         if sampled:
             from ..pipeline.continuations import sampled_continuations_for
 
-            texts, _ = sampled_continuations_for(target, prompts, ids, options, thinking, reporter,
-                                                 universe=whole_prompt_set(options))
+            texts, _ = sampled_continuations_for(target, prompts, ids, settings, thinking, reporter,
+                                                 universe=inputs.planned)
         else:  # the run's generation plan: the same continuations as `run` on these prompts
-            greedy, _ = continuations_for(target, prompts, ids, options, thinking, None, reporter,
-                                          universe=whole_prompt_set(options))
+            greedy, _ = continuations_for(target, prompts, ids, settings, thinking, None, reporter,
+                                          universe=inputs.planned)
             texts = {(pid, 0): cont for pid, cont in greedy.items()}
 
-    _check_host_room(target, inputs, options, prompts, ids, texts, layers, spec)
+    _check_host_room(target, inputs, settings, prompts, ids, texts, layers, spec)
     trajectories = []
     reporter.phase("target pass", len(texts))
-    with kernels_context(target, options):
+    with kernels_context(target, settings):
         for prompt in prompts:
-            for k in range(options.samples if sampled else 1):
+            for k in range(settings.sampling.samples if sampled else 1):
                 trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[(prompt.id, k)], layers,
-                                                       sequence_chunk=options.batching.tap_chunk, keep_hidden=sampled,
+                                                       sequence_chunk=settings.batching.tap_chunk, keep_hidden=sampled,
                                                        sample=k if sampled else None, offload=True))
                 reporter.advance("target pass", prompt.id)
     for traj in trajectories:  # before any drafter runs
         check_taps(traj.taps(spec.taps), spec, info.hidden_size, str(target_path))
 
     kernels = (_kernel_comparison(target, trajectories[0], layers, torch_fallback_kernels, capture_taps, kernel_report)
-               if options.kernels != "torch" else
+               if settings.replay.kernels != "torch" else
                {"compared": False, "detail": "--kernels torch: every pass ran the torch fallback"})
     drafter = load_drafters([entry], target)[entry.name]
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
@@ -301,16 +331,16 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     results = []
     for variant in variants:
         results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
-                                         options.max_new_tokens, options.batching.anchor_batch,
-                                         sampling_of(options) if sampled else None, target.lm_head))
+                                         settings.scoring,
+                                         settings.sampling if sampled else None, target.lm_head))
         reporter.advance("variants", variant.name)
-    summary = summarize(results, seed=options.seed)
+    summary = summarize(results, seed=settings.seed)
     lens_check = None
     if not sampled:  # the lens compares drafts with the target's argmax: a greedy diagnosis
         from ..model.target import lens_tokens
 
         lens = {k: [lens_tokens(target, traj.layers[k]) for traj in trajectories] for k in lens_layers}
-        lens_check = logit_lens_check(results[0].drafts, trajectories, lens, info.num_layers, seed=options.seed)
+        lens_check = logit_lens_check(results[0].drafts, trajectories, lens, info.num_layers, seed=settings.seed)
         if lens_check["finding"]:
             summary["verdict"] = (lens_check["finding"] if summary["finding"] is None
                                   else f"{summary['verdict']}; also {lens_check['finding']}")
@@ -318,7 +348,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         from .doctor_norm import run_norm_check  # speculators' mis-scaled teacher, on the same trajectories
 
         norm_check = run_norm_check(entry, target, results[0].drafts, trajectories, lens[info.num_layers - 1],
-                                    info.num_layers, options.seed)
+                                    info.num_layers, settings.seed)
         if norm_check and norm_check["finding"]:
             summary["verdict"] = (norm_check["finding"] if summary["finding"] is None
                                   else f"{summary['verdict']}; also {norm_check['finding']}")
@@ -326,8 +356,8 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         summary["norm_convention"] = norm_check
     summary["logit_lens"] = lens_check
     contexts = []
-    if not sampled and options.context_variants:  # the same drafter on continuations made another way
-        contexts = _context_variants(target, drafter, prompts, inputs, options, results[0], final_norm,
+    if not sampled and settings.doctor.context_variants:  # the same drafter on continuations made another way
+        contexts = _context_variants(target, drafter, prompts, inputs, settings, results[0], final_norm,
                                      info.hidden_size, reporter)
         summary["context_variants"] = [{k: v for k, v in c.items() if k != "per_prompt"} for c in contexts]
         wins = [c for c in contexts if c["delta"]["low"] > 0 and c["delta"]["p_value"] < 0.05
@@ -348,45 +378,45 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
 
         ref_drafter = load_drafters([reference], target)[reference.name]
         (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
-                                          info.hidden_size, options.max_new_tokens, options.batching.anchor_batch,
-                                          sampling_of(options) if sampled else None, target.lm_head)
+                                          info.hidden_size, settings.scoring,
+                                          settings.sampling if sampled else None, target.lm_head)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
         base, ref = _with_every_prompt(results[0].per_prompt(), prompts), _with_every_prompt(ref_result.per_prompt(), prompts)
         # the main table: every variant on the main trajectories, over every prompt (core/gap.py); its tau: on them
         summary["gap"] = {**explain_gap(base, ref, candidates, base_name=entry.name, reference_name=reference.name,
-                                        seed=options.seed), "reference_path": str(reference.path)}
+                                        seed=settings.seed), "reference_path": str(reference.path)}
         if contexts:  # new continuations: their own table over their own paired prompts, named, never the main one's
             summary["gap"]["context"] = explain_gap(
                 base, ref, [(c["variant"], _with_every_prompt(c["per_prompt"], prompts), c["bug"], c["check"])
-                            for c in contexts], base_name=entry.name, reference_name=reference.name, seed=options.seed)
-    windows = window_section(drafter, trajectories, results, ref_result, options, final_norm, info.hidden_size,
+                            for c in contexts], base_name=entry.name, reference_name=reference.name, seed=settings.seed)
+    windows = window_section(drafter, trajectories, results, ref_result, settings, final_norm, info.hidden_size,
                              reporter, reference.name if reference is not None else None)  # by depth
     if windows:
         summary["windows"] = windows
         join_verdict(summary, windows)
     trained_passes = {}
-    if options.trained_taps is not None:  # the training run's own taps (doctor_trained_taps.py)
+    if settings.doctor.trained_taps is not None:  # the training run's own taps (doctor_trained_taps.py)
         from .doctor_trained_taps import trained_taps_section
 
         before = target.tap_passes
-        trained_taps_section(summary, entry, target, options, reporter)
+        trained_taps_section(summary, entry, target, settings, reporter)
         trained_passes = {"trained taps": target.tap_passes - before}
     if sampled:
         from ..core.estimates import DEFINITION
 
         summary["verdict"] = "ESTIMATE: " + summary["verdict"]
-        summary["estimate"] = {"definition": DEFINITION, "sampling": {**sampling_of(options).to_dict(),
-                                                                       "samples": options.samples, "seed": options.seed}}
+        summary["estimate"] = {"definition": DEFINITION, "sampling": {**settings.sampling.to_dict(),
+                                                                       "samples": settings.sampling.samples, "seed": settings.seed}}
     return {"drafter": entry.name, "path": str(entry.path), "target": str(target_path), "prompts": len(prompts),
             "tap_passes": target.tap_passes,
             "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts},
                        **trained_passes},
             "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
-            "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
+            "thinking": thinking, "max_new_tokens": settings.inputs.max_new_tokens, **summary}
 
 
-def _check_host_room(target, inputs, options, prompts, ids, texts, layers, spec) -> None:
+def _check_host_room(target, inputs, settings, prompts, ids, texts, layers, spec) -> None:
     """Refused by name before the target pass: trajectories that would not fit in this machine's available
     memory (`doctor_host_bytes`, the figure `plan --doctor` shows: the base trajectories at their real
     lengths, a context variant's at its prompt + --max-new-tokens), naming the option that fits."""
@@ -396,11 +426,11 @@ def _check_host_room(target, inputs, options, prompts, ids, texts, layers, spec)
     machine = host_memory()
     if machine is None:
         return
-    samples = options.samples if options.temperature > 0 else 1
+    samples = settings.sampling.samples if settings.sampling.temperature > 0 else 1
     base = [len(ids[p.id]) + len(texts[(p.id, k)]) for p in prompts for k in range(samples)]
     context = [max(len(template_ids(inputs.tokenizer, p, not inputs.thinking)),
-                   len(template_ids(inputs.tokenizer, p, inputs.thinking, "raw"))) + options.max_new_tokens
-               for p in prompts] if options.context_variants and samples == 1 and options.temperature <= 0 else []
+                   len(template_ids(inputs.tokenizer, p, inputs.thinking, "raw"))) + settings.inputs.max_new_tokens
+               for p in prompts] if settings.doctor.context_variants and samples == 1 and settings.sampling.temperature <= 0 else []
     element, hidden = target.dtype.itemsize, target.info.hidden_size  # the taps' element size and width
     needed = doctor_host_bytes(sum(base), len(layers), sum(context), len(spec.taps), hidden, element)
     available = machine[1]

@@ -105,8 +105,8 @@ def _significant(delta: dict[str, Any]) -> bool:
     return delta["p_value"] < 0.05 and (delta["low"] > 0 or delta["high"] < 0)
 
 
-def compare_engines(drafter, base: DrafterSpec, trajectories: list, final_norm, hidden: int, max_new_tokens: int,
-                    anchor_batch: int | None, seed: int = 0) -> dict[str, Any]:
+def compare_engines(drafter, base: DrafterSpec, trajectories: list, final_norm, hidden: int, scoring,
+                    seed: int = 0) -> dict[str, Any]:
     """Every engine's tau on these trajectories, paired against `base`, and each differing rule alone."""
     scored: dict[tuple, Any] = {}
 
@@ -115,7 +115,7 @@ def compare_engines(drafter, base: DrafterSpec, trajectories: list, final_norm, 
                rule_values(spec)["RoPE"], rule_values(spec)["final block"])
         if key not in scored:
             (scored[key],) = evaluate_variants(drafter, [Variant(name, "", spec=spec)], trajectories, final_norm,
-                                               hidden, max_new_tokens, anchor_batch)
+                                               hidden, scoring)
         return scored[key]
 
     own = score(base, "checkpoint's rules")
@@ -166,56 +166,60 @@ def responsible(row: dict[str, Any]) -> str:
 ENGINES_JSON = "engines.json"
 
 
-def run_engines(options, reporter=None, *, write: bool = True) -> dict[str, Any]:
-    """`doctor --engines`: `_engines`' result, with `write` also written to `options.out`/engines.json (recorded
-    among the folder's written files), as `dflash-eval doctor --engines --out` leaves it."""
+def run_engines(settings, reporter=None, *, write: bool = True) -> dict[str, Any]:
+    """`doctor --engines`: `_engines`' result, with `write` also written to --out/engines.json (recorded among
+    the folder's written files, under its lock), as `dflash-eval doctor --engines --out` leaves it."""
     import json
 
-    from ..pipeline.run_folder import write_recorded
+    from ..pipeline.run_folder import claimed, write_recorded
 
-    result = _engines(options, reporter)
-    if write:
-        write_recorded(options.out, ENGINES_JSON, json.dumps(result, indent=1) + "\n")
+    out = settings.output.out if write else None
+    if settings.doctor.trained_taps is not None:
+        raise InputError(None, "--engines and --trained-taps are two doctors: run them one at a time")
+    with claimed(out):
+        result = _engines(settings, reporter)
+        if out is not None:
+            write_recorded(out, ENGINES_JSON, json.dumps(result, indent=1) + "\n")
     return result
 
 
-def _engines(options, reporter=None) -> dict[str, Any]:
+def _engines(settings, reporter=None) -> dict[str, Any]:
     """The composition: inputs (one drafter) -> continuations -> one trajectory per prompt -> every engine's
-    reading scored on them. `options` is a core.settings.run_settings.RunOptions."""
-    from ..core.settings.run_settings import Reporter
+    reading scored on them."""
+    from ..core.progress import Reporter
     from ..model.target import load_target, target_info
-    from ..pipeline.continuations import continuations_for, whole_prompt_set
+    from ..pipeline.continuations import continuations_for
     from ..pipeline.inputs import prepare_inputs
     from ..pipeline.scoring import kernels_context, load_drafters
     from ..pipeline.trajectories import capture_trajectory
 
-    if options.temperature > 0:
+    if settings.sampling.temperature > 0:
         raise InputError(None, "doctor --engines compares greedy readings (temperature 0): the engines' sampled "
                                "verification is not modelled for all of them")
-    if options.reference:
+    if settings.drafters.reference:
         raise InputError(None, "doctor --engines examines one drafter; drop --reference")
     reporter = reporter or Reporter()
-    inputs = prepare_inputs(options, one_drafter=True)
+    inputs = prepare_inputs(settings, one_drafter=True)
     entry, prompts = inputs.entries[0], inputs.prompts
     info = target_info(inputs.target_path)
-    target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
-                         allow_accelerated_on_cpu=options.kernels == "torch")
+    target = load_target(str(inputs.target_path), device=settings.placement.device, dtype=settings.placement.dtype,
+                         allow_accelerated_on_cpu=settings.replay.kernels == "torch")
     reporter.note(f"doctor --engines: {len(prompts)} target passes, then the drafter under each engine's rules")
     ids = inputs.prompt_ids()
     trajectories = []
-    with kernels_context(target, options):  # --kernels torch generates too, as in `run`
-        texts, _ = continuations_for(target, prompts, ids, options, inputs.thinking, None, reporter,
-                                     universe=whole_prompt_set(options))
+    with kernels_context(target, settings):  # --kernels torch generates too, as in `run`
+        texts, _ = continuations_for(target, prompts, ids, settings, inputs.thinking, None, reporter,
+                                     universe=inputs.planned)
         for prompt in prompts:
             trajectories.append(capture_trajectory(target, prompt, ids[prompt.id], texts[prompt.id],
-                                                   sorted(set(entry.spec.taps)), sequence_chunk=options.batching.tap_chunk,
+                                                   sorted(set(entry.spec.taps)), sequence_chunk=settings.batching.tap_chunk,
                                                    offload=True))
     for traj in trajectories:
         check_taps(traj.taps(entry.spec.taps), entry.spec, info.hidden_size, str(inputs.target_path))
     drafter = load_drafters([entry], target)[entry.name]
     result = compare_engines(drafter, entry.spec, trajectories, target.model.model.norm, info.hidden_size,
-                             options.max_new_tokens, options.batching.anchor_batch, seed=options.seed)
+                             settings.scoring, seed=settings.seed)
     return {"kind": "dflash-eval doctor --engines", "drafter": entry.name, "path": str(entry.path),
             "format": entry.spec.format, "dflash2": entry.spec.is_dflash2, "target": str(inputs.target_path),
             "prompts": len(prompts), "tap_passes": target.tap_passes, "thinking": inputs.thinking,
-            "max_new_tokens": options.max_new_tokens, **result}
+            "max_new_tokens": settings.inputs.max_new_tokens, **result}

@@ -33,15 +33,14 @@ def explains(result: dict[str, Any]) -> tuple[str, str] | None:
             f"dflash-eval computes {evaluation['ours']['tau_macro']:.2f} ({paired_figure(gap)})", first["kind"])
 
 
-def trained_taps_section(summary: dict[str, Any], entry, target, options, reporter) -> None:
+def trained_taps_section(summary: dict[str, Any], entry, target, settings, reporter) -> None:
     """Adds summary["trained_taps"] (the trained-taps document) and, when it explains the gap, the verdict."""
-    from .trained_taps import TrainedTapsOptions, trained_taps
+    from .trained_taps import TrainedTapsSettings, trained_taps
 
     dtype = str(target.dtype).removeprefix("torch.")
-    done = trained_taps(TrainedTapsOptions(data=options.trained_taps, target=str(target.path), drafter=str(entry.path),
-                                           limit=DOCTOR_SAMPLES, device=options.device, dtype=dtype if dtype == "bfloat16" else "float32",
-                                           seed=options.seed, anchor_batch=options.batching.anchor_batch), reporter,
-                        target=target)
+    taps = TrainedTapsSettings(data=settings.doctor.trained_taps, target=str(target.path), drafter=str(entry.path),
+                               limit=DOCTOR_SAMPLES, dtype=dtype if dtype == "bfloat16" else "float32", seed=settings.seed)
+    done = trained_taps(taps, settings, reporter, target=target)
     summary["trained_taps"] = done.result
     explained = explains(done.result)
     if explained is None:

@@ -13,7 +13,9 @@ import torch
 from ..core import metrics as M
 from ..core.attention import LayerAttention
 from ..core.errors import InputError
+from ..core.settings.run_settings import Scoring
 from ..core.spec import DrafterSpec
+from ..model.engine import replay
 
 
 def lens_agreement(drafts: list, trajectories: list, tokens: list, keep: list | None = None) -> dict[str, tuple[int, int]]:
@@ -270,11 +272,10 @@ def walk_repetition(replayed, trajectory) -> tuple[int, int]:
 
 
 def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
-                      max_new_tokens: int, anchor_batch: int | None, sampling=None, lm_head=None, *,
-                      shorter_final_block: bool = True) -> list[VariantResult]:
+                      scoring: Scoring, sampling=None, lm_head=None) -> list[VariantResult]:
     """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
     temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead.
-    `shorter_final_block`: the run's --final-block (z-lab's shorter block near the cap, doctor's only rule)."""
+    `scoring`: the run's cap, --final-block and anchors per forward (RunSettings.scoring), as its own replay."""
     from ..core.estimates import EstimateSums
 
     results = []
@@ -303,14 +304,14 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     from ..model.estimation import anchor_alphas
 
                     alphas = anchor_alphas(drafter, taps, traj.tokens, traj.hidden, lm_head, traj.prompt_len,
-                                           max_new_tokens, sampling, anchor_batch=anchor_batch,
-                                           anchor_in_context=variant.anchor_in_context,
+                                           scoring, sampling, anchor_in_context=variant.anchor_in_context,
                                            block_offset=variant.block_offset)
                     drafts.append(alphas)
                     sums = sums.pooled(EstimateSums.from_anchors(traj.id, configured.block_size, alphas,
                                                                  int(traj.tokens.shape[0]), traj.prompt_len))
                     continue
-                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block)
+                result = replay(drafter, taps, traj.tokens, traj.prompt_len, scoring,
+                                anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset)
                 drafts.append(result.drafts)
                 replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
@@ -327,11 +328,3 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
         else:
             results.append(VariantResult(variant, None, drafts, sums))
     return results
-
-
-def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block: bool = True):
-    from ..model.engine import replay
-
-    return replay(drafter, taps, traj.tokens, traj.prompt_len, max_new_tokens, anchor_batch=anchor_batch,
-                  anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset,
-                  shorter_final_block=shorter_final_block)

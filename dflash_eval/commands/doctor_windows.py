@@ -123,18 +123,18 @@ def _mismatch_cause(kind: str, spec, window: int | None) -> str:
 
 
 def window_section(drafter, trajectories: list, results: list[VariantResult], ref_result: VariantResult | None,
-                   options, final_norm, hidden: int, reporter, reference_name: str | None = None) -> dict | None:
+                   settings, final_norm, hidden: int, reporter, reference_name: str | None = None) -> dict | None:
     """The doctor's `windows` section (None when there is nothing to compare: no sliding layer, no
     --draft-window, no reference). `results`: the doctor's variants on `trajectories`, results[0] the
     configuration; only the variants not among them are replayed here."""
     spec = drafter.spec
-    window = options.breakdown.draft_window
+    window = settings.breakdown.draft_window
     extra = [v for v in (every_layer_variant(spec),) if v is not None]
     if trained_window(spec) is None and window is None and ref_result is None:
         return None
-    if options.temperature > 0:
+    if settings.sampled:
         return {"note": "window variants by depth are a greedy diagnosis (temperature 0); not evaluated"}
-    edges = options.breakdown.edges
+    edges = settings.breakdown.edges
     by_name = {r.variant.name: r for r in results}
     chosen = [(results[0], "configured", "the layers as the checkpoint records them")]
     if FULL_ON_SLIDING in by_name:
@@ -142,16 +142,15 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
     if extra or window is not None:
         reporter.phase("window variants", len(extra) + (window is not None))
     for variant in extra:
-        (result,) = evaluate_variants(drafter, [variant], trajectories, final_norm, hidden, options.max_new_tokens,
-                                      options.batching.anchor_batch)
+        (result,) = evaluate_variants(drafter, [variant], trajectories, final_norm, hidden, settings.scoring)
         chosen.append((result, "every_layer", variant.bug.replace("trained with ", "")))
         reporter.advance("window variants", variant.name)
     if window is not None:  # SGLang's draft window: the drafter as configured plus masks.block_masks' draft_window
         from ..pipeline.scoring import windowed
 
         served = Variant(f"served window {window} (--draft-window)", f"served with only the last {window} context rows")
-        (result,) = evaluate_variants(windowed(drafter, options), [served], trajectories, final_norm, hidden,
-                                      options.max_new_tokens, options.batching.anchor_batch)
+        (result,) = evaluate_variants(windowed(drafter, window), [served], trajectories, final_norm, hidden,
+                                      settings.scoring)
         chosen.append((result, "served_window", f"the last {window} context rows on every layer, as SGLang serves it"))
         reporter.advance("window variants", served.name)
     curves = [_curve_entry(r.variant.name, kind, what, depth_parts(r, trajectories, edges), edges)
@@ -222,14 +221,12 @@ def join_verdict(summary: dict[str, Any], section: dict | None) -> None:
         summary["verdict"] = f"{summary['verdict']}; also {text}"
 
 
-def run_window_settings(out: Path, depth_buckets: str | None,
+def run_window_settings(out: Path, run, depth_buckets: str | None,
                         draft_window: int | None) -> tuple[str | None, int | None]:
     """doctor --out RUN: the run's depth buckets and --draft-window fill what was not given (the doctor's
     curves then pair with the run's by_depth); other depth buckets are refused by name. Another window is
-    not: the doctor's served window is a what-if beside the configuration, which it never changes."""
-    from ..core.documents.results import read_run_document
-
-    run = read_run_document(out)
+    not: the doctor's served window is a what-if beside the configuration, which it never changes. `run`:
+    that run's document."""
     recorded_edges = next((d.get("depth_edges") for d in run.get("drafters") or [] if d.get("depth_edges")), None)
     recorded_window = run["provenance"].get("draft_window")
     if depth_buckets is not None and recorded_edges is not None:

@@ -1,20 +1,23 @@
 """`evaluate()`: the library entry point behind `dflash-eval run`, a composition of the stages.
 
-    inputs (stage 0, refused before anything is written) -> run folder (created or resumed)
-    -> continuations (1) -> per prompt: one trajectory (2) -> every drafter scored on it (3) -> rows (4),
+    inputs (refused before anything is written) -> run folder (created or resumed)
+    -> continuations -> per prompt: one trajectory -> every drafter scored on it -> rows,
        appended per prompt so an interrupted run resumes where it stopped
-    -> the run document (6): counts merged, metrics divided, provenance -> run.json, per_position.csv
+    -> the run document: counts merged, metrics divided, provenance -> run.json, per_position.csv,
+       and report.html (--html), all written under the folder's lock
 
-ARCHITECTURE.md says where each stage lives. doctor composes the same stages (doctor.run_doctor).
+It returns the document and the rows (`Evaluation`), so a caller renders them without reading the folder
+back. ARCHITECTURE.md says where each stage lives. doctor composes the same stages (doctor.run_doctor).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..core.settings.run_settings import Reporter, RunOptions, pause_after_prompt
-from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
+from ..core.progress import Reporter, pause_after_prompt
+from ..core.settings.run_settings import RunOptions, RunSettings
+from ..pipeline.continuations import continuations_for, sampled_continuations_for
 from ..pipeline.document import PartialSchedule, assemble
 from ..pipeline.inputs import Inputs, prepare_inputs
 from ..pipeline.rows import add_live_draft_lengths, estimate_rows, finish_rows, live_row, piece_decoder, trajectory_rows
@@ -30,8 +33,23 @@ from ..pipeline.scoring import (
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 
-__all__ = ["RunOptions", "Reporter", "evaluate", "load_drafters"]
+__all__ = ["Evaluation", "RunOptions", "RunSettings", "Reporter", "evaluate", "load_drafters"]
 
+
+class Evaluation(NamedTuple):
+    """What `evaluate` and `merge` return: run.json's document and the rows of samples.jsonl, as written."""
+
+    document: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def report_page(settings: RunSettings, document: dict[str, Any], rows: list[dict[str, Any]], title: str | None = None):
+    """report.html's text when --html (render/html.py), else None: a run folder's page, written with its files."""
+    if not settings.output.html:
+        return None
+    from ..render.html import render_run_html
+
+    return render_run_html(document, rows, **({"title": title} if title else {}))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -61,8 +79,8 @@ class Progress(Reporter):
     def note(self, message: str) -> None:
         self.inner.note(message)
 
-    def interrupted(self, options: RunOptions, total: int) -> str:
-        out = options.out
+    def interrupted(self, settings: RunSettings, total: int) -> str:
+        out = settings.out
         if not self.folder_open:
             return f"interrupted before this run wrote anything ({out} is as it was); run the command again"
         evaluated = self.evaluated  # prompts whose rows are in the folder, resumed ones included
@@ -70,64 +88,68 @@ class Progress(Reporter):
             return (f"interrupted: {evaluated} of {total} prompts evaluated and kept in {out} (`dflash-eval report "
                     f"{out} --partial` shows them); run the same command again to resume")
         made = [f"{n} of {t} {'continuations' if phase == 'generate' else 'samples'} generated, cached in "
-                f"{options.cache_dir}" for phase, (n, t) in self.done.items() if phase in ("generate", "sample")]
+                f"{settings.output.cache}" for phase, (n, t) in self.done.items() if phase in ("generate", "sample")]
         return (f"interrupted{': ' + made[0] if made else ''}; no prompt evaluated yet, so {out} holds no results "
                 "(report has nothing to show); run the same command again to continue"
                 + (" (the cached continuations are reused)" if made else ""))
 
 
-def evaluate(options: RunOptions, reporter: Reporter | None = None, report=None) -> dict[str, Any]:
-    """Run (or resume) an evaluation; returns the run.json content. Ctrl-C raises `Interrupted`, whose
-    message says what was kept. `report(run, rows)`: the text of report.html, written with the results
-    before the folder's lock is released."""
+def evaluate(settings: RunSettings, reporter: Reporter | None = None, *, title: str | None = None) -> Evaluation:
+    """Run (or resume) an evaluation; returns run.json's document and the rows. Ctrl-C raises `Interrupted`,
+    whose message says what was kept. With --html (`settings.output.html`) report.html (its title `title`)
+    is written with the results, before the folder's lock is released."""
+    from ..core.errors import InputError
+
+    if not settings.drafters.drafters and not settings.drafters.reference:
+        raise InputError(None, "give at least one --drafter (or --reference)")
     progress = Progress(reporter or Reporter())
     total = "?"
     try:
-        with claimed(options.out):  # a folder another run still writes: refused now, before any slow work
-            inputs = answer_earlier_turns(prepare_inputs(options), options, progress)  # multi-turn sets: turns.py
+        with claimed(settings.out):  # a folder another run still writes: refused now, before any slow work
+            inputs = answer_earlier_turns(prepare_inputs(settings), settings, progress)  # multi-turn sets: turns.py
             total = len(inputs.prompts)
-            return _evaluate(options, progress, inputs, report)
+            return _evaluate(settings, progress, inputs, title)
     except Interrupted:
         raise
     except KeyboardInterrupt:
-        raise Interrupted(progress.interrupted(options, total)) from None
+        raise Interrupted(progress.interrupted(settings, total)) from None
 
 
-def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=None) -> dict[str, Any]:
+def _evaluate(settings: RunSettings, reporter: "Progress", inputs: Inputs, title: str | None) -> Evaluation:
     from ..model.target import load_target
 
-    serving = serving_inputs(options, inputs)  # --draft-lengths, step times: refused before any write
-    from ..pipeline.numerics import check_numerics_options
-
-    check_numerics_options(options)
-    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
-    folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
-    finished = None if options.overwrite else folder.finished_document()
+    out, overwrite = settings.out, settings.output.overwrite
+    serving = serving_inputs(settings, inputs)  # draft lengths per drafter, step times: refused before any write
+    folder = RunFolder(out, {**inputs.settings(settings), **serving.settings})
+    folder.check(overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
+    finished = None if overwrite else folder.finished_document()
     if finished is not None:  # the same command again on its finished run: the record stays as it is
         try:
-            reporter.note(f"{options.out} already holds this run, finished; nothing to do (--overwrite runs it again)")
-            if report is not None and not (options.out / "report.html").exists():
-                from ..core.documents.results import SAMPLES, read_samples
-                from ..pipeline.run_folder import write_run_html
+            reporter.note(f"{out} already holds this run, finished; nothing to do (--overwrite runs it again)")
+            from ..core.documents.results import SAMPLES, read_samples
+            from ..pipeline.run_folder import REPORT_HTML, write_run_html
 
-                write_run_html(options.out, report(finished, read_samples(options.out / SAMPLES)))
-            return finished
+            rows = read_samples(out / SAMPLES)
+            page = report_page(settings, finished, rows, title) if not (out / REPORT_HTML).exists() else None
+            if page is not None:
+                write_run_html(out, page)
+            return Evaluation(finished, rows)
         finally:
             folder.close()
     try:
-        target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
-                             allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())
+        target = load_target(str(inputs.target_path), device=settings.placement.device, dtype=settings.placement.dtype,
+                             allow_accelerated_on_cpu=settings.replay.kernels == "torch", **inputs.placed.load_keywords())
         # every weight is validated (NaN/inf per tensor) before the folder is touched: created, resumed, replaced
         from ..model.drafter import refuse_nonfinite
 
         refuse_nonfinite(target.model.state_dict().items(), inputs.target_path)
-        check_kernels(target, options)  # --kernels torch that cannot be honoured: refused before the folder opens
+        check_kernels(target, settings)  # --kernels torch that cannot be honoured: refused before the folder opens
         # checked as they load, in host memory: they join the accelerator after generation (scoring.py)
         drafters = load_drafters(inputs.entries, target, device="cpu")
-        done_rows = folder.open(options.overwrite)  # the folder's lock (taken by `check` when it existed)
+        done_rows = folder.open(overwrite)  # the folder's lock (taken by `check` when it existed)
         reporter.folder_open = True
-        with kernels_context(target, options):
-            return _evaluate_loaded(options, reporter, inputs, folder, target, done_rows, serving, drafters, report)
+        with kernels_context(target, settings):
+            return _evaluate_loaded(settings, reporter, inputs, folder, target, done_rows, serving, drafters, title)
     finally:
         folder.close()
 
@@ -142,30 +164,28 @@ class ServingPlan:
     step_times: dict[str, Any] | None = None  # drafter name -> core.speedup.StepTimes (file or roofline)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def measure_live(self, options: RunOptions) -> bool:
+    def measure_live(self, settings: RunSettings) -> bool:
         """Live mode with draft lengths and no other step times: time a plain decoding step per prompt."""
-        return options.mode == "live" and any(self.draft_lengths.values()) and self.step_times is None
+        return settings.replay.mode == "live" and any(self.draft_lengths.values()) and self.step_times is None
 
 
-def serving_inputs(options: RunOptions, inputs: Inputs) -> ServingPlan:
-    from ..core.errors import InputError
+def serving_inputs(settings: RunSettings, inputs: Inputs) -> ServingPlan:
+    """The draft lengths of each drafter (its block known now) and the step times (the flags' own rules:
+    RunSettings.check)."""
     from ..core.speedup import read_step_times
 
-    lengths = {e.name: options.serving.for_block(e.spec.block_size, e.name) for e in inputs.entries}
-    if options.serving.draft_lengths is not None and options.temperature > 0 and options.mode == "trajectory":
-        raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
-                               "not replayed per draft length)")
-    options.serving.check()  # --accelerator with --step-times (core/settings/work.py)
+    serving = settings.serving
+    lengths = {e.name: serving.for_block(e.spec.block_size, e.name) for e in inputs.entries}
     times = None
-    if options.serving.accelerator is not None:
-        times = {e.name: roofline_step_times(options, inputs, e) for e in inputs.entries}
-    if options.serving.step_times is not None:
-        file_times = read_step_times(options.serving.step_times)
+    if serving.accelerator is not None:
+        times = {e.name: roofline_step_times(settings, inputs, e) for e in inputs.entries}
+    if serving.step_times is not None:
+        file_times = read_step_times(serving.step_times)
         times = {e.name: file_times for e in inputs.entries}
-    return ServingPlan(lengths, times, options.serving.provenance())
+    return ServingPlan(lengths, times, serving.provenance())
 
 
-def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
+def roofline_step_times(settings: RunSettings, inputs: Inputs, entry):
     """The roofline model `plan` uses (core/roofline.py), on the target's and this drafter's configs, at the
     mean context of a step: the prompts' mean length plus half the generation cap."""
     import json
@@ -173,25 +193,25 @@ def roofline_step_times(options: RunOptions, inputs: Inputs, entry):
     from ..core.speedup import mean_context
     from ..core.speedup import roofline_step_times as build
 
-    context = mean_context((len(ids) for ids in inputs.prompt_ids().values()), options.max_new_tokens)
+    context = mean_context((len(ids) for ids in inputs.prompt_ids().values()), settings.inputs.max_new_tokens)
     from ..core.errors import InputError
 
     config = json.loads((inputs.target_path / "config.json").read_text())
     try:
-        return build(options.serving.accelerator, config, entry.spec, context)
+        return build(settings.serving.accelerator, config, entry.spec, context)
     except InputError as exc:  # the roofline names the key; the file is the target's config
         raise InputError(None if exc.problem.startswith("--accelerator") else inputs.target_path / "config.json",
                          exc.problem) from None
 
 
-def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, folder: RunFolder, target,
+def _evaluate_loaded(settings: RunSettings, reporter: Reporter, inputs: Inputs, folder: RunFolder, target,
                      done_rows: list[dict[str, Any]], serving: ServingPlan | None = None,
-                     drafters: dict | None = None, report=None) -> dict[str, Any]:
+                     drafters: dict | None = None, title: str | None = None) -> Evaluation:
     serving = serving or ServingPlan({e.name: () for e in inputs.entries})
     from ..model.kernels import kernel_report, kernel_summary
 
     drafters = drafters or load_drafters(inputs.entries, target, device="cpu")
-    samples = range(options.samples)
+    samples = range(settings.sampling.samples)
     # held in memory: the file is only appended to
     all_rows = folder.keep_complete(done_rows, {(name, k) for name in drafters for k in samples})
     complete = {r["prompt_id"] for r in all_rows}
@@ -201,38 +221,39 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
     if isinstance(reporter, Progress):
         reporter.evaluated = len(complete)
     ids = {k: v for k, v in inputs.prompt_ids().items() if k not in complete}
-    sampled = options.temperature > 0  # the loop's own samples are the continuations: no greedy ones needed
-    estimate = sampled and options.mode == "trajectory"  # temperature > 0 offline: K sampled texts per prompt
+    sampled = settings.sampled  # the loop's own samples are the continuations: no greedy ones needed
+    estimate = settings.estimate  # temperature > 0 offline: K sampled texts per prompt
     if estimate:
-        continuations, generated = sampled_continuations_for(target, pending, ids, options, inputs.thinking, reporter,
-                                                             universe=whole_prompt_set(options))
+        continuations, generated = sampled_continuations_for(target, pending, ids, settings, inputs.thinking, reporter,
+                                                             universe=inputs.planned)
     else:
         continuations, generated = ({}, 0) if sampled else continuations_for(
-            target, pending, ids, options, inputs.thinking, inputs.responses, reporter, universe=whole_prompt_set(options))
+            target, pending, ids, settings, inputs.thinking, inputs.responses, reporter, universe=inputs.planned)
     drafters = to_target_device(drafters, target)  # generation is done: the target was all that was resident
     from ..pipeline.inputs import reference_name
     from .explain import add_explanation, explain_skipped, plan_explanation
 
-    explain = plan_explanation(options, inputs.entries, reference_name(options, inputs.entries), target)
+    explain = plan_explanation(settings, inputs.entries, reference_name(settings, inputs.entries), target)
     if explain is not None and pending:  # the cost, said before the work starts
         reporter.note(explain.cost_line(len(pending)))
-    elif explain_skipped(options):
-        reporter.note(explain_skipped(options))
+    elif explain_skipped(settings):
+        reporter.note(explain_skipped(settings))
     layers = sorted({t for d in drafters.values() for t in d.spec.taps} | (explain.layers if explain else set()))
-    policy_options = {e.name: dataclasses.replace(options, draft_policy=e.draft_policy) if e.draft_policy else options
-                      for e in inputs.entries}
+    policy_settings = {e.name: settings.with_sections(dataclasses.replace(settings.sampling, draft_policy=e.draft_policy))
+                       if e.draft_policy else settings for e in inputs.entries}
     decode = piece_decoder(target.tokenizer)
     kernels = kernel_summary(kernel_report(target.model))
     from ..pipeline.numerics import NumericsCheck
 
-    numerics = NumericsCheck(options.numerics_check) if options.numerics_check else None  # --numerics-check N
+    checked = settings.numerics.numerics_check
+    numerics = NumericsCheck(checked) if checked else None  # --numerics-check N
 
     def document(final: bool = True) -> dict[str, Any]:  # partial ones skip the breakdown and the explanation
-        run = assemble(options, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
+        run = assemble(settings, target, inputs.entries, drafters, all_rows, inputs.prompts, inputs.thinking,
                         inputs.warnings, inputs.fingerprints, kernels,
                         {name: d.spec.block_size for name, d in drafters.items()},
                         generated_count=generated, evaluated_count=len(pending), step_times=serving.step_times,
-                        content=inputs.content, breakdown=final, explain=final)
+                        content=inputs.content, breakdown=final, explain=final, dataset=inputs.dataset)
         if numerics is not None:
             run["provenance"]["numerics"]["measured"] = numerics.to_dict()
         return run
@@ -245,27 +266,27 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
             rows = []
             for k in samples:
                 trajectory = capture_trajectory(target, prompt, ids[prompt.id], continuations[(prompt.id, k)], layers,
-                                                sequence_chunk=options.batching.tap_chunk, keep_hidden=True, sample=k)
-                rows += estimate_rows(prompt, drafters, trajectory, target, policy_options.__getitem__)
-        elif options.mode == "trajectory":  # (with --draft-lengths the rows hold every k: rows.trajectory_rows)
+                                                sequence_chunk=settings.batching.tap_chunk, keep_hidden=True, sample=k)
+                rows += estimate_rows(prompt, drafters, trajectory, target, policy_settings.__getitem__)
+        elif settings.replay.mode == "trajectory":  # (with --draft-lengths the rows hold every k: rows.trajectory_rows)
             trajectory = capture_trajectory(target, prompt, ids[prompt.id], cont, layers,
-                                            sequence_chunk=options.batching.tap_chunk)
-            rows = trajectory_rows(prompt, drafters, trajectory, options)
+                                            sequence_chunk=settings.batching.tap_chunk)
+            rows = trajectory_rows(prompt, drafters, trajectory, settings)
             if explain is not None:  # doctor's variants on this same trajectory (commands/explain.py)
-                add_explanation(rows, explain, drafters, trajectory, options, target)
+                add_explanation(rows, explain, drafters, trajectory, settings, target)
             if numerics is not None and numerics.wants_more():  # reads the run's work, changes none of it
-                numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_options)
+                numerics.add(target, drafters, ids[prompt.id], cont, trajectory, policy_settings)
         else:
             rows = []
             for k in samples:
                 for name, d in drafters.items():
-                    live = score_live(target, d, ids[prompt.id], policy_options[name], prompt.id, k)
+                    live = score_live(target, d, ids[prompt.id], policy_settings[name], prompt.id, k)
                     agree = None if sampled else (sum(int(a == b) for a, b in zip(live.continuation, cont)), len(cont))
                     rows.append(live_row(prompt, name, d.spec.block_size, live, len(ids[prompt.id]), agree,
                                          sample=k if sampled else None))
-                    add_live_draft_lengths(rows[-1], target, d, ids[prompt.id], policy_options[name], prompt.id, k)
-            if serving.measure_live(options):
-                one = plain_decoding_seconds(target, next(iter(drafters.values())), ids[prompt.id], options)
+                    add_live_draft_lengths(rows[-1], target, d, ids[prompt.id], policy_settings[name], prompt.id, k)
+            if serving.measure_live(settings):
+                one = plain_decoding_seconds(target, next(iter(drafters.values())), ids[prompt.id], settings)
                 for row in rows:
                     row["one_token_step"] = one
         folder.append(finish_rows(rows, decode))
@@ -279,5 +300,6 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()
-    folder.finish(run, {"report.html": report(run, all_rows)} if report is not None else None)
-    return run
+    page = report_page(settings, run, all_rows, title)
+    folder.finish(run, {"report.html": page} if page is not None else None)
+    return Evaluation(run, all_rows)

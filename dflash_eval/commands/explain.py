@@ -39,22 +39,22 @@ class ExplainPlan:
                 f"drafter replays per prompt, {passes * prompts} in all, no more target passes); --no-explain skips it")
 
 
-def explain_skipped(options) -> str | None:
+def explain_skipped(settings) -> str | None:
     """Why a run with a reference does not explain its gap (said up front), or None when it does or has none."""
-    if not options.reference or not options.explain:
+    if not settings.drafters.reference or not settings.explanation.explain:
         return None
-    if options.mode != "trajectory":
+    if settings.replay.mode != "trajectory":
         return "the gap is not explained in --mode live (no trajectory to replay): doctor --reference explains it"
-    if options.temperature > 0:
+    if settings.sampled:
         return ("the gap is not explained at temperature > 0: doctor --reference --temperature T estimates every "
                 "variant on sampled texts")
     return None
 
 
-def plan_explanation(options, entries: list, reference: str | None, target) -> ExplainPlan | None:
+def plan_explanation(settings, entries: list, reference: str | None, target) -> ExplainPlan | None:
     """The plan of `run --reference` (module docstring), or None when nothing is explained: no reference,
-    --no-explain, live mode or temperature > 0 (RunOptions.explains_gap; explain_skipped says why)."""
-    if reference is None or not options.explains_gap():
+    --no-explain, live mode or temperature > 0 (RunSettings.explains_gap; explain_skipped says why)."""
+    if reference is None or not settings.explains_gap():
         return None
     info = target.info
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
@@ -87,7 +87,7 @@ def quiet_rope_configs():
         hf_logging.set_verbosity(level)
 
 
-def add_explanation(rows: list[dict[str, Any]], plan: ExplainPlan, drafters: dict, trajectory, options,
+def add_explanation(rows: list[dict[str, Any]], plan: ExplainPlan, drafters: dict, trajectory, settings,
                     target) -> None:
     """Each explained drafter's row of this prompt gains `explain`: every variant replayed on `trajectory`
     (the prompt's one target pass), its walk's (steps, committed) and its flagged blocks."""
@@ -98,11 +98,10 @@ def add_explanation(rows: list[dict[str, Any]], plan: ExplainPlan, drafters: dic
         variants = plan.variants.get(row["drafter"])
         if variants is None:
             continue
-        drafter = windowed(drafters[row["drafter"]], options)
-        with quiet_rope_configs():
+        drafter = windowed(drafters[row["drafter"]], settings.breakdown.draft_window)
+        with quiet_rope_configs():  # scored as the run's replay (settings.scoring)
             results = evaluate_variants(drafter, variants, [trajectory], final_norm, target.info.hidden_size,
-                                        options.max_new_tokens, options.batching.anchor_batch,
-                                        shorter_final_block=options.final_block == "shorter")  # as the run's replay
+                                        settings.scoring)
         entries = []
         for result in results:
             steps, committed = result.counts.per_prompt.get(row["prompt_id"], (0, 0))

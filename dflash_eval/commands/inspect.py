@@ -8,30 +8,14 @@ here prints; `render.terminal_inspect.render_inspection` does.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.inspection import Inspection
 from ..core.spec import DrafterSpec
 from ..formats.checkpoints import read_spec
 from ..formats.files import resolve_local_or_cached
-from ..formats.validation import Check, TargetInfo, validate
-
-
-@dataclass
-class Inspection:
-    spec: DrafterSpec
-    checks: list[Check]
-    target: TargetInfo | None
-    target_note: str  # where the target came from, or why there is none
-    mask_token_text: str | None
-    parameters: dict[str, int]  # body / embedding / lm_head parameter counts
-    snapshot: dict[str, str] | None = None  # {"repo", "revision"} when read from the HF cache (core/snapshots.py)
-    target_snapshot: dict[str, str] | None = None
-
-    @property
-    def failed(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
+from ..formats.validation import validate
 
 
 def _recorded_target(spec: DrafterSpec) -> Path | None:

@@ -25,10 +25,11 @@ from ..core.batching import merged_anchor_batches
 from ..core.documents import results as R
 from ..core.documents.run_rows import run_rows
 from ..core.errors import InputError, read_json_object
-from ..core.settings.run_settings import RunOptions
+from ..core.settings.run_settings import RunSettings
 from ..pipeline.document import DrafterRecord, drafter_documents, self_consistency_of
 from ..pipeline.numerics import merge_measured
 from ..pipeline.run_folder import RunFolder, claimed, settings_differences
+from .evaluate import Evaluation
 
 
 def _read_shard(path: Path) -> dict[str, Any]:
@@ -46,16 +47,17 @@ def _read_shard(path: Path) -> dict[str, Any]:
 
 
 def merge(shard_dirs: list[Path], out: Path, *, overwrite: bool = False, argv: list[str] | None = None,
-          report=None) -> dict[str, Any]:
-    """The merged run folder (written, then its lock released); `report(run, rows)`: report.html's text."""
+          html: bool = True) -> Evaluation:
+    """The merged run folder (written, with report.html when `html`, then its lock released): its document
+    and rows, as `evaluate` returns them."""
     from ..core.paths import output_path
 
     output_path(out, "--out", folder=True, reads=shard_dirs)  # never over a shard it reads
     with claimed(out):  # a merge or run still writing --out: refused before anything is read
-        return _merge(shard_dirs, out, overwrite, argv, report)
+        return _merge(shard_dirs, out, overwrite, argv, html)
 
 
-def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] | None, report) -> dict[str, Any]:
+def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] | None, html: bool) -> Evaluation:
     """merge's work once --out is claimed."""
     shards = [_read_shard(Path(d)) for d in shard_dirs]
     first = shards[0]
@@ -98,11 +100,11 @@ def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] |
     prov = copy.deepcopy(run0["provenance"])
     edges = _depth_edges(shards)
     # what the shards ran with, read back from their provenance (core/settings/run_settings.py)
-    options = RunOptions.from_provenance(prov, out=out, seed=first["settings"]["shard"]["seed"], depth_edges=edges)
+    settings = RunSettings.from_provenance(prov, out=out, seed=first["settings"]["shard"]["seed"], depth_edges=edges)
     entries = [DrafterRecord.from_document(d) for d in run0["drafters"]]
     fingerprints = {d["name"]: d["fingerprint"] for d in run0["drafters"]}
     block_sizes = {d["name"]: d["spec"]["block_size"] for d in run0["drafters"]}
-    drafters = drafter_documents(options, entries, rows, fingerprints, block_sizes,
+    drafters = drafter_documents(settings, entries, rows, fingerprints, block_sizes,
                                  _step_times(shards, rows, prov["max_new_tokens"]), device=prov.get("device") or "")
     sets: dict[str, int] = {}
     for _, _, prompt_set in all_prompts:
@@ -129,17 +131,22 @@ def _merge(shard_dirs: list[Path], out: Path, overwrite: bool, argv: list[str] |
     document = {"schema_version": R.SCHEMA_VERSION, "provenance": prov, "drafters": drafters}
     from ..core.explanation import explanation_documents
 
-    explanation = explanation_documents(rows, seed=options.seed)  # `run --reference`: over every shard's prompts
+    explanation = explanation_documents(rows, seed=settings.seed)  # `run --reference`: over every shard's prompts
     if explanation:
         document["explanation"] = explanation
     folder = RunFolder(out, {**base, "prompts": all_prompts})
     folder.open(overwrite)
     try:
         folder.write_rows(rows)
-        folder.finish(document, {"report.html": report(document, rows)} if report is not None else None)
+        page = None
+        if html:
+            from ..render.html import render_run_html
+
+            page = render_run_html(document, rows)
+        folder.finish(document, {"report.html": page} if page is not None else None)
     finally:
         folder.close()
-    return document
+    return Evaluation(document, rows)
 
 
 def _depth_edges(shards: list[dict[str, Any]]) -> list[int] | None:

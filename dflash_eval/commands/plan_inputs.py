@@ -1,5 +1,5 @@
 """`plan`'s inputs, read and checked by `run`'s own code before anything is planned: the settings
-(pipeline.inputs.check_options), the target's config (formats.validation.check_target_config), each drafter
+(core/settings/run_settings.RunSettings.check), the target's config (formats.validation.check_target_config), each drafter
 against the target (formats.checkpoints.checked_spec; from config.json alone, every check a config can fail),
 `--reference z-lab` resolved as run resolves it, and the prompts' lengths within the target's positions
 (model.target.check_prompt_lengths). So plan never says `fits` for a pair or a setting run refuses, and gives
@@ -10,46 +10,30 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core import roofline as R
 from ..core.errors import InputError, read_json_object
+from ..core.plan_document import Model
 from ..core.spec import DrafterSpec
 
 TEMPLATE_TOKENS = 16  # assumed chat-template tokens around a prompt when the target has no tokenizer
 CHARS_PER_TOKEN = 3  # assumed without a tokenizer (code and English run at 3-4 characters per token)
 
 
-@dataclass
-class Model:
-    path: str
-    kind: str  # target: model_type; drafter: format
-    parameters: int
-    weight_bytes: int
-    shape: Any
-    config: dict | None = None  # the target's config.json
-
-
 def check_settings(target: str, drafters: list[str], settings, reference: str | None) -> list:
-    """What `run` refuses of these settings, refused here by the same code (pipeline.inputs.check_options);
-    the drafter folders, `--reference z-lab` resolved as run resolves it."""
+    """What `run` refuses of these settings, refused here by the same code (RunSettings.check); the drafter
+    folders, `--reference z-lab` resolved as run resolves it."""
     from ..core.settings.run_settings import RunOptions
     from ..formats.files import resolve_local_or_cached
-    from ..pipeline.inputs import check_options
 
     if not drafters and not reference:
         raise InputError(None, "give at least one --drafter (or --reference)")
-    check_options(RunOptions(drafters=list(drafters), out=Path("."), target=target, reference=reference,
-                             prompts=settings.prompts, limit=settings.limit, max_new_tokens=settings.max_new_tokens,
-                             anchor_batch=settings.anchor_batch, tap_chunk=settings.tap_chunk,
-                             generation_batch=settings.generation_batch, temperature=settings.temperature,
-                             samples=settings.samples, thinking=settings.thinking, device="cpu", cache_dir=None))
-    from ..pipeline.numerics import check_numerics_options
-
-    check_numerics_options(RunOptions(drafters=list(drafters), out=Path("."), numerics_check=settings.numerics_check,
-                                      temperature=settings.temperature))  # as run refuses it
+    RunOptions(drafters=list(drafters), out=Path("."), target=target, reference=reference,
+               prompts=settings.prompts, limit=settings.limit, max_new_tokens=settings.max_new_tokens,
+               anchor_batch=settings.anchor_batch, tap_chunk=settings.tap_chunk,
+               generation_batch=settings.generation_batch, temperature=settings.temperature,
+               samples=settings.samples, thinking=settings.thinking, numerics_check=settings.numerics_check).check()
     paths = [resolve_local_or_cached(d) for d in drafters]
     if reference == "z-lab":
         from ..formats.references import resolve_zlab_reference

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.settings.run_settings import Reporter, RunOptions, pause_after_prompt
+from ..core.progress import Reporter, pause_after_prompt
+from ..core.settings.run_settings import RunSettings
 from ..formats import checkpoint_scan
-from ..pipeline.continuations import continuations_for, sampled_continuations_for, whole_prompt_set
+from ..pipeline.continuations import continuations_for, sampled_continuations_for
 from ..pipeline.document import assemble
 from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
 from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
@@ -47,16 +48,14 @@ from ..pipeline.track_folder import CSV, TRACK_LOCK, TrackFolder, run_label, tra
 from ..pipeline.trajectories import capture_trajectory
 from ..pipeline.turns import answer_earlier_turns
 from . import track_breakdown
+from .track_settings import Tracking
 
 
 @dataclass
 class TrackOptions:
     sources: list[Path]  # save folders (or checkpoint folders given one by one)
-    run: RunOptions  # target, prompts, tokens, thinking, device, cache, reference, semantics; out = the track folder
-    watch: bool = False
-    interval: float = 60.0  # seconds between polls with --watch
-    settle: float = 2.0  # seconds between the two polls a new checkpoint must look the same in
-    max_batch: int = 8  # checkpoints (and the reference) scored on one target pass per prompt
+    run: RunSettings  # target, prompts, tokens, thinking, device, cache, reference, semantics; out = the track folder
+    tracking: Tracking = Tracking()
 
 
 @dataclass
@@ -67,7 +66,7 @@ class _Item:
     view: Inputs
     found: checkpoint_scan.Found | None
     label: str
-    options: RunOptions
+    settings: RunSettings
     folder: RunFolder
     drafters: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
@@ -84,34 +83,24 @@ class _Item:
 
 def check_track_options(options: TrackOptions) -> None:
     run = options.run
-    if run.target is None:
+    if run.inputs.target is None:
         raise InputError(None, "track needs --target (the verifier every checkpoint is evaluated against)")
-    if run.draft_policy == "both":
+    if run.sampling.draft_policy == "both":
         raise InputError(None, "track follows one draft policy (--draft-policy sample or argmax); run both "
                                "side by side with `dflash-eval run --draft-policy both` on a checkpoint")
-    if run.mode != "trajectory":
+    if run.replay.mode != "trajectory":
         raise InputError(None, "track replays every checkpoint on one trajectory per prompt; --mode live is not offered")
-    if run.responses is not None:
+    if run.inputs.responses is not None:
         raise InputError(None, "track generates (or reads cached) continuations itself; --responses is not offered")
-    for value in run.semantics:
+    track_breakdown.check_options(run, None)  # --draft-lengths' syntax, and at temperature > 0
+    for value in run.inputs.semantics:
         if "=" in value:
             raise InputError(None, f"--semantics {value!r}: track applies one rule set to every checkpoint "
                                    "(give RULES, not NAME=RULES)")
-    import math
-
-    from ..core.settings.sections import SECONDS_MAX
-
-    for name, value, low in (("--interval", options.interval, 0.0), ("--settle", options.settle, 0.0)):
-        # NaN compares false with everything, inf reached time.sleep after the checkpoints were evaluated and
-        # 1e30 overflowed it (issue 49): the CLI's parser has the same bounds (cli/track.py)
-        if not (math.isfinite(value) and (value > low if name == "--interval" else value >= low)
-                and value <= SECONDS_MAX):
-            raise InputError(None, f"{name} must be a finite number {'>' if name == '--interval' else '>='} 0 "
-                                   f"seconds and at most {SECONDS_MAX:g} (got {value})")
-    if options.max_batch < 1:
-        raise InputError(None, "--batch must be >= 1")
+    options.tracking.check()
+    watch = options.tracking.watch
     for source in options.sources:
-        if not Path(source).exists() and not options.watch:
+        if not Path(source).exists() and not watch:
             raise InputError(source, "no such folder (with --watch the tracker waits for it)")
         if Path(source).exists() and not Path(source).is_dir():
             raise InputError(source, "is not a folder (give a save folder or checkpoint folders)")
@@ -130,13 +119,12 @@ def _refuse_nonfinite_target(target: Path) -> None:
 
 
 class Tracker:
-    """Polls, evaluates and records; `run()` is the whole command. `on_row(row, reference_tau)` sees each
-    new row before it is appended (the CLI's TensorBoard log), `after_batch(tracker)` runs after every
-    batch (the CLI redraws the table and rewrites track.html)."""
+    """Polls, evaluates and records; `run()` is the whole command. After every batch it writes track.jsonl's
+    rows, track.csv, track.html (--html) and the TensorBoard scalars (--tensorboard), then calls
+    `after_batch(tracker)` (the CLI redraws the table with --watch)."""
 
     def __init__(self, options: TrackOptions, reporter: Reporter | None = None,
-                 after_batch: Callable[[Tracker], None] | None = None,
-                 on_row: Callable[[dict, float | None], None] | None = None):
+                 after_batch: Callable[[Tracker], None] | None = None):
         from ..model.target import target_info
 
         check_track_options(options)
@@ -144,16 +132,17 @@ class Tracker:
         self.options = options
         self.reporter = reporter or Reporter()
         self.after_batch = after_batch or (lambda tracker: None)
-        self.on_row = on_row or (lambda row, reference_tau: None)
-        self.base = answer_earlier_turns(prepare_inputs(dataclasses.replace(options.run, drafters=[])), options.run,
+        self.scalars = None  # the TensorBoard log (--tensorboard), opened at the first row
+        self.base = answer_earlier_turns(prepare_inputs(options.run.with_sections(
+            dataclasses.replace(options.run.drafters, drafters=()))), options.run,
                                          self.reporter)  # multi-turn sets: their later turns (pipeline/turns.py)
         self.info = target_info(self.base.target_path)
         track_breakdown.check_options(options.run, self.base.entries[0].spec.block_size if self.base.entries else None)
         _refuse_nonfinite_target(self.base.target_path)  # before --out is created or an earlier track removed
-        settings = {**self.base.settings(options.run), "semantics_overrides": list(options.run.semantics),
+        settings = {**self.base.settings(options.run), "semantics_overrides": list(options.run.inputs.semantics),
                     **track_breakdown.track_settings(options.run)}  # --draft-lengths, --depth-buckets
         self.folder = TrackFolder(options.run.out, settings)
-        self.rows: list[dict[str, Any]] = self.folder.open(options.run.overwrite)
+        self.rows: list[dict[str, Any]] = self.folder.open(options.run.output.overwrite)
         self.identities = {(r["path"], tuple(tuple(f) for f in r.get("identity") or [])): r["fingerprint"]
                            for r in self.rows if r.get("role") == "checkpoint"}
         self.done = {r["fingerprint"] for r in self.rows if r.get("role") == "checkpoint"}
@@ -234,8 +223,9 @@ class Tracker:
 
             run = self.options.run
             self.reporter.note(f"loading target {self.base.target_path}")
-            target = load_target(str(self.base.target_path), device=run.device, dtype=run.dtype,
-                                 allow_accelerated_on_cpu=run.kernels == "torch", **self.base.resolved.placement())
+            target = load_target(str(self.base.target_path), device=run.placement.device, dtype=run.placement.dtype,
+                                 allow_accelerated_on_cpu=run.replay.kernels == "torch",
+                                 **self.base.placed.load_keywords())
             from ..model.drafter import refuse_nonfinite
 
             refuse_nonfinite(target.model.state_dict().items(), self.base.target_path)  # NaN/inf weights, by tensor
@@ -246,16 +236,19 @@ class Tracker:
         entry = view.entries[0]
         label = run_label(role, entry.name, found.step if found else None, view.fingerprints[entry.name])
         out = self.folder.run_dir(label)
-        drafters = [] if role == "reference" else [str(entry.path)]
-        options = dataclasses.replace(self.options.run, drafters=drafters, out=out,
-                                      reference=self.options.run.reference if role == "reference" else None)
-        folder = RunFolder(out, {**view.settings(options), **track_breakdown.run_settings(options)},
+        run = self.options.run
+        drafters = () if role == "reference" else (str(entry.path),)
+        settings = run.with_sections(
+            dataclasses.replace(run.drafters, drafters=drafters,
+                                reference=run.drafters.reference if role == "reference" else None),
+            dataclasses.replace(run.output, out=out))
+        folder = RunFolder(out, {**view.settings(settings), **track_breakdown.run_settings(settings)},
                            owner=self.folder.path)  # the track writes its own runs/<label>
         try:
             done = folder.open()
         except InputError:  # our own folder, left by another version with other settings: redone
             done = folder.open(overwrite=True)
-        return _Item(role, view, found, label, options, folder, rows=done)
+        return _Item(role, view, found, label, settings, folder, rows=done)
 
     def evaluate(self, batch: list[tuple[str, Inputs, checkpoint_scan.Found | None]]) -> None:
         """One target pass per prompt for the whole batch; then one run folder and one row per member."""
@@ -271,13 +264,13 @@ class Tracker:
             for item in items:
                 item.drafters = load_drafters(item.view.entries, target, device="cpu")  # joins after generation
                 item.rows = item.folder.keep_complete(item.rows, {(n, k) for n in item.drafters
-                                                                  for k in range(run.samples)})
+                                                                  for k in range(run.sampling.samples)})
                 item.complete = {r["prompt_id"] for r in item.rows}
             needed = [p for p in self.base.prompts if any(p.id not in it.complete for it in items)]
             ids = self.base.prompt_ids()
-            sampled = run.temperature > 0  # the offline estimate: K sampled texts per prompt, one pass each
+            sampled = run.sampled  # the offline estimate: K sampled texts per prompt, one pass each
             missing = [p for p in needed if (p.id, 0) not in self.continuations]
-            universe = whole_prompt_set(run)  # run's generation plan: the same texts (and cache entries) as `run`
+            universe = self.base.planned  # run's generation plan: the same texts (and cache entries) as `run`
             if sampled:
                 found, generated = sampled_continuations_for(target, missing, ids, run, self.base.thinking,
                                                              self.reporter, universe=universe)
@@ -291,15 +284,15 @@ class Tracker:
             decode = piece_decoder(target.tokenizer)
             names = ", ".join(it.label for it in items)
             self.reporter.note(f"batch {self.batches}: {len(items)} drafter(s) ({names}), {len(needed)} prompts, "
-                               f"one target pass each{f' per sample ({run.samples})' if sampled else ''}")
+                               f"one target pass each{f' per sample ({run.sampling.samples})' if sampled else ''}")
             self.reporter.phase("prompts", len(needed))
             for prompt in needed:
                 members = [it for it in items if prompt.id not in it.complete]
                 layers = sorted({t for it in members for d in it.drafters.values() for t in d.spec.taps})
                 per_member: dict[int, list] = {id(it): [] for it in members}
-                for k in range(run.samples):
+                for k in range(run.sampling.samples):
                     trajectory = capture_trajectory(target, prompt, ids[prompt.id], self.continuations[(prompt.id, k)],
-                                                    layers, sequence_chunk=run.tap_chunk, keep_hidden=sampled,
+                                                    layers, sequence_chunk=run.batching.tap_chunk, keep_hidden=sampled,
                                                     sample=k if sampled else None)
                     for item in members:
                         if sampled:
@@ -317,10 +310,10 @@ class Tracker:
             kernels = kernel_summary(kernel_report(target.model))
         passes = target.tap_passes
         for item in items:
-            document = assemble(item.options, target, item.view.entries, item.drafters, item.rows, self.base.prompts,
+            document = assemble(item.settings, target, item.view.entries, item.drafters, item.rows, self.base.prompts,
                                 self.base.thinking, item.view.warnings, item.view.fingerprints, kernels,
                                 {n: d.spec.block_size for n, d in item.drafters.items()},
-                                generated_count=generated, evaluated_count=len(needed))
+                                generated_count=generated, evaluated_count=len(needed), dataset=self.base.dataset)
             item.folder.finish(document)
             found = item.found
             row = track_row(item.role, item.view.entries[0], item.fingerprint, item.label, document["drafters"][0],
@@ -332,7 +325,7 @@ class Tracker:
                 trainer = trainer_values(self.options.sources, found.step, found.path)
                 if trainer is not None:
                     row["trainer"] = trainer
-            self.on_row(row, self.reference_tau())
+            self._scalars(row)
             self.folder.append(row)  # last: a kill before this line redoes the checkpoint from its run folder
             self.rows.append(row)
             if found is not None:
@@ -344,7 +337,30 @@ class Tracker:
         from ..core.documents import results as R
 
         R.atomic_write(self.folder.path / CSV, track_csv(self.rows))
+        if self.options.run.output.html:
+            from ..pipeline.run_folder import write_run_html
+            from ..render.track import render_track_html
+
+            write_run_html(self.folder.path, render_track_html(self.rows, self.present(), self.folder.settings,
+                                                               seed=self.options.run.seed), "track.html")
         self.after_batch(self)
+
+    def _scalars(self, row: dict) -> None:
+        """The row's numbers at its step, in the TensorBoard log (--tensorboard)."""
+        folder = self.options.tracking.tensorboard
+        if folder is None:
+            return
+        if self.scalars is None:
+            from ..render.tensorboard import ScalarLog
+
+            self.scalars = ScalarLog(folder)
+        self.scalars.write(row, self.reference_tau())
+
+    def close(self) -> None:
+        """The track folder's lock released and the TensorBoard log closed."""
+        self.folder.close()
+        if self.scalars is not None:
+            self.scalars.close()
 
     def reference_tau(self) -> float | None:
         refs = [r for r in self.rows if r.get("role") == "reference"]
@@ -362,17 +378,18 @@ class Tracker:
         while True:
             ready = self.poll()
             polls += 1
-            for start in range(0, len(ready), self.options.max_batch):
-                self.evaluate([("checkpoint", view, found) for found, view in ready[start:start + self.options.max_batch]])
-            if not self.options.watch:
+            tracking = self.options.tracking
+            for start in range(0, len(ready), tracking.batch):
+                self.evaluate([("checkpoint", view, found) for found, view in ready[start:start + tracking.batch]])
+            if not tracking.watch:
                 if polls == 1 and self.waiting():
-                    time.sleep(self.options.settle)  # the second look that proves a new checkpoint is finished
+                    time.sleep(tracking.settle)  # the second look that proves a new checkpoint is finished
                     continue
                 if polls == 1 and not self.last_scan.checkpoints and not self.rows:
                     raise InputError(", ".join(map(str, self.options.sources)), "no checkpoints found (folders with "
                                      "config.json, checkpoint-N, epoch_E_step_S or <epoch>/)")
                 return
-            time.sleep(self.options.settle if self.waiting() else self.options.interval)
+            time.sleep(tracking.settle if self.waiting() else tracking.interval)
 
 
 def track(options: TrackOptions, reporter: Reporter | None = None, **callbacks) -> Tracker:
@@ -382,5 +399,5 @@ def track(options: TrackOptions, reporter: Reporter | None = None, **callbacks) 
         try:
             tracker.run()
         finally:
-            tracker.folder.close()  # the track folder's lock (held while it runs)
+            tracker.close()  # the track folder's lock (held while it runs), the TensorBoard log
     return tracker

@@ -16,16 +16,16 @@ from typing import Any
 
 from ..core.breakdown import DEFAULT_DEPTH_EDGES
 from ..core.errors import InputError
-from ..core.settings.run_settings import RunOptions
+from ..core.settings.run_settings import RunSettings
 
 
-def check_options(run: RunOptions, reference_block: int | None) -> None:
+def check_options(run: RunSettings, reference_block: int | None) -> None:
     """Refused by name before the track folder is touched: the syntax of --draft-lengths, its range for the
     reference, and --draft-lengths at temperature > 0 (offline estimate)."""
-    text = run.draft_lengths
+    text = run.serving.draft_lengths
     if text is None:
         return
-    if run.temperature > 0:
+    if run.sampled:
         raise InputError(None, "--draft-lengths at temperature > 0: the offline estimate is not replayed per draft "
                                "length (use `dflash-eval run --mode live --draft-lengths` on a checkpoint)")
     run.serving.requested  # the syntax, parsed once; each checkpoint's range when it is found
@@ -33,22 +33,22 @@ def check_options(run: RunOptions, reference_block: int | None) -> None:
         run.serving.for_block(reference_block, "reference")
 
 
-def check_checkpoint(run: RunOptions, name: str, block_size: int) -> None:
+def check_checkpoint(run: RunSettings, name: str, block_size: int) -> None:
     """A found checkpoint's block must hold every draft length asked for (InputError: reported as invalid)."""
     run.serving.for_block(block_size, name)
 
 
-def depth_edges(run: RunOptions) -> tuple[int, ...]:
+def depth_edges(run: RunSettings) -> tuple[int, ...]:
     return run.breakdown.edges
 
 
-def track_settings(run: RunOptions) -> dict[str, Any]:
+def track_settings(run: RunSettings) -> dict[str, Any]:
     """What the curve's extra views depend on, only when set (a track made without them keeps its digest)."""
     edges = depth_edges(run)
-    return {**({"draft_lengths": run.draft_lengths} if run.draft_lengths is not None else {}),
+    return {**({"draft_lengths": run.serving.draft_lengths} if run.serving.draft_lengths is not None else {}),
             **({"depth_edges": list(edges)} if edges != DEFAULT_DEPTH_EDGES else {})}
 
 
-def run_settings(run: RunOptions) -> dict[str, Any]:
+def run_settings(run: RunSettings) -> dict[str, Any]:
     """What `run` adds to a run folder's settings for --draft-lengths (evaluate.serving_inputs)."""
     return run.serving.provenance()

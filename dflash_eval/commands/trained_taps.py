@@ -14,31 +14,14 @@ the paired gap is what the skew costs. docs/trained-taps.md has the formats and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..core import tap_skew
 from ..core.errors import InputError
-from ..core.settings.run_settings import Reporter
+from ..core.progress import Reporter
+from ..core.settings.run_settings import RunSettings
 from ..formats.training_data import TrainingData, read_training_data
-
-
-@dataclass(frozen=True)
-class TrainedTapsOptions:
-    data: Path
-    target: str
-    drafter: str | None = None  # "PATH" or "PATH:NAME"
-    limit: int | None = 64  # the first N samples of the split (None: all of them)
-    split: str | None = None  # default: validation where the trainer has one, else all
-    train_ratio: float = 0.9
-    layer_ids: tuple[int, ...] | None = None  # in the data's own numbering (speculators: vLLM aux ids)
-    noise_samples: int = 8  # samples the bf16-vs-fp32 noise floor is measured on
-    device: str = "auto"
-    dtype: str = "float32"  # our reference taps; the floor pass runs the other of bfloat16 / float32
-    lock_timeout: float = 10.0
-    seed: int = 0
-    anchor_batch: int | None = None
-    argv: list[str] = field(default_factory=list)
+from .trained_taps_settings import TrainedTapsSettings
 
 
 @dataclass
@@ -163,9 +146,11 @@ class TrainedTaps:
     drafter: Any = None
 
 
-def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, *, target=None) -> TrainedTaps:
-    """The comparison and, with a drafter, the evaluation rows. `target`: an already loaded target (doctor's) to
-    use as the reference pass."""
+def trained_taps(taps: TrainedTapsSettings, settings: RunSettings | None = None, reporter: Reporter | None = None, *,
+                 target=None) -> TrainedTaps:
+    """The comparison and, with a drafter, the evaluation rows. `settings`: the run's device and anchors per
+    forward (default RunSettings()); `target`: an already loaded target (doctor's) to use as the reference
+    pass."""
     import time
 
     from ..formats.checkpoints import checked_spec
@@ -176,21 +161,21 @@ def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, 
     from .trained_taps_samples import evaluate_sample, evaluation_summary, load_checked
 
     reporter = reporter or Reporter()
+    settings = settings or RunSettings()
     started = time.perf_counter()
-    if options.noise_samples < 1:
-        raise InputError(None, "--noise-samples must be >= 1 (the noise floor is what every slot is judged against)")
-    data = read_training_data(options.data, split=options.split, train_ratio=options.train_ratio, limit=options.limit)
-    target_path = resolve_local_or_cached(options.target)
+    taps.check()
+    data = read_training_data(taps.data, split=taps.split, train_ratio=taps.train_ratio, limit=taps.limit)
+    target_path = resolve_local_or_cached(taps.target)
     info = target_info(target_path)
     entry = None
-    if options.drafter:
-        raw, name = split_name(options.drafter)
+    if taps.drafter:
+        raw, name = split_name(taps.drafter)
         path = resolve_local_or_cached(raw)
         spec, _ = checked_spec(path, info)
         entry = DrafterEntry(name or path.name, path, spec)
-    layout = resolve_layout(data, entry.spec if entry else None, options.layer_ids, info.num_layers)
+    layout = resolve_layout(data, entry.spec if entry else None, taps.layers, info.num_layers)
     if target is None:
-        target = load_target(str(target_path), device=options.device, dtype=options.dtype)
+        target = load_target(str(target_path), device=settings.placement.device, dtype=taps.dtype)
     n = info.num_layers
     hybrid_layers = {i for i, kind in enumerate(target.layer_types) if kind == "linear_attention"}
     layers = sorted({t for layer in layout.taps for t in (layer - 1, layer, layer + 1) if 0 <= t < n} | {n - 1}
@@ -207,7 +192,7 @@ def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, 
     compared = 0
     reporter.phase("training samples", len(data.samples))
     for ref in data.samples:
-        checked = load_checked(data, ref, target, layout, layers, options.lock_timeout, skipped, flags)
+        checked = load_checked(data, ref, target, layout, layers, taps.lock_timeout, skipped, flags)
         if checked is None:
             reporter.advance("training samples", str(ref.index))
             continue
@@ -216,15 +201,17 @@ def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, 
         compared += 1
         greedy = {k: greedy[k] + counts[k] for k in greedy}
         if drafter is not None:
-            rows += evaluate_sample(drafter, entry, sample, traj, data, target, no_last, options.anchor_batch, flags)
-        if len(kept) < options.noise_samples:
+            rows += evaluate_sample(drafter, entry, sample, traj, data, target, no_last,
+                                    settings.batching.anchor_batch, flags)
+        if len(kept) < taps.noise_samples:
             kept.append(kept_states(target, sample, traj, layers, no_last))
         reporter.advance("training samples", str(ref.index))
     if not compared:
         reason = skipped[0]["reason"] if skipped else "no sample could be compared"
         raise InputError(data.path, f"no sample could be compared ({len(skipped)} skipped; first: {reason})")
     floor_started = time.perf_counter()
-    floors, floor_note = floor_pass(target, target_path, options, kept, layout, layers, data.teacher is not None,
+    floors, floor_note = floor_pass(target, target_path, settings.placement.device, kept, layout, layers,
+                                    data.teacher is not None,
                                     flags["dtypes"], reporter)
     judged = judge(layout, stats, floors, hybrid_layers, data.teacher if not flags["no_last_layer"] else None,
                    data.format)
@@ -246,7 +233,7 @@ def trained_taps(options: TrainedTapsOptions, reporter: Reporter | None = None, 
         "slots": judged, "greedy": {**greedy, "labels": "stored teacher" if data.teacher and not flags["no_last_layer"]
                                     else "data tokens"},
         "findings": found, "verdict": tap_skew.verdict(found, notes), "notes": notes,
-        "evaluation": evaluation_summary(rows, entry, data, options.seed) if entry is not None else None,
+        "evaluation": evaluation_summary(rows, entry, data, taps.seed) if entry is not None else None,
         "passes": {"reference": compared, "noise_floor": len(kept)},
         "seconds": {"reference_and_evaluation": round(floor_started - started, 3),
                     "noise_floor": round(time.perf_counter() - floor_started, 3),

@@ -25,7 +25,7 @@ def _add(floors: dict, key, stats: TapStats) -> None:
     floors[key] = floors[key] + stats if key in floors else stats
 
 
-def floor_pass(target, target_path, options, kept: list[dict], layout, layers: list[int], has_teacher: bool,
+def floor_pass(target, target_path, device: str, kept: list[dict], layout, layers: list[int], has_teacher: bool,
                dtypes: set[str], reporter) -> tuple[dict, str]:
     """{layer: TapStats, -1: embeddings, "pre": last layer, "post": final hidden states} and the floor in words."""
     import torch
@@ -36,7 +36,7 @@ def floor_pass(target, target_path, options, kept: list[dict], layout, layers: l
     from ..pipeline.trajectories import capture_trajectory
 
     reference_bf16 = target.dtype == torch.bfloat16
-    other = load_target(str(target_path), device=options.device, dtype="float32" if reference_bf16 else "bfloat16")
+    other = load_target(str(target_path), device=device, dtype="float32" if reference_bf16 else "bfloat16")
     fp8 = "F8_E4M3" in dtypes
     n = target.info.num_layers
     floors: dict = {}

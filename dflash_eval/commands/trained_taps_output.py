@@ -16,15 +16,15 @@ TRAINED_TAPS_JSON = "trained_taps.json"
 TRAINED_TAPS_HTML = "trained_taps.html"
 
 
-def settings_of(options) -> dict[str, Any]:
+def settings_of(taps, settings) -> dict[str, Any]:
     """What the numbers depend on (the run folder's settings digest): a folder made with others is refused."""
-    return {"command": "trained-taps", "data": str(Path(options.data).resolve()), "target": options.target,
-            "drafter": options.drafter, "limit": options.limit, "split": options.split,
-            "train_ratio": options.train_ratio, "layer_ids": list(options.layer_ids) if options.layer_ids else None,
-            "noise_samples": options.noise_samples, "dtype": options.dtype, "seed": options.seed}
+    return {"command": "trained-taps", "data": str(Path(taps.data).resolve()), "target": taps.target,
+            "drafter": taps.drafter, "limit": taps.limit, "split": taps.split,
+            "train_ratio": taps.train_ratio, "layer_ids": list(taps.layers) if taps.layers else None,
+            "noise_samples": taps.noise_samples, "dtype": taps.dtype, "seed": taps.seed}
 
 
-def check_out(out: Path, options, overwrite: bool):
+def check_out(out: Path, taps, settings, overwrite: bool):
     """The output folder, refused now (before anything loads) if it may not be written: a RunFolder with a
     drafter (a run folder), else the folder itself, which may hold only files dflash-eval wrote there."""
     from ..core.errors import InputError
@@ -32,11 +32,11 @@ def check_out(out: Path, options, overwrite: bool):
     from ..pipeline.run_folder import LOCK, WRITTEN, RunFolder, written_files
 
     out = Path(out)
-    if options.drafter:
-        folder = RunFolder(out, settings_of(options))
+    if taps.drafter:
+        folder = RunFolder(out, settings_of(taps, settings))
         folder.check(overwrite)
         return folder
-    output_path(out, "--out", folder=True, reads=[options.data])  # the one output guard (core/paths.py)
+    output_path(out, "--out", folder=True, reads=[taps.data])  # the one output guard (core/paths.py)
     ours = set(written_files(out) or []) | {WRITTEN, LOCK}  # the lock the command holds (cli/common.claims_out)
     foreign = sorted(p.name for p in out.iterdir() if p.name not in ours) if out.is_dir() else []
     if foreign:
@@ -45,7 +45,7 @@ def check_out(out: Path, options, overwrite: bool):
     return out
 
 
-def run_document(result: dict, rows: list[dict], options, target, entry, drafter) -> dict[str, Any]:
+def run_document(result: dict, rows: list[dict], taps, settings, target, entry, drafter) -> dict[str, Any]:
     """run.json for the evaluation rows: `run`'s document (pipeline/document.assemble) over the two sides, its
     provenance saying where the continuations came from (the training data) and how they were scored."""
     from ..core.settings.run_settings import RunOptions
@@ -61,10 +61,10 @@ def run_document(result: dict, rows: list[dict], options, target, entry, drafter
     for row in rows:
         order.setdefault(row["prompt_id"], Prompt(row["prompt_id"], "", row["prompt_set"]))
     longest = max((row["continuation_len"] for row in rows), default=1)
-    run_options = RunOptions(drafters=[str(entry.path)], out=Path("."), target=options.target,
+    run_options = RunOptions(drafters=[str(entry.path)], out=Path("."), target=taps.target,
                              prompts=f"trained-taps:{result['data']}", max_new_tokens=longest, final_block="full",
-                             anchor_batch=options.anchor_batch, seed=options.seed, device=options.device,
-                             dtype=options.dtype, argv=list(options.argv), cache_dir=None)
+                             anchor_batch=settings.batching.anchor_batch, seed=taps.seed,
+                             device=settings.placement.device, dtype=taps.dtype, argv=settings.output.argv)
     fingerprint = checkpoint_fingerprint(entry.path)
     document = assemble(run_options, target, entries, {e.name: drafter for e in entries}, rows, list(order.values()),
                         None, [], {e.name: fingerprint for e in entries}, kernel_summary(kernel_report(target.model)),
@@ -80,24 +80,27 @@ def run_document(result: dict, rows: list[dict], options, target, entry, drafter
     return document
 
 
-def write_outputs(folder, result: dict, rows: list[dict], options, target, entry, drafter) -> list[Path]:
-    """trained_taps.json and, with a drafter, the run folder's files (recorded in written.json, each replaced
-    atomically); the paths written."""
+def write_outputs(folder, result: dict, rows: list[dict], taps, settings, target, entry, drafter) -> list[Path]:
+    """trained_taps.json, trained_taps.html and, with a drafter, the run folder's files (recorded in
+    written.json, each replaced atomically); the paths written."""
     from ..core.documents.results import atomic_write
-    from ..pipeline.run_folder import RunFolder, record_written
+    from ..pipeline.run_folder import RunFolder, record_written, write_run_html
+    from ..render.html_trained_taps import render_trained_taps_html
 
     if not isinstance(folder, RunFolder):
         Path(folder).mkdir(parents=True, exist_ok=True)
         record_written(folder, TRAINED_TAPS_JSON)
         atomic_write(Path(folder) / TRAINED_TAPS_JSON, json.dumps(result, indent=1) + "\n")
-        return [Path(folder) / TRAINED_TAPS_JSON]
+        page = write_run_html(Path(folder), render_trained_taps_html(result), TRAINED_TAPS_HTML)
+        return [Path(folder) / TRAINED_TAPS_JSON, page]
     folder.open(overwrite=True)  # check_out refused what may not be replaced; same settings: computed again
     try:
         out = folder.path
         record_written(out, TRAINED_TAPS_JSON)
         atomic_write(out / TRAINED_TAPS_JSON, json.dumps(result, indent=1) + "\n")
         folder.write_rows(rows)
-        folder.finish(run_document(result, rows, options, target, entry, drafter))
-        return [out / TRAINED_TAPS_JSON, out / "run.json", out / "samples.jsonl", out / "per_position.csv"]
+        folder.finish(run_document(result, rows, taps, settings, target, entry, drafter))
+        page = write_run_html(out, render_trained_taps_html(result), TRAINED_TAPS_HTML)
+        return [out / TRAINED_TAPS_JSON, out / "run.json", out / "samples.jsonl", out / "per_position.csv", page]
     finally:
         folder.close()

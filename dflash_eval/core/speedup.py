@@ -268,3 +268,25 @@ def recorded_step_times(table: dict[str, Any], context_tokens: int | None = None
                                  bandwidth=inputs["bandwidth"])
     context = inputs["context_tokens"] if context_tokens is None else context_tokens
     return roofline_from_shapes(device, shape(inputs["target_shape"]), drafter, context, inputs["dtype_bytes"])
+
+
+def live_throughput(drafter: dict) -> dict[str, Any] | None:
+    """Live mode: committed tokens per second of the loop's steps (prefill left out), the mean step latency,
+    and the speedup measured against plain one-token decoding steps (batch 1, at the checkpoint's block)
+    when the run timed them (`--draft-lengths` in live mode); None outside live mode."""
+    live = drafter.get("live")
+    if not live or not live.get("steps") or not live.get("seconds"):
+        return None
+    from .metrics import AcceptanceCounts
+
+    committed = sum(c for _, c in AcceptanceCounts.from_dict(drafter["counts"]).per_prompt.values())
+    out = {"steps": live["steps"], "seconds": live["seconds"], "prefill_seconds": live.get("prefill_seconds"),
+           "tokens_per_second": committed / live["seconds"] if committed else None,
+           "step_ms": 1000 * live["seconds"] / live["steps"], "measured_speedup": None}
+    table = drafter.get("speedup")
+    if table and table.get("source") == "measured":
+        block = drafter["spec"]["block_size"]
+        row = next((r for r in table["rows"] if r["k"] == block - 1), None)
+        if row is not None and table["batches"] and table["batches"][0] == 1:
+            out["measured_speedup"] = row["speedup"][0]
+    return out

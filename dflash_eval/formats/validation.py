@@ -7,11 +7,11 @@ collapsing acceptance to 1.00 in silence."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
+from ..core.inspection import Check, TargetInfo
 from ..core.spec import DrafterSpec
 from .dflash2 import weight_shapes as dflash2_weight_shapes
 from .files import FLOAT_DTYPES, TensorMeta, nonfinite_tensors
@@ -119,25 +119,6 @@ def check_target_config(config: dict[str, Any], path: Path) -> dict[str, Any]:
             elif name == "rope_theta" or (isinstance(value, (int, float)) and not isinstance(value, bool)):
                 number(value, f"{where}{key}.{name}", path)
     return text
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    """What validation needs to know about a target, read from its config (no weights loaded)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    vocab_size: int
-
-
-@dataclass(frozen=True)
-class Check:
-    """One validation result, shown by `inspect` and enforced at load."""
-
-    name: str
-    ok: bool
-    detail: str
 
 
 def expected_weights(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:

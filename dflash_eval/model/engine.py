@@ -25,6 +25,7 @@ import torch
 
 from ..core import batching
 from ..core.semantics import shorter_final_block as final_block_rule
+from ..core.settings.run_settings import Scoring
 from .dflash2 import flat_greedy_drafts
 from .drafter import DFlashDrafter
 from .drafting import draft_hidden, draft_rows
@@ -113,10 +114,8 @@ def replay(
     taps: torch.Tensor,
     tokens: torch.Tensor,
     prompt_len: int,
-    max_new_tokens: int,
+    scoring: Scoring,
     *,
-    shorter_final_block: bool = True,
-    anchor_batch: int | None = None,
     anchor_in_context: bool = False,
     block_offset: int = 0,
     ctx: torch.Tensor | None = None,
@@ -124,6 +123,8 @@ def replay(
 ) -> DrafterOnPrompt:
     """All-anchor drafting over one trajectory, then the walk.
 
+    scoring: the generation cap, the final block rule and the anchors per forward (core/settings/run_settings.
+    Scoring: the one value every replay takes, so none forgets --final-block);
     taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T);
     ctx: precomputed drafter.context(taps) (the doctor reuses it across variants); labels: [T] the ids slot j
     of anchor a is scored against at a + j (default `tokens`; trained-taps scores against a training sample's
@@ -132,6 +133,8 @@ def replay(
     T = int(tokens.shape[0])
     ctx = drafter.context(taps) if ctx is None else ctx
     result = DrafterOnPrompt(prompt_len=prompt_len)
+    max_new_tokens, shorter_final_block, anchor_batch = (scoring.max_new_tokens, scoring.shorter_final_block,
+                                                         scoring.anchor_batch)
     if anchor_batch is None:
         anchor_batch = drafter_anchor_batch(drafter, T)
     result.anchor_batch = anchor_batch

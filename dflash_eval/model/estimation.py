@@ -18,21 +18,25 @@ from dataclasses import replace
 import torch
 
 from ..core.semantics import draft_top_filters
+from ..core.settings.run_settings import Scoring
+from ..core.settings.work import Sampling
 from .dflash2 import candidate_probs, teacher_forced_scores
 from .drafter import DFlashDrafter
 from .engine import anchor_chunks
-from .sampling import Sampling, sampling_probs, to_target_vocab
+from .sampling import sampling_probs, to_target_vocab
 
 ROWS_PER_PASS = 256
 
 
 @torch.inference_mode()
 def anchor_alphas(drafter: DFlashDrafter, taps: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor,
-                  lm_head, prompt_len: int, max_new_tokens: int, sampling: Sampling, *,
-                  shorter_final_block: bool = True, anchor_batch: int | None = None,
+                  lm_head, prompt_len: int, scoring: Scoring, sampling: Sampling, *,
                   anchor_in_context: bool = False, block_offset: int = 0) -> list[list[float]]:
-    """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text."""
+    """alphas[a - prompt_len] = [alpha_1(a), ...] over the slots of anchor a that lie inside the text
+    (`scoring`: the cap, the final block rule and the anchors per forward, as the greedy replay's)."""
     T = int(tokens.shape[0])
+    max_new_tokens, shorter_final_block, anchor_batch = (scoring.max_new_tokens, scoring.shorter_final_block,
+                                                         scoring.anchor_batch)
     out: list[list[float]] = []
     # vLLM's probabilistic drafts: softmax(logits / T) without top-p / top-k (core/semantics.py)
     draft_sampling = sampling if draft_top_filters(drafter.spec.semantics) else replace(sampling, top_p=1.0, top_k=0)

@@ -26,10 +26,12 @@ import torch
 
 from ..core.semantics import draft_top_filters
 from ..core.semantics import shorter_final_block as final_block_rule
+from ..core.settings.run_settings import Scoring
+from ..core.settings.work import Sampling
 from .drafter import DFlashDrafter
 from .drafting import draft_rows, walk_block
 from .engine import block_length
-from .sampling import Sampling, draw, rejection_step, sampling_probs, to_target_vocab
+from .sampling import draw, rejection_step, sampling_probs, to_target_vocab
 from .target import Target, cached_step, stop_token_ids
 
 
@@ -74,9 +76,8 @@ def live_generate(
     target: Target,
     drafter: DFlashDrafter,
     prompt: list[int],
-    max_new_tokens: int,
+    scoring: Scoring,
     *,
-    shorter_final_block: bool = True,
     sampling: Sampling = Sampling(),
     generator: torch.Generator | None = None,
 ) -> LiveResult:
@@ -84,8 +85,9 @@ def live_generate(
     taps = list(drafter.spec.taps)
     B = drafter.spec.block_size
     p = len(prompt)
+    max_new_tokens = scoring.max_new_tokens
     cap_end = p + max_new_tokens
-    shorter_final_block = final_block_rule(drafter.spec.semantics, shorter_final_block)  # vLLM: always full
+    shorter_final_block = final_block_rule(drafter.spec.semantics, scoring.shorter_final_block)  # vLLM: always full
     draft_sampling = sampling if draft_top_filters(drafter.spec.semantics) else replace(sampling, top_p=1.0, top_k=0)
     greedy = sampling.greedy
     devices = cuda_indices(target.model, drafter, device=target.device)  # once: what every clock read waits for

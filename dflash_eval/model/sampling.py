@@ -23,45 +23,10 @@ block's slots, one uniform vector per verify, one draw for the residual or bonus
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 import torch
 
-DRAFT_POLICIES = ("sample", "argmax")
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    draft_policy: str = "sample"
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-    def check(self) -> None:
-        """z-lab's `_validate_sampling` plus the policy name; the message names the setting."""
-        from ..core.errors import InputError
-
-        if self.temperature < 0:
-            raise InputError(None, f"--temperature must be >= 0 (got {self.temperature:g})")
-        if not 0 < self.top_p <= 1:
-            raise InputError(None, f"--top-p must be in (0, 1] (got {self.top_p:g})")
-        if self.top_k < 0:
-            raise InputError(None, f"--top-k must be >= 0 (got {self.top_k})")
-        if self.draft_policy not in (*DRAFT_POLICIES, "both"):
-            raise InputError(None, f"unknown --draft-policy {self.draft_policy!r} (sample, argmax or both)")
-
-    def to_dict(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "draft_policy": self.draft_policy}
-
-
-def sampling_of(options) -> Sampling:
-    """A run's sampling settings (RunOptions.temperature, top_p, top_k, draft_policy)."""
-    return Sampling(options.temperature, options.top_p, options.top_k, options.draft_policy)
+from ..core.settings.work import DRAFT_POLICIES, Sampling  # noqa: F401  (the one sampling value, drawn with here)
 
 
 def sampling_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:

@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 
 from ..core.errors import InputError
-from ..core.settings.run_settings import default_cache_dir  # noqa: F401  (re-exported: where continuations are cached)
 from ..model.target import Target, stop_token_ids
 from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
 
@@ -292,22 +291,6 @@ def generation_plan(lengths: dict[str, int], batch: int) -> list[list[str]]:
     return [order[i:i + batch] for i in range(0, len(order), batch)]
 
 
-def whole_prompt_set(options) -> list[Prompt] | None:
-    """The run's prompts after --limit/--seed, before --shard, torchrun's split or a resume: what generation
-    plans over, so `--limit N` generates N (as `plan` counts) and every shard, rank or resume gets the same
-    companions. In bf16 a --limit run's text may then differ from the full run's (said; --numerics-check
-    measures it). A multi-turn set keeps its whole set's plan (turns.py answers every earlier turn in it)."""
-    from .hf_prompts import answered_set
-    from .long_prompts import is_long_source, packed_set
-    from .prompts import load_prompts, select
-
-    limit, seed = options.limit, options.prompt_seed
-    if is_long_source(options.prompts):
-        return None if (packed := packed_set(options.prompts)) is None else select(packed, limit, seed)
-    field = options.prompt_field
-    return answered_set(options.prompts) or load_prompts(options.prompts, limit, seed, prompt_field=field)
-
-
 def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "chat") -> list[int]:
     """A prompt's ids through the chat template ("chat") or its raw text without it ("raw": doctor)."""
     if template == "chat":
@@ -315,7 +298,7 @@ def template_ids(tokenizer, prompt: Prompt, thinking: bool, template: str = "cha
     return tokenizer(prompt.text, add_special_tokens=False)["input_ids"]
 
 
-def generation_settings(target: Target, options, thinking: bool, template: str) -> str:
+def generation_settings(target: Target, settings, thinking: bool, template: str) -> str:
     """Everything a cached continuation depends on besides its prompt and its batch: the content digests of
     the run's provenance (`target_content`: config and generation config, every weight byte, tokenizer
     files, chat template), the dtype, the device type and the bound Gated-DeltaNet kernels (in bf16 each
@@ -323,18 +306,18 @@ def generation_settings(target: Target, options, thinking: bool, template: str) 
     from ..formats.files import target_content
     from ..model.kernels import kernel_report, kernel_summary
 
-    content = target_content(target.path, None, target.tokenizer.chat_template, options.cache_dir)
+    content = target_content(target.path, None, target.tokenizer.chat_template, settings.output.cache)
     content.pop("responses_file", None)
     return json.dumps({**content, "dtype": str(target.dtype), "device_type": target.device.type,
                        "kernels": kernel_summary(kernel_report(target.model)), "thinking": bool(thinking),
-                       "template": template, "max_new_tokens": int(options.max_new_tokens)}, sort_keys=True)
+                       "template": template, "max_new_tokens": int(settings.inputs.max_new_tokens)}, sort_keys=True)
 
 
 def _pid(item) -> str:
     return item if isinstance(item, str) else item[0]
 
 
-def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template):
+def _whole_plan(target, prompts, ids, settings, thinking, universe, items_of, template):
     """The generation plan of the run's prompt set (`universe` plus the prompts given): [(members, their
     prompt ids)], every prompt tokenized as the run tokenizes it; prompt id -> Prompt; and on an
     accelerator the budget of each turn's batch (`run_generation_budget`)."""
@@ -349,8 +332,8 @@ def _whole_plan(target, prompts, ids, options, thinking, universe, items_of, tem
     plan, budgets = [], []
     for turn in sorted(by_turn):
         lengths = by_turn[turn]
-        given = options.batching.generation_batch
-        budget = run_generation_budget(target, list(lengths.values()), options.max_new_tokens, given)
+        given = settings.batching.generation_batch
+        budget = run_generation_budget(target, list(lengths.values()), settings.inputs.max_new_tokens, given)
         budgets += [budget] if budget is not None else []
         batch = budget.batch if budget is not None else given or CPU_GENERATION_BATCH
         plan += [(members, [known[_pid(m)] for m in members]) for members in generation_plan(lengths, batch)]
@@ -368,7 +351,7 @@ def generation_shared_by_ranks(group=None):
     continuations reach the ranks that evaluate them. So each of N ranks generates about 1/N of the
     continuations (its evaluation shard stays balanced by length), where each rank used to generate every
     batch its shard touches: with neighbouring lengths on different ranks, all of them. Every rank must
-    make the same calls in the same order (they do: the same options, the same stages)."""
+    make the same calls in the same order (they do: the same settings, the same stages)."""
     _SHARED_BY_RANKS.append(group)
     try:
         yield
@@ -391,7 +374,7 @@ def _exchange(group, value) -> list:
     return gathered
 
 
-def _planned(target, prompts, ids, options, thinking, universe, reporter, *, phase, items_of, item_key, template,
+def _planned(target, prompts, ids, settings, thinking, universe, reporter, *, phase, items_of, item_key, template,
              generate):
     """Cached or generated in planned batches: item -> continuation, and how many were generated (here, for
     any rank). A key holds `generation_settings`, the item (its text, and for samples the sampling and k)
@@ -399,14 +382,14 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
     batch: in bf16 the batch's padded shapes move near-tie argmaxes. Companions of a missing item are
     generated with it (and cached), and the number of them is said. Inside `generation_shared_by_ranks`
     the batches any rank is missing are split among the ranks and the continuations exchanged."""
-    cache = ContinuationCache(options.cache_dir)
-    plan, everyone, budgets = _whole_plan(target, prompts, ids, options, thinking, universe, items_of, template)
-    settings = generation_settings(target, options, thinking, template) if cache.directory is not None else ""
+    cache = ContinuationCache(settings.output.cache)
+    plan, everyone, budgets = _whole_plan(target, prompts, ids, settings, thinking, universe, items_of, template)
+    made_with = generation_settings(target, settings, thinking, template) if cache.directory is not None else ""
     wanted = {item for p in prompts for item in items_of(p)}
 
     def keys_of(members):
         batch = sha256_text("\x1e".join(f"{everyone[_pid(m)].text}\x1d{item_key(m)}" for m in members))
-        return {m: ContinuationCache.key(settings, everyone[_pid(m)].text, item_key(m), batch) for m in members}
+        return {m: ContinuationCache.key(made_with, everyone[_pid(m)].text, item_key(m), batch) for m in members}
 
     found, asked, keys = {}, {}, {}  # asked: plan index -> the items missing there (on any rank when shared)
     for index, (members, _) in enumerate(plan):
@@ -428,7 +411,7 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
         digest = sha256_text(json.dumps([[str(m) for m in members] for members, _ in plan]))
         everyone_asked = _exchange(group, (digest, {i: sorted(m) for i, m in asked.items()}))
         if any(theirs != digest for theirs, _ in everyone_asked):
-            sizes = sorted({b.batch for b in budgets}) or [options.batching.generation_batch or CPU_GENERATION_BATCH]
+            sizes = sorted({b.batch for b in budgets}) or [settings.batching.generation_batch or CPU_GENERATION_BATCH]
             raise InputError(None, f"torchrun ranks planned different generation batches (this rank: {sizes}); "
                                    "GPUs of different memory choose different batches: give --generation-batch N")
         asked = {}
@@ -449,7 +432,7 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
                       "planned over the run's prompts, so that no continuation depends on --shard or a resume")
     if todo and budgets:
         reporter.note(f"{phase}: " + "; ".join(b.describe() for b in budgets))
-    if todo and options.limit and target.dtype != torch.float32:
+    if todo and settings.inputs.limit and target.dtype != torch.float32:
         reporter.note(f"{phase}: batches planned over the {len(everyone)} prompts of this --limit; in {str(target.dtype)[6:]} a greedy text can depend on the prompts batched with it, so the full run's may differ (run --numerics-check N measures how far)")
     reporter.phase(phase, todo)
     made = {}
@@ -476,7 +459,7 @@ def _planned(target, prompts, ids, options, thinking, universe, reporter, *, pha
     return found, todo
 
 
-def continuations_for(target, prompts: list[Prompt], ids, options, thinking, responses,
+def continuations_for(target, prompts: list[Prompt], ids, settings, thinking, responses,
                       reporter, *, template: str = "chat", universe: list[Prompt] | None = None
                       ) -> tuple[dict[str, list[int]], int]:
     """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
@@ -489,11 +472,11 @@ def continuations_for(target, prompts: list[Prompt], ids, options, thinking, res
     if responses is not None:
         missing = [p.id for p in prompts if p.id not in responses]
         if missing:
-            raise InputError(options.responses, f"no response for prompt {missing[0]!r}")
-        return {p.id: responses[p.id][: options.max_new_tokens] for p in prompts}, 0
-    return _planned(target, prompts, ids, options, thinking, universe, reporter, phase="generate",
+            raise InputError(settings.inputs.responses, f"no response for prompt {missing[0]!r}")
+        return {p.id: responses[p.id][: settings.inputs.max_new_tokens] for p in prompts}, 0
+    return _planned(target, prompts, ids, settings, thinking, universe, reporter, phase="generate",
                     items_of=lambda p: [p.id], item_key=lambda item: "", template=template,
-                    generate=lambda members, member_ids: generate_greedy(target, member_ids, options.max_new_tokens,
+                    generate=lambda members, member_ids: generate_greedy(target, member_ids, settings.inputs.max_new_tokens,
                                                                          len(members)))
 
 
@@ -554,20 +537,20 @@ def generate_sampled_batch(target: Target, prompts: list[list[int]], max_new_tok
     return [cut_at_stop(row, stops) for row in out[:, ids.shape[1]:].tolist()]
 
 
-def sampled_continuations_for(target, prompts: list[Prompt], ids, options, thinking, reporter, *,
+def sampled_continuations_for(target, prompts: list[Prompt], ids, settings, thinking, reporter, *,
                               universe: list[Prompt] | None = None) -> tuple[dict[tuple[str, int], list[int]], int]:
     """K sampled continuations per prompt ((prompt id, k) -> ids), cached like the greedy ones under a key
     that adds the sampling settings, the seed and k; and how many were generated. Batched like the greedy
     ones (`generation_plan` over (prompt, k) of the run's prompts), each (prompt, k) with its generator."""
-    from ..model.sampling import generator_for, sampling_of
+    from ..model.sampling import generator_for
 
-    sampling = sampling_of(options)
-    settings = json.dumps(sampling.to_dict(), sort_keys=True) + f"|seed {options.seed}"
+    sampling, seed = settings.sampling, settings.seed
+    drawn = json.dumps(sampling.to_dict(), sort_keys=True) + f"|seed {seed}"
 
     def generate(members, member_ids):
-        generators = [generator_for(options.seed, pid, k, target.device) for pid, k in members]
-        return generate_sampled_batch(target, member_ids, options.max_new_tokens, sampling, generators)
+        generators = [generator_for(seed, pid, k, target.device) for pid, k in members]
+        return generate_sampled_batch(target, member_ids, settings.inputs.max_new_tokens, sampling, generators)
 
-    return _planned(target, prompts, ids, options, thinking, universe, reporter, phase="sample",
-                    items_of=lambda p: [(p.id, k) for k in range(options.samples)],
-                    item_key=lambda item: f"{settings}|k {item[1]}", template="chat", generate=generate)
+    return _planned(target, prompts, ids, settings, thinking, universe, reporter, phase="sample",
+                    items_of=lambda p: [(p.id, k) for k in range(sampling.samples)],
+                    item_key=lambda item: f"{drawn}|k {item[1]}", template="chat", generate=generate)

@@ -17,6 +17,7 @@ from ..core import metrics as M
 from ..core.breakdown import breakdown_documents
 from ..core.documents import results as R
 from ..core.semantics import shorter_final_block
+from ..core.settings.run_settings import is_long_source
 from ..core.snapshots import snapshot_of
 from .continuations import chat_template_hash, tokenizer_hash
 from .inputs import thinking_source
@@ -96,15 +97,6 @@ def _git_sha() -> str | None:
         return None
 
 
-def _dataset(options) -> dict[str, Any]:
-    """{"dataset": ...} for a Hugging Face cache source (repo, revision, config, split, files, construction,
-    draw: hf_prompts.provenance), else nothing."""
-    from .hf_prompts import provenance
-
-    found = provenance(str(options.prompts), options.prompt_field)
-    return {"dataset": found} if found else {}
-
-
 def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.AcceptanceCounts],
                         block_size: int, seed: int) -> dict[str, Any] | None:
     from ..core import repetition
@@ -133,7 +125,7 @@ def repetition_summary(rows: list[dict[str, Any]], per_prompt: dict[str, M.Accep
     }
 
 
-def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[str, Any]:
+def _estimate_object(entry, fingerprints, rows, block_sizes, settings) -> dict[str, Any]:
     """A drafter's run.json object at temperature > 0 offline: the estimate's sums (samples pooled per
     prompt) and their summary; no integer acceptance counts exist there."""
     from ..core.estimates import EstimateSums, summary
@@ -142,10 +134,10 @@ def _estimate_object(entry, fingerprints, rows, block_sizes, options) -> dict[st
     for r in rows:
         sums = sums.pooled(EstimateSums.from_dict(r["estimate"]))
     return {"name": entry.name, "path": str(entry.path), "format": entry.spec.format,
-            "draft_policy": entry.draft_policy or options.draft_policy,
+            "draft_policy": entry.draft_policy or settings.sampling.draft_policy,
             "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
             "spec": entry.spec.to_dict(),
-            "metrics": summary(sums, seed=options.seed), "estimate": sums.to_dict(), "counts": None,
+            "metrics": summary(sums, seed=settings.seed), "estimate": sums.to_dict(), "counts": None,
             "repetition": None, "by_prompt_set": {}}
 
 
@@ -222,50 +214,51 @@ def speedup_document(by_k: list[dict[str, Any]] | None, metrics: dict[str, Any],
     return speedup_table(taus, times) if taus else None
 
 
-def drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times=None,
+def drafter_documents(settings, entries, rows, fingerprints, block_sizes, step_times=None,
                       device: str = "", breakdown: bool = True) -> list[dict[str, Any]]:
     """Each drafter's run.json object from its rows (sorted in prompt order): counts merged exactly,
     metrics divided here. `merge` rebuilds shard runs through the same function. step_times: drafter
     name -> speedup.StepTimes for the expected speedup (live mode measures its own when not given)."""
     drafter_objects = []
+    seed, live = settings.seed, settings.replay.mode == "live"
     for entry in entries:
         mine = [r for r in rows if r["drafter"] == entry.name]
-        if any("estimate" in r for r in mine) or (options.temperature > 0 and options.mode == "trajectory"):
-            drafter_objects.append(_estimate_object(entry, fingerprints, mine, block_sizes, options))
+        if any("estimate" in r for r in mine) or settings.estimate:
+            drafter_objects.append(_estimate_object(entry, fingerprints, mine, block_sizes, settings))
             continue
         # the K samples of a prompt (temperature > 0) pool into one unit: metrics.pool_samples
         per_prompt, merged = _pooled(mine, block_sizes[entry.name], lambda r: r["counts"])
         by_set = M.by_prompt_set(per_prompt, {r["prompt_id"]: r["prompt_set"] for r in mine}) if per_prompt else {}
         obj = {
             "name": entry.name, "path": str(entry.path), "format": entry.spec.format,
-            **({"draft_policy": entry.draft_policy or options.draft_policy} if options.temperature > 0 else {}),
+            **({"draft_policy": entry.draft_policy or settings.sampling.draft_policy} if settings.sampled else {}),
             "fingerprint": fingerprints[entry.name], "snapshot": snapshot_of(Path(entry.path).resolve()),
             "spec": entry.spec.to_dict(),
-            "metrics": {**R.metrics_summary(merged, seed=options.seed),
+            "metrics": {**R.metrics_summary(merged, seed=seed),
                         "prompts_without_steps": sum(1 for c in per_prompt.values() if c.steps == 0)},
-            "by_prompt_set": {s: R.metrics_summary(c, seed=options.seed) for s, c in sorted(by_set.items())},
-            "repetition": repetition_summary(mine, per_prompt, block_sizes[entry.name], options.seed),
+            "by_prompt_set": {s: R.metrics_summary(c, seed=seed) for s, c in sorted(by_set.items())},
+            "repetition": repetition_summary(mine, per_prompt, block_sizes[entry.name], seed),
             "counts": merged.to_dict(),
         }
-        if options.mode == "live":
+        if live:
             obj["live"] = {"steps": merged.steps, "seconds": sum(sum(r.get("step_seconds", [])) for r in mine),
                            "prefill_seconds": sum(r.get("prefill_seconds", 0.0) for r in mine)}
         if breakdown:  # by depth, segment, token class (not in run.partial.json: breakdown.py)
             obj.update(breakdown_documents(mine, block_sizes[entry.name], merged,
-                                           lambda c: R.metrics_summary(c, seed=options.seed),
-                                           options.breakdown.edges))
-        by_k = draft_length_documents(mine, block_sizes[entry.name], merged, options.seed, obj["metrics"])
+                                           lambda c: R.metrics_summary(c, seed=seed),
+                                           settings.breakdown.edges))
+        by_k = draft_length_documents(mine, block_sizes[entry.name], merged, seed, obj["metrics"])
         if by_k:
             obj["by_draft_length"] = by_k
         times = (step_times or {}).get(entry.name) or (
-            measured_step_times(mine, block_sizes[entry.name], device) if options.mode == "live" else None)
+            measured_step_times(mine, block_sizes[entry.name], device) if live else None)
         if times is not None and merged.steps:
             obj["speedup"] = speedup_document(by_k, obj["metrics"], block_sizes[entry.name], times)
         drafter_objects.append(obj)
     return drafter_objects
 
 
-def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
+def batching_provenance(settings, drafters: dict, rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
     """What decides the GEMM shapes, hence bf16's near-tie argmaxes: the generation batches (planned over
     the run's prompts after --limit: a shard, rank or resume generates each prompt with the same companions)
     and the anchors per drafter forward the engine ran on each replayed sequence (core/batching.py's rule,
@@ -273,24 +266,28 @@ def batching_provenance(options, drafters: dict, rows: list[dict[str, Any]], dev
     docs/gpu.md ("bf16 and batching")."""
     from ..core.batching import anchor_batches, rule_text
 
-    live = options.mode == "live"  # the live loop drafts one block per forward; the engine never ran
+    live = settings.replay.mode == "live"  # the live loop drafts one block per forward; the engine never ran
+    given = settings.batching
     anchors = {} if live else {name: anchor_batches(
         [r["prompt_len"] + r["continuation_len"] for r in rows if r["drafter"] == name], d.spec.block_size,
-        d.spec.num_attention_heads, device, options.batching.anchor_batch) for name, d in drafters.items()}
-    return {"generation_batch": options.batching.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
+        d.spec.num_attention_heads, device, given.anchor_batch) for name, d in drafters.items()}
+    return {"generation_batch": given.generation_batch or "auto (device total memory, exact cache bytes, at most 64)",
             "generation_plan": "the run's prompts (after --limit / --seed), sorted by length",
             "anchor_batch": anchors, "anchor_batch_rule": "live: one block per drafter forward" if live else
-            "given" if options.batching.anchor_batch else rule_text(device)}
+            "given" if given.anchor_batch else rule_text(device)}
 
 
-def assemble(options, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
-              block_sizes, generated_count: int, evaluated_count: int, step_times=None,
-              content: dict[str, Any] | None = None, breakdown: bool = True, explain: bool = True) -> dict[str, Any]:
+def assemble(settings, target, entries, drafters, rows, prompts, thinking, warnings, fingerprints, kernels,
+             block_sizes, generated_count: int, evaluated_count: int, step_times=None,
+             content: dict[str, Any] | None = None, breakdown: bool = True, explain: bool = True,
+             dataset: dict[str, Any] | None = None) -> dict[str, Any]:
+    """run.json from the rows: every drafter's document (`drafter_documents`), the explanation, and the
+    provenance of every setting and input the numbers depend on (`dataset`: a Hugging Face cache source's,
+    carried by the run's inputs)."""
     import torch
     import transformers
 
     from ..core.version import __version__
-    from ..model.sampling import sampling_of
 
     order = {p.id: i for i, p in enumerate(prompts)}
     rows = sorted(rows, key=lambda r: (order.get(r["prompt_id"], 1 << 30), r["drafter"]))
@@ -298,21 +295,22 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
     for p in prompts:
         sets[p.set] = sets.get(p.set, 0) + 1
     agree, total = self_consistency_of(rows)
-    drafter_objects = drafter_documents(options, entries, rows, fingerprints, block_sizes, step_times,
+    drafter_objects = drafter_documents(settings, entries, rows, fingerprints, block_sizes, step_times,
                                         device=str(target.device), breakdown=breakdown)
     text = target.model.config.get_text_config()
     from ..core.explanation import explanation_documents
     from .inputs import reference_name
 
-    reference = reference_name(options, list(entries))
+    reference = reference_name(settings, list(entries))
+    given, sampling, replay = settings.inputs, settings.sampling, settings.replay
     # `run --reference` (commands/explain.py): the final document only, as the breakdown (a partial one after every
     # prompt would redo every variant's bootstrap and permutation test each time)
-    explanation = explanation_documents(rows, seed=options.seed) if explain else []
+    explanation = explanation_documents(rows, seed=settings.seed) if explain else []
     return {
         "schema_version": R.SCHEMA_VERSION,
         "provenance": {
             "dflash_eval": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "git_sha": _git_sha(), "argv": options.argv,
+            "python": platform.python_version(), "git_sha": _git_sha(), "argv": list(settings.output.argv),
             "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "target": {"name": target.name, "path": str(target.path), "fingerprint": target.fingerprint(),
                        "snapshot": snapshot_of(target.path), "model_type": getattr(text, "model_type", None),
@@ -322,41 +320,41 @@ def assemble(options, target, entries, drafters, rows, prompts, thinking, warnin
             "tokenizer_hash": tokenizer_hash(target.tokenizer),
             "chat_template_hash": chat_template_hash(target.tokenizer),
             "enable_thinking": thinking,
-            "thinking_source": thinking_source(options.thinking, getattr(text, "model_type", "") or ""),
-            "max_new_tokens": options.max_new_tokens, "temperature": options.temperature,
-            "sampling": ({**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed,
+            "thinking_source": thinking_source(given.thinking, getattr(text, "model_type", "") or ""),
+            "max_new_tokens": given.max_new_tokens, "temperature": sampling.temperature,
+            "sampling": ({**sampling.to_dict(), "samples": sampling.samples, "seed": settings.seed,
                           "generator": "torch.Generator per (seed, prompt id, sample), shared by the drafters"}
-                         if options.temperature > 0 else None),
+                         if settings.sampled else None),
             "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
-            "numerics": batching_provenance(options, drafters, rows, str(target.device)),
-            "kernels": kernels, "mode": options.mode, "final_block": options.final_block,
+            "numerics": batching_provenance(settings, drafters, rows, str(target.device)),
+            "kernels": kernels, "mode": replay.mode, "final_block": replay.final_block,
             # what each drafter's walk used: a drafter under --semantics vllm drafts full blocks whatever
             # --final-block says (semantics.shorter_final_block, vLLM's rule)
             "final_block_by_drafter": {
-                e.name: ("shorter" if shorter_final_block(e.spec.semantics, options.final_block == "shorter")
+                e.name: ("shorter" if shorter_final_block(e.spec.semantics, settings.scoring.shorter_final_block)
                          else "full") for e in entries},
-            "draft_lengths": options.serving.draft_lengths,
+            "draft_lengths": settings.serving.draft_lengths,
             # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
-            "draft_window": options.breakdown.draft_window,
-            "continuations": (f"responses:{options.responses}" if options.responses else
-                              "sampled (K per prompt)" if options.temperature > 0 else "generated"),
+            "draft_window": settings.breakdown.draft_window,
+            "continuations": (f"responses:{given.responses}" if given.responses else
+                              "sampled (K per prompt)" if settings.sampled else "generated"),
             # temperature > 0 offline: every number is the estimate of estimates.py, labelled as such
-            "estimate": options.temperature > 0 and options.mode == "trajectory",
+            "estimate": settings.estimate,
             "self_consistency": {"agree": agree, "total": total},
             # with --responses the same count measures how far the external continuations are greedy
-            "responses_agreement": {"agree": agree, "total": total} if options.responses else None,
-            "prompts": {"source": options.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
-                        **_dataset(options),  # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
-                        **(options.long_context.provenance()
-                           if options.prompts == "stdlib" or options.prompts.startswith("repo:") else {})},
+            "responses_agreement": {"agree": agree, "total": total} if given.responses else None,
+            "prompts": {"source": given.prompts, "count": len(prompts), "sets": sets,  # long_prompts.py packing:
+                        # a Hugging Face cache source: repo, revision, files (hf_prompts.py)
+                        **({"dataset": dataset} if dataset else {}),
+                        **(settings.long_context.provenance() if is_long_source(given.prompts) else {})},
             "warnings": warnings,
             # work done by this invocation (a resumed run counts only what it did itself)
             "work": {"tap_passes": target.tap_passes, "continuations_generated": generated_count,
                      "prompts_evaluated": evaluated_count},
             # --reference: its name in the results and the value given (a path as the user typed it)
-            "reference": {"name": reference, "given": options.reference} if reference else None,
-            "explain": options.explain,
-            "out": str(options.out),  # the folder as given: the verdict's commands name it (core/verdict.py)
+            "reference": {"name": reference, "given": settings.drafters.reference} if reference else None,
+            "explain": settings.explanation.explain,
+            "out": str(settings.out),  # the folder as given: the verdict's commands name it (core/verdict.py)
         },
         "drafters": drafter_objects,
         **({"explanation": explanation} if explanation else {}),

@@ -19,8 +19,8 @@ z-lab's `--max-samples` takes dataset rows.
   its last user message, the turn the target answers); config and split as `formats/hf_cache.data_files`
   resolves them; ids "hf:REPO:CONFIG:SPLIT/<row index>", the set that same name.
 
-`provenance(source, field)`: what run.json records of the data (repo, revision, config, split, files,
-field, where the construction comes from, the draw).
+`benchmark_conversations` also returns what run.json records of the data (repo, revision, config, split,
+files, field, where the construction comes from, the draw): the run's inputs carry it (pipeline/inputs.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from ..formats.benchmark_sets import BENCHMARK_SETS, PAPER_DRAW, PAPER_ROWS, Ben
 
 ANSWER_PLACEHOLDER = "[the target's own greedy answer to {id}, filled in when the run starts]"
 DEFAULT_FIELDS = ("prompt", "messages", "question", "problem", "instruction", "text")
-_RESOLVED: dict[tuple[str, str | None], dict] = {}  # (source, field) -> provenance, as last loaded here
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def _keys(rows: list[dict], column: str | None, indices: list[int]) -> list[str]
     return [str(i) for i in indices]
 
 
-def _named(benchmark: BenchmarkSet, paper: bool) -> list[list[PromptRow]]:
+def _named(benchmark: BenchmarkSet, paper: bool) -> tuple[list[list[PromptRow]], dict]:
     snapshot = hf_cache.find_snapshot(benchmark.repo, files=benchmark.files)
     if benchmark.files:
         missing = [f for f in benchmark.files if not (snapshot.folder / f).is_file()]
@@ -96,11 +95,10 @@ def _named(benchmark: BenchmarkSet, paper: bool) -> list[list[PromptRow]]:
     origin = f"hf:{benchmark.repo}"
     conversations = [_turn_rows(benchmark.name, key, benchmark.turns(row), origin)
                      for key, row in zip(_keys(rows, benchmark.id_column, indices), rows)]
-    _RESOLVED[(("paper:" if paper else "") + benchmark.name, None)] = {
+    return conversations, {
         "repo": benchmark.repo, "revision": snapshot.revision, "config": config, "split": split, "files": files,
         "columns": list(benchmark.columns), "construction": benchmark.origin,
         "draw": PAPER_DRAW + f" (N = {benchmark.paper_rows})" if paper else None}
-    return conversations
 
 
 def parse_hf_source(source: str) -> tuple[str, str | None, str | None, str | None]:
@@ -142,7 +140,7 @@ def _as_turns(value, key: str, set_name: str, field: str, origin: str) -> list[P
                              f"{{\"role\", \"content\"}} messages, got {type(value).__name__}")
 
 
-def _generic(source: str, field: str | None) -> list[list[PromptRow]]:
+def _generic(source: str, field: str | None) -> tuple[list[list[PromptRow]], dict]:
     repo, config, split, revision = parse_hf_source(source)
     snapshot = hf_cache.find_snapshot(repo, revision)
     if config is not None and split is None and config not in hf_cache.configs(snapshot):
@@ -154,15 +152,14 @@ def _generic(source: str, field: str | None) -> list[list[PromptRow]]:
         raise InputError(source, f"config {config!r} split {split!r} has no rows")
     set_name = f"hf:{repo}:{config}:{split}"
     conversations = [_as_turns(row[field], str(index), set_name, field, source) for index, row in enumerate(rows)]
-    _RESOLVED[(source, field)] = {"repo": repo, "revision": snapshot.revision, "config": config, "split": split,
-                                  "files": files, "field": field, "construction": "dflash-eval hf: (pipeline/hf_prompts.py)",
-                                  "draw": None}
-    _RESOLVED[(source, None)] = _RESOLVED[(source, field)]
-    return conversations
+    return conversations, {"repo": repo, "revision": snapshot.revision, "config": config, "split": split,
+                           "files": files, "field": field, "construction": "dflash-eval hf: (pipeline/hf_prompts.py)",
+                           "draw": None}
 
 
-def benchmark_conversations(source: str, field: str | None = None) -> list[list[PromptRow]]:
-    """The conversations of a named set, a `paper:` draw or an `hf:` dataset, each a list of PromptRows."""
+def benchmark_conversations(source: str, field: str | None = None) -> tuple[list[list[PromptRow]], dict]:
+    """The conversations of a named set, a `paper:` draw or an `hf:` dataset, each a list of PromptRows, and
+    what run.json records of the data (repo, revision, config, split, files, field, construction, draw)."""
     InputSettings(prompts=source, prompt_field=field).check()  # --prompt-field: hf: only (core/settings/inputs.py)
     if source.startswith("hf:"):
         return _generic(source, field)
@@ -170,24 +167,6 @@ def benchmark_conversations(source: str, field: str | None = None) -> list[list[
     if name not in BENCHMARK_SETS:
         raise InputError(source, f"the paper's table has no set {name!r} (paper: {', '.join(PAPER_ROWS)})")
     return _named(BENCHMARK_SETS[name], paper=source != name)
-
-
-def provenance(source: str, field: str | None = None) -> dict | None:
-    """What run.json records of an hf-cache source, as this process loaded it (None for other sources)."""
-    return _RESOLVED.get((source, field)) if is_benchmark_source(source) else None
-
-
-_ANSWERED: dict[str, list] = {}  # source -> its whole set of Prompts, later turns filled in (pipeline/turns.py)
-
-
-def remember_answered(source: str, prompts: list) -> None:
-    _ANSWERED[source] = list(prompts)
-
-
-def answered_set(source: str) -> list | None:
-    """The whole multi-turn set of `source` (prompts.Prompt) as this process last filled in its later turns:
-    what generation plans over (continuations.whole_prompt_set); None before that."""
-    return _ANSWERED.get(source)
 
 
 def availability() -> list[tuple[str, str, str | None, str]]:

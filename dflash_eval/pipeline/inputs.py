@@ -7,19 +7,21 @@ the run folder is keyed by. The result, `Inputs`, is what the later stages read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
-from ..core.settings.run_settings import RunOptions
+from ..core.settings.execution import Placed
+from ..core.settings.run_settings import RunSettings
 from ..core.spec import DrafterSpec
 from ..formats.checkpoints import checked_spec, read_spec
 from ..formats.files import checkpoint_fingerprint, resolve_local_or_cached, target_content
 from ..formats.validation import check_target_files
 from .long_prompts import run_prompts
-from .prompts import Prompt, parse_shard, prompt_ids, shard_prompts
+from .prompts import Prompt, prompt_ids, shard_prompts
 from .responses import responses_for
 from .thinking import target_thinking, thinking_default, thinking_source  # noqa: F401  (re-exported)
 
@@ -54,9 +56,10 @@ def reference_value(value: str) -> tuple[str, str | None]:
     return split_name(value)
 
 
-def reference_name(options: RunOptions, entries: list[DrafterEntry]) -> str | None:
+def reference_name(settings: RunSettings, entries: list[DrafterEntry]) -> str | None:
     """The reference's name in the results (the last entry, given by --reference), None without one."""
-    return entries[-1].name if options.reference and entries and options.draft_policy != "both" else None
+    return (entries[-1].name if settings.drafters.reference and entries and settings.sampling.draft_policy != "both"
+            else None)
 
 
 def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
@@ -136,7 +139,7 @@ def _repo_id_of(path: Path) -> str:
     return Path(path).name
 
 
-def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterEntry], Path, list[str]]:
+def resolve_drafters(settings: RunSettings, read=read_spec) -> tuple[list[DrafterEntry], Path, list[str]]:
     """Drafter folders, names and the target folder (given, or recorded by the drafters). `read(path)`: a
     checkpoint's (spec, weights, owners); preflight passes a reader of the recorded verifier alone."""
     from ..formats.references import resolve_recorded_verifier, resolve_zlab_reference, verifier_warning
@@ -144,7 +147,8 @@ def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterE
     warnings: list[str] = []
     entries: list[DrafterEntry] = []
     explicit: set[int] = set()  # indices of entries named with :NAME
-    for value in options.drafters:
+    target, cache = settings.inputs.target, settings.output.cache
+    for value in settings.drafters.drafters:
         raw, name = split_name(value)
         path = resolve_local_or_cached(raw)
         spec, _, _ = read(path)
@@ -153,10 +157,10 @@ def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterE
         entries.append(DrafterEntry(name or path.name, path, spec))
     _unique_names(entries, explicit)  # before anything else can fail: a name clash is the user's first fix
     recorded = {entry.name: resolve_recorded_verifier(entry.path, entry.spec.verifier).resolve()
-                for entry in entries if entry.spec.verifier and options.target is None}
-    if options.target is not None:  # an explicit --target wins; a recorded verifier only earns a warning
-        target_path = resolve_local_or_cached(options.target).resolve()
-        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path, options.cache_dir)
+                for entry in entries if entry.spec.verifier and target is None}
+    if target is not None:  # an explicit --target wins; a recorded verifier only earns a warning
+        target_path = resolve_local_or_cached(target).resolve()
+        warnings.extend(w for w in (verifier_warning(e.path, e.spec.verifier, e.name, target_path, cache)
                                     for e in entries if e.spec.verifier) if w)
     elif recorded:
         distinct = set(recorded.values())
@@ -166,9 +170,9 @@ def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterE
         target_path = distinct.pop()
     else:
         raise InputError(None, "no --target given and no drafter records its verifier")
-    if options.reference:
-        raw, name = reference_value(options.reference)
-        ref = resolve_zlab_reference(options.target or str(target_path)) if raw == "z-lab" else resolve_local_or_cached(raw)
+    if settings.drafters.reference:
+        raw, name = reference_value(settings.drafters.reference)
+        ref = resolve_zlab_reference(target or str(target_path)) if raw == "z-lab" else resolve_local_or_cached(raw)
         spec, _, _ = read(ref)
         if raw == "z-lab" or name is not None:
             explicit.add(len(entries))
@@ -177,22 +181,6 @@ def resolve_drafters(options: RunOptions, read=read_spec) -> tuple[list[DrafterE
     return entries, target_path, warnings
 
 
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """The raw options that need parsing, parsed once (`check_options`): later stages read these values and
-    never parse or validate the raw strings again."""
-
-    device: str  # "cpu", "cuda", "cuda:1" (from --device auto|...)
-    dtype: str  # "float32" or "bfloat16" (from --dtype auto|...)
-    shard: tuple[int, int] | None  # (index, count) from --shard I/N
-    device_map: str | None
-    max_memory: dict | None  # accelerate's max_memory from --max-memory
-
-    def placement(self) -> dict:
-        """load_target's device_map / max_memory keywords (empty: one device)."""
-        return {"device_map": self.device_map, "max_memory": self.max_memory} if self.device_map else {}
 
 
 @dataclass
@@ -210,9 +198,14 @@ class Inputs:
     fingerprints: dict[str, str] = field(default_factory=dict)
     _ids: dict[str, list[int]] | None = field(default=None, repr=False)
     all_prompts: list[Prompt] | None = None  # with --shard: every prompt of the run, of which `prompts` is a shard
-    resolved: Resolved | None = None  # the parsed options (device, dtype, shard, placement)
+    placed: Placed | None = None  # the placement parsed (shard, device map): core/settings/execution.Placement.resolve
     # content fingerprints of every file a result depends on besides the drafters (`content_fingerprints`)
     content: dict[str, str | None] = field(default_factory=dict)
+    # the prompt set generation plans its batches over (continuations._whole_plan): the run's prompts after
+    # --limit / --seed, before --shard, torchrun's split or a resume, so every shard, rank or resume gets the same
+    # companions; a multi-turn set's whole set once its earlier turns are answered (turns.py)
+    planned: list[Prompt] | None = None
+    dataset: dict[str, Any] | None = None  # a Hugging Face cache source's provenance (hf_prompts.py): run.json's
 
     def prompt_ids(self) -> dict[str, list[int]]:
         """Every prompt through the target's chat template: tokenized once, the ids the length check saw."""
@@ -220,96 +213,55 @@ class Inputs:
             self._ids = {p.id: prompt_ids(self.tokenizer, p, self.thinking) for p in self.prompts}
         return self._ids
 
-    def settings(self, options: RunOptions) -> dict[str, Any]:
+    def settings(self, settings: RunSettings) -> dict[str, Any]:
         """What a run folder's results depend on: resuming is allowed only with equal settings."""
-        from ..model.sampling import sampling_of
-
+        inputs, replay, sampling = settings.inputs, settings.replay, settings.sampling
+        window = settings.breakdown.draft_window
         return {
-            "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": options.max_new_tokens,
-            "thinking": self.thinking, "mode": options.mode, "final_block": options.final_block,
-            "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": options.device, "dtype": options.dtype,
-            "responses": str(options.responses) if options.responses else None, "kernels": options.kernels,
-            "tap_chunk": options.batching.tap_chunk, **({"draft_window": options.breakdown.draft_window} if options.breakdown.draft_window else {}),
+            "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": inputs.max_new_tokens,
+            "thinking": self.thinking, "mode": replay.mode, "final_block": replay.final_block,
+            "prompts": [[p.id, p.text, p.set] for p in self.prompts], "device": settings.placement.device,
+            "dtype": settings.placement.dtype, "responses": str(inputs.responses) if inputs.responses else None,
+            "kernels": replay.kernels, "tap_chunk": settings.batching.tap_chunk,
+            **({"draft_window": window} if window else {}),
             "semantics": {e.name: e.spec.semantics for e in self.entries},
-            **({"explain": True} if options.explains_gap() else {}),  # rows carry the variants (commands/explain.py)
+            **({"explain": True} if settings.explains_gap() else {}),  # rows carry the variants (commands/explain.py)
             **self.content,  # target weights/config, tokenizer, chat template, responses: by content
-            **({"sampling": {**sampling_of(options).to_dict(), "samples": options.samples, "seed": options.seed}}
-               if options.temperature > 0 else {}),
+            **({"sampling": {**sampling.to_dict(), "samples": sampling.samples, "seed": settings.seed}}
+               if sampling.temperature > 0 else {}),
             # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
-            **({"shard": {**dict(zip(("index", "count"), self.resolved.shard)), "seed": options.seed,
+            **({"shard": {**dict(zip(("index", "count"), self.placed.shard)), "seed": settings.seed,
                           "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
-               if options.shard else {}),
+               if self.placed is not None and self.placed.shard else {}),
         }
 
 
-MAX_SAMPLES = 1024  # sampled continuations per prompt: far past where a prompt-level interval stops narrowing
-MIN_TEMPERATURE = 1e-30  # float32 logits / temperature stay finite for |logit| < 3e8 (1e-45: inf, then NaN)
-
-
-def check_sampling_numbers(options: RunOptions) -> None:
-    """--temperature / --top-p finite and in range: NaN compares false everywhere (it ran greedy and wrote NaN
-    into run.json), inf flattens every distribution, a denormal temperature overflows the logits."""
-    import math
-
-    t = options.temperature
-    if not math.isfinite(t):
-        raise InputError(None, f"--temperature must be a finite number (got {t})")
-    if 0 < t < MIN_TEMPERATURE:
-        raise InputError(None, f"--temperature {t:g} is below {MIN_TEMPERATURE:g}, where logits / temperature "
-                               "overflow; use --temperature 0 for greedy decoding")
-    if not math.isfinite(options.top_p):
-        raise InputError(None, f"--top-p must be a finite number in (0, 1] (got {options.top_p})")
-
-
-def check_options(options: RunOptions) -> Resolved:
-    """Option values refused by name before anything else runs; returns the parsed values."""
+def check_settings(settings: RunSettings) -> Placed:
+    """Every rule of the settings (`RunSettings.check`), then what only this machine can say (the device
+    exists); returns the placement parsed."""
     from ..model.target import resolve_device, resolve_dtype
 
-    device = resolve_device(options.device)
-    dtype = resolve_dtype(options.dtype, device)
-    options.replay.check()  # --mode, --final-block, --kernels (core/settings/execution.py)
-    from ..model.sampling import sampling_of
-
-    check_sampling_numbers(options)
-    sampling_of(options).check()
-    options.output.check()  # --cache-dir (core/settings/output.py)
-    shard = parse_shard(options.shard) if options.shard is not None else None
-    options.placement.check()  # --device-map, --max-memory (core/settings/execution.py)
-    max_memory = options.placement.memory
-    if not 1 <= options.samples <= MAX_SAMPLES:
-        raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {options.samples})")
-    if options.temperature <= 0 and options.samples > 1:
-        raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
-    if options.draft_policy == "both" and options.temperature <= 0:
-        raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
-    if options.temperature > 0 and options.responses is not None:
-        raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
-    options.breakdown.check()  # --depth-buckets, --draft-window (core/settings/work.py)
-    engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
-    if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
-        raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
-                               "modelled (greedy only)")
-    return Resolved(str(device), str(dtype).removeprefix("torch."), shard, options.device_map, max_memory)
+    settings.check()
+    resolve_dtype(settings.placement.dtype, resolve_device(settings.placement.device))
+    return settings.placement.resolve()
 
 
-def with_one_drafter(base: Inputs, options: RunOptions, path: Path, name: str, info) -> Inputs:
+def with_one_drafter(base: Inputs, settings: RunSettings, path: Path, name: str, info) -> Inputs:
     """`base` (target, prompts, tokenizer, thinking) with one more checkpoint as its only drafter: what
     `run --drafter PATH` resolves for it, validated the same way (the tracker's view of each checkpoint)."""
     spec, _, _ = read_spec(path)
     entry = DrafterEntry(name, path, spec)
     entry.spec, _ = checked_spec(path, info)
-    apply_semantics_overrides([entry], options.semantics)
+    apply_semantics_overrides([entry], settings.inputs.semantics)
     from ..formats.references import verifier_warning
 
     warnings: list[str] = assumed_defaults([entry])  # base's warnings are about its own drafters, not this one
     if spec.verifier:
-        warning = verifier_warning(path, spec.verifier, name, base.target_path, options.cache_dir)
+        warning = verifier_warning(path, spec.verifier, name, base.target_path, settings.output.cache)
         if warning:
             warnings.append(warning)
-    warnings.extend(thinking_warnings([entry], base.thinking, options.thinking is None, base.model_type))
-    return Inputs([entry], base.target_path, base.model_type, base.prompts, base.thinking, base.tokenizer,
-                  base.responses, warnings, {name: checkpoint_fingerprint(path)}, base._ids, resolved=base.resolved,
-                  content=base.content)
+    warnings.extend(thinking_warnings([entry], base.thinking, settings.inputs.thinking is None, base.model_type))
+    return dataclasses.replace(base, entries=[entry], warnings=warnings, fingerprints={name: checkpoint_fingerprint(path)})
 
 
 def assumed_defaults(entries: list[DrafterEntry]) -> list[str]:
@@ -320,37 +272,40 @@ def assumed_defaults(entries: list[DrafterEntry]) -> list[str]:
     return [f"drafter {e.name}: {note} assumed" for e in entries for note in e.spec.config_notes if " absent: " in note]
 
 
-def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
+def prepare_inputs(settings: RunSettings, *, one_drafter: bool = False) -> Inputs:
     """Resolve and validate everything; nothing is written and no model is loaded."""
     from ..model.target import check_prompt_lengths, load_tokenizer, target_info
 
-    resolved = check_options(options)
-    entries, target_path, warnings = resolve_drafters(options)
-    if one_drafter and len(entries) != 1 + bool(options.reference):
+    placed = check_settings(settings)
+    entries, target_path, warnings = resolve_drafters(settings)
+    if one_drafter and len(entries) != 1 + bool(settings.drafters.reference):
         raise InputError(None, "doctor examines one drafter at a time")
     check_target_files(target_path)
     info = target_info(target_path)
     for entry in entries:  # validate every drafter against the target before anything is written
         entry.spec, _ = checked_spec(entry.path, info)
-    apply_semantics_overrides(entries, options.semantics)
+    given = settings.inputs
+    apply_semantics_overrides(entries, given.semantics)
     warnings.extend(assumed_defaults(entries))
-    if options.draft_policy == "both":
+    if settings.sampling.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
-    thinking, _ = target_thinking(target_path, options.thinking)
-    warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
+    thinking, _ = target_thinking(target_path, given.thinking)
+    warnings.extend(thinking_warnings(entries, thinking, given.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write
-    prompts = run_prompts(options, tokenizer, thinking, target_path, warnings)  # repo:, stdlib: long_prompts.py
-    inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings, resolved=resolved)
-    check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
-    if resolved.shard:
-        index, count = resolved.shard
-        cost = {k: len(v) + options.max_new_tokens for k, v in inputs.prompt_ids().items()}
+    chosen = run_prompts(settings, tokenizer, thinking, target_path, warnings)  # repo:, stdlib: long_prompts.py
+    prompts = chosen.prompts
+    inputs = Inputs(entries, target_path, model_type, prompts, thinking, tokenizer, None, warnings, placed=placed,
+                    planned=prompts, dataset=chosen.dataset)
+    check_prompt_lengths(target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, given.max_new_tokens)
+    if placed.shard:
+        index, count = placed.shard
+        cost = {k: len(v) + given.max_new_tokens for k, v in inputs.prompt_ids().items()}
         inputs.all_prompts = prompts
         inputs.prompts = shard_prompts(prompts, cost, index, count)
-    if options.responses:
-        inputs.responses, said = responses_for(options.responses, tokenizer, info.vocab_size, [p.id for p in prompts])
+    if given.responses:
+        inputs.responses, said = responses_for(given.responses, tokenizer, info.vocab_size, [p.id for p in prompts])
         warnings.extend(said)
     inputs.fingerprints = {e.name: checkpoint_fingerprint(e.path) for e in entries}
-    inputs.content = target_content(target_path, options.responses, tokenizer.chat_template, options.cache_dir)
+    inputs.content = target_content(target_path, given.responses, tokenizer.chat_template, settings.output.cache)
     return inputs

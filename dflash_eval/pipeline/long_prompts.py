@@ -17,7 +17,8 @@ Packing, deterministic for the same files and tokenizer:
 
 `--max-context` (`fit_context`): what to do when a prompt plus --max-new-tokens would pass the target's
 max_position_embeddings: `refuse` (by name, before anything is written) or `truncate` (repo:/stdlib
-only: the packing budget is lowered so that every prompt fits, and a warning says to what).
+only: the packing budget is lowered so that every prompt fits, and a warning says to what). The flags' rules
+(--context-tokens >= 64 and only for these sources) are core/settings/run_settings.RunSettings.check's.
 """
 
 from __future__ import annotations
@@ -27,15 +28,12 @@ import sysconfig
 from pathlib import Path
 
 from ..core.errors import InputError
-from .prompts import CODE_EXTENSIONS, Prompt, source_files_under
+from ..core.settings.run_settings import is_long_source
+from ..core.settings.work import LongContext
+from .prompts import CODE_EXTENSIONS, Prompt, PromptSet, source_files_under
 
 REPO_HEADER = "Continue the last file of this repository.\n\n"
-DEFAULT_CONTEXT_TOKENS = 8192
-MAX_CONTEXT = ("refuse", "truncate")
-
-
-def is_long_source(source: str) -> bool:
-    return source == "stdlib" or source.startswith("repo:")
+DEFAULT_CONTEXT_TOKENS = LongContext.DEFAULT_TOKENS
 
 
 def stdlib_dir() -> Path:
@@ -119,59 +117,35 @@ def pack(files: list[tuple[str, str, str]], context_tokens: int, count, set_name
 def long_prompts(source: str, tokenizer, context_tokens: int | None) -> list[Prompt]:
     """`repo:PATH` or `stdlib`, packed with the target's tokenizer."""
     n = DEFAULT_CONTEXT_TOKENS if context_tokens is None else int(context_tokens)
-    if n < 64:
-        raise InputError(None, f"--context-tokens {n}: too few for a prompt of whole lines (at least 64)")
     set_name, files = source_files(source)
     return pack(files, n, lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]),
                 set_name)
 
 
-def fit_context(options, tokenizer, limit: int | None, template_tokens: int) -> tuple[int | None, list[str]]:
-    """(--context-tokens to pack with, warnings) under --max-context: with `truncate`, lowered so that the
-    templated prompt plus --max-new-tokens fits the target's `limit` positions; `refuse` keeps it (the
-    length check then refuses a prompt that does not fit, by name)."""
-    mode = options.max_context
-    if mode not in MAX_CONTEXT:
-        raise InputError(None, f"unknown --max-context {mode!r} (refuse or truncate)")
-    wanted = options.context_tokens
-    if not is_long_source(options.prompts):
-        if wanted is not None:
-            raise InputError(None, "--context-tokens packs repo:PATH or stdlib prompts; other prompt sets are used "
-                                   "as they are")
-        if mode == "truncate":
-            raise InputError(None, "--max-context truncate shortens repo:PATH and stdlib prompts only (a chat "
-                                   "prompt cut anywhere would not be the prompt any more); use refuse")
-        return wanted, []
+def fit_context(settings, limit: int | None, template_tokens: int) -> tuple[int, list[str]]:
+    """(--context-tokens to pack with, warnings) under --max-context (its rules: RunSettings.check): with
+    `truncate`, lowered so that the templated prompt plus --max-new-tokens fits the target's `limit`
+    positions; `refuse` keeps it (the length check then refuses a prompt that does not fit, by name)."""
+    wanted, max_new_tokens = settings.long_context.context_tokens, settings.inputs.max_new_tokens
     n = DEFAULT_CONTEXT_TOKENS if wanted is None else int(wanted)
-    if mode == "truncate" and limit is not None:
-        room = limit - options.max_new_tokens - template_tokens
+    if settings.long_context.max_context == "truncate" and limit is not None:
+        room = limit - max_new_tokens - template_tokens
         if room < n:
             return room, [f"--max-context truncate: prompts packed to {room} tokens (not {n}) so that prompt + "
-                          f"--max-new-tokens {options.max_new_tokens} fit the target's {limit} positions"]
+                          f"--max-new-tokens {max_new_tokens} fit the target's {limit} positions"]
     return n, []
 
 
-def run_prompts(options, tokenizer, thinking: bool, target_path: Path, warnings: list[str]) -> list[Prompt]:
+def run_prompts(settings, tokenizer, thinking: bool, target_path: Path, warnings: list[str]) -> PromptSet:
     """A run's prompts (`prepare_inputs`): repo:/stdlib packed here under --context-tokens and
-    --max-context, every other source through `prompts.load_prompts`; --limit / --seed select either."""
+    --max-context, every other source through `prompts.load_prompt_set`; --limit / --seed select either."""
     from ..model.target import max_positions
-    from .prompts import load_prompts, prompt_ids, select
+    from .prompts import load_prompt_set, prompt_ids, select
 
-    if not is_long_source(options.prompts):
-        fit_context(options, tokenizer, None, 0)  # refuses --context-tokens / truncate here, by name
-        return load_prompts(options.prompts, options.limit, options.prompt_seed,
-                            prompt_field=options.prompt_field)
+    given = settings.inputs
+    if not is_long_source(given.prompts):
+        return load_prompt_set(given.prompts, given.limit, given.seed, prompt_field=given.prompt_field)
     template = len(prompt_ids(tokenizer, Prompt(id="-", text=""), thinking))
-    n, notes = fit_context(options, tokenizer, max_positions(target_path), template)
+    n, notes = fit_context(settings, max_positions(target_path), template)
     warnings.extend(notes)
-    _PACKED[options.prompts] = long_prompts(options.prompts, tokenizer, n)
-    return select(_PACKED[options.prompts], options.limit, options.prompt_seed)
-
-
-_PACKED: dict[str, list[Prompt]] = {}  # source -> its whole packed set, as this process last packed it
-
-
-def packed_set(source: str) -> list[Prompt] | None:
-    """The whole packed set of `source` (before --limit), as `run_prompts` packed it in this process, for
-    generation's batch plan (continuations.whole_prompt_set); None when not packed here."""
-    return _PACKED.get(source)
+    return PromptSet(select(long_prompts(given.prompts, tokenizer, n), given.limit, given.seed))

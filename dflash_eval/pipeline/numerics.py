@@ -32,23 +32,6 @@ import dataclasses
 from typing import Any
 
 from ..core.compare import paired_row
-from ..core.errors import InputError
-
-
-def check_numerics_options(options) -> None:
-    """--numerics-check compares greedy replays, generated continuations and the live loop: refused by name
-    where one of them does not exist."""
-    count = options.numerics_check
-    if count < 0:
-        raise InputError(None, f"--numerics-check must be 0 or more (got {count})")
-    if not count:
-        return
-    if options.temperature > 0:
-        raise InputError(None, "--numerics-check measures greedy decoding: it runs at --temperature 0")
-    if options.mode != "trajectory":
-        raise InputError(None, "--numerics-check compares the replay with the live loop: it runs with --mode trajectory")
-    if options.responses is not None:
-        raise InputError(None, "--numerics-check compares generated continuations: it does not run with --responses")
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -87,13 +70,13 @@ class NumericsCheck:
         return self.generation["prompts"] < self.limit
 
     def add(self, target, drafters: dict, prompt_ids: list[int], continuation: list[int], trajectory,
-            options_by_name: dict) -> None:
+            settings_by_name: dict) -> None:
         """One prompt: `continuation` is what the run used, `trajectory` its one target pass,
-        `options_by_name` each drafter's options (the run's)."""
+        `settings_by_name` each drafter's settings (the run's)."""
         from .continuations import generate_greedy
         from .scoring import score_live, score_on_trajectory
 
-        max_new_tokens = next(iter(options_by_name.values())).max_new_tokens
+        max_new_tokens = next(iter(settings_by_name.values())).inputs.max_new_tokens
         alone = generate_greedy(target, [prompt_ids], max_new_tokens, 1)[0]
         g = self.generation
         g["prompts"] += 1
@@ -101,11 +84,12 @@ class NumericsCheck:
         g["tokens"] += len(continuation)
         g["tokens_before_first_difference"] += common_prefix(continuation, alone)
         for name, drafter in drafters.items():
-            options = options_by_name[name]
-            base = score_on_trajectory(drafter, trajectory, options)
+            settings = settings_by_name[name]
+            base = score_on_trajectory(drafter, trajectory, settings)
             ran = base.anchor_batch  # what the engine ran (core/batching.py's rule, or --anchor-batch)
             other = 1 if ran > 1 else 2
-            moved = score_on_trajectory(drafter, trajectory, dataclasses.replace(options, anchor_batch=other))
+            moved = score_on_trajectory(drafter, trajectory, settings.with_sections(
+                dataclasses.replace(settings.batching, anchor_batch=other)))
             slots, changed, anchors = drafts_changed(base.drafts, moved.drafts)
             a = self.anchor_batch.setdefault(name, dict.fromkeys(
                 ("run", "other", "prompts", "anchors", "anchors_changed", "drafts", "drafts_changed"), 0))
@@ -115,7 +99,7 @@ class NumericsCheck:
             a["anchors_changed"] += anchors
             a["drafts"] += slots
             a["drafts_changed"] += changed
-            live = score_live(target, drafter, prompt_ids, options)
+            live = score_live(target, drafter, prompt_ids, settings)
             w = self.live.setdefault(name, {"prompts": 0, "texts_equal": 0, "per_prompt": {}})
             w["prompts"] += 1
             w["texts_equal"] += int(live.continuation == continuation)

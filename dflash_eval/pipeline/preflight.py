@@ -5,6 +5,8 @@ unknown target or a resume with other settings used to be refused after 9-11 s o
 Nothing here decides anything new: `pipeline/inputs.prepare_inputs` and `RunFolder.check` make the same
 checks again, in full, before the folder is touched. Preflight only answers sooner, with the same message:
 
+- every rule of the settings (`RunSettings.check`: each section's, and those between sections);
+
 - every --drafter and --reference (z-lab, PATH or PATH:NAME) resolved to a folder with a config.json, names
   unique, the target resolved (given, or recorded by the drafters), its config and weight headers checked
   (`inputs.resolve_drafters` with the recorded verifier for a spec, `formats/validation.check_target_files`);
@@ -24,7 +26,7 @@ from typing import Any
 
 from ..core.documents.results import STATE
 from ..core.errors import read_json_object
-from ..core.settings.run_settings import RunOptions
+from ..core.settings.run_settings import RunSettings
 from ..formats.checkpoints import recorded_verifier
 from ..formats.validation import check_target_files
 from .inputs import resolve_drafters
@@ -42,36 +44,39 @@ def read_recorded(path: Path) -> tuple[Recorded, None, None]:
     return Recorded(recorded_verifier(path)), None, None
 
 
-def preflight(options: RunOptions) -> None:
+def preflight(settings: RunSettings) -> None:
     """Refuse what can be refused without a heavy import (module docstring); returns nothing, changes nothing."""
-    _, target_path, _ = resolve_drafters(options, read=read_recorded)
+    settings.check()
+    _, target_path, _ = resolve_drafters(settings, read=read_recorded)
     check_target_files(target_path)
-    if not options.overwrite:
-        check_resume(options, target_path)
+    if not settings.output.overwrite:
+        check_resume(settings, target_path)
 
 
-def cheap_settings(options: RunOptions, target_path: Path) -> dict[str, Any]:
+def cheap_settings(settings: RunSettings, target_path: Path) -> dict[str, Any]:
     """The settings a run folder records (`Inputs.settings`) that need no tokenizer, model or torch to know,
     as that function writes them."""
-    return {"target": str(target_path), "max_new_tokens": options.max_new_tokens, "mode": options.mode,
-            "final_block": options.final_block, "kernels": options.kernels, "tap_chunk": options.batching.tap_chunk,
-            "responses": str(options.responses) if options.responses else None,
-            "draft_window": options.breakdown.draft_window or None, "explain": True if options.explains_gap() else None}
+    given, replay = settings.inputs, settings.replay
+    return {"target": str(target_path), "max_new_tokens": given.max_new_tokens, "mode": replay.mode,
+            "final_block": replay.final_block, "kernels": replay.kernels, "tap_chunk": settings.batching.tap_chunk,
+            "responses": str(given.responses) if given.responses else None,
+            "draft_window": settings.breakdown.draft_window or None,
+            "explain": True if settings.explains_gap() else None}
 
 
-def check_resume(options: RunOptions, target_path: Path) -> None:
+def check_resume(settings: RunSettings, target_path: Path) -> None:
     """--out holding a run recorded with other settings: refused by name, as RunFolder.check refuses it."""
-    state_path = Path(options.out) / STATE
+    state_path = settings.out / STATE
     if not state_path.is_file():
         return
     state = read_json_object(state_path, missing="run state missing")
     recorded = state.get("settings")
     if not isinstance(recorded, dict):
         return  # an older run without its settings: RunFolder.check says so, after the full digest
-    given = cheap_settings(options, target_path)
+    given = cheap_settings(settings, target_path)
     differences = settings_differences({key: recorded.get(key) for key in given}, given)
     if differences:
-        raise different_settings(Path(options.out), "; ".join(differences))
+        raise different_settings(settings.out, "; ".join(differences))
 
 
 def check_paths(values: list[str]) -> None:

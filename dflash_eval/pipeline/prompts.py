@@ -329,11 +329,26 @@ def select(prompts: list[Prompt], limit: int | None = None, seed: int | None = N
     return [prompts[i] for i in sorted(order[:limit])]
 
 
+@dataclass(frozen=True)
+class PromptSet:
+    """A run's prompts after --limit / --seed, and what run.json records of a Hugging Face cache source's data
+    (`dataset`: repo, revision, files, draw; None for every other source)."""
+
+    prompts: list[Prompt]
+    dataset: dict | None = None
+
+
 def load_prompts(source: str, limit: int | None = None, seed: int | None = None, *,
                  prompt_field: str | None = None) -> list[Prompt]:
     """Prompts from `source`: "humaneval" | "mbpp" | "demo" | path to FILE.jsonl | "dir:PATH", or from the
     Hugging Face cache (`benchmark_prompts`): a named set of the paper's table, "paper:NAME", "hf:REPO...".
     Without `seed` the first `limit`; with it a seeded random subset of `limit` (see `select`)."""
+    return load_prompt_set(source, limit, seed, prompt_field=prompt_field).prompts
+
+
+def load_prompt_set(source: str, limit: int | None = None, seed: int | None = None, *,
+                    prompt_field: str | None = None) -> PromptSet:
+    """`load_prompts`, with the provenance of a Hugging Face cache source's data."""
     source = str(source)
     from .hf_prompts import is_benchmark_source
 
@@ -345,10 +360,10 @@ def load_prompts(source: str, limit: int | None = None, seed: int | None = None,
         prompts = directory_prompts(Path(source[len("dir:"):]).expanduser())
     else:
         prompts = read_prompts_file(Path(source).expanduser())
-    return select(prompts, limit, seed)
+    return PromptSet(select(prompts, limit, seed))
 
 
-def benchmark_prompts(source: str, limit: int | None, seed: int | None, prompt_field: str | None) -> list[Prompt]:
+def benchmark_prompts(source: str, limit: int | None, seed: int | None, prompt_field: str | None) -> PromptSet:
     """A source of `hf_prompts` (or "paper:humaneval" / "paper:mbpp": the paper's rows of a bundled set);
     `select` takes whole conversations, so a multi-turn set keeps every turn of the ones it draws."""
     from ..formats.benchmark_sets import PAPER_ROWS, paper_indices
@@ -357,11 +372,11 @@ def benchmark_prompts(source: str, limit: int | None, seed: int | None, prompt_f
     name = source.removeprefix("paper:")
     if source != name and name in PROMPT_SETS and name in PAPER_ROWS:  # paper:humaneval, paper:mbpp
         whole = prompt_set(name)
-        return select([whole[i] for i in paper_indices(len(whole), PAPER_ROWS[name])], limit, seed)
-    return [Prompt(id=row.id, text=row.user, set=row.set) if row.messages is None
-            else replace(message_prompt(row.id, row.messages, row.set), after=row.after)
-            for conversation in select(benchmark_conversations(source, prompt_field), limit, seed)
-            for row in conversation]
+        return PromptSet(select([whole[i] for i in paper_indices(len(whole), PAPER_ROWS[name])], limit, seed))
+    conversations, dataset = benchmark_conversations(source, prompt_field)
+    return PromptSet([Prompt(id=row.id, text=row.user, set=row.set) if row.messages is None
+                      else replace(message_prompt(row.id, row.messages, row.set), after=row.after)
+                      for conversation in select(conversations, limit, seed) for row in conversation], dataset)
 
 
 def describe_sets() -> list[tuple[str, int, str]]:
@@ -373,20 +388,6 @@ def describe_sets() -> list[tuple[str, int, str]]:
 def render_for_target(prompts: list[Prompt], tokenizer, enable_thinking: bool) -> list[str]:
     """The exact text each prompt sends to the target, after its chat template (for `prompts show`)."""
     return [chat_text(tokenizer, prompt, enable_thinking) for prompt in prompts]
-
-
-def parse_shard(value: str) -> tuple[int, int]:
-    """"I/N" -> (I, N) with 0 <= I < N; anything else is refused by name."""
-    from ..core.errors import InputError
-
-    head, sep, tail = str(value).partition("/")
-    try:
-        index, count = int(head), int(tail)
-    except ValueError:
-        index = count = -1
-    if not sep or count < 1 or not 0 <= index < count:
-        raise InputError(None, f"--shard {value!r}: expected I/N with 0 <= I < N (e.g. 0/4)")
-    return index, count
 
 
 def shard_prompts(prompts: list[Prompt], cost: dict[str, int], index: int, count: int) -> list[Prompt]:

@@ -65,7 +65,7 @@ def draft_length_entry(prompt_id: str, name: str, k: int, result, continuation_l
     return entry
 
 
-def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list[dict[str, Any]]:
+def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, settings) -> list[dict[str, Any]]:
     """Every drafter scored on one trajectory (the replay), one row each: run's and track's inner loop;
     with --draft-lengths each row also holds the replays at the shorter draft lengths (same taps)."""
     from .scoring import score_at_draft_lengths, score_on_trajectory
@@ -74,9 +74,9 @@ def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list
     cont = trajectory.continuation
     rows = []
     for name, d in drafters.items():
-        row = trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, options),
+        row = trajectory_row(prompt, name, d.spec.block_size, score_on_trajectory(d, trajectory, settings),
                              trajectory.prompt_len, cont, agree)
-        by_k = score_at_draft_lengths(d, trajectory, options)
+        by_k = score_at_draft_lengths(d, trajectory, settings)
         if by_k:
             row["by_draft_length"] = {str(k): draft_length_entry(prompt.id, name, k, result, len(cont))
                                       for k, result in by_k.items()}
@@ -84,12 +84,12 @@ def trajectory_rows(prompt: Prompt, drafters: dict, trajectory, options) -> list
     return rows
 
 
-def estimate_rows(prompt: Prompt, drafters: dict, trajectory, target, options_of) -> list[dict[str, Any]]:
+def estimate_rows(prompt: Prompt, drafters: dict, trajectory, target, settings_of) -> list[dict[str, Any]]:
     """Temperature > 0, offline: every drafter's estimate on one sampled trajectory, one row each (run's and
-    track's inner loop, as `trajectory_rows` at temperature 0). options_of(name): that drafter's options."""
+    track's inner loop, as `trajectory_rows` at temperature 0). settings_of(name): that drafter's settings."""
     from .scoring import estimate_on_trajectory
 
-    return [estimate_row(prompt, name, d.spec.block_size, estimate_on_trajectory(d, trajectory, target, options_of(name)),
+    return [estimate_row(prompt, name, d.spec.block_size, estimate_on_trajectory(d, trajectory, target, settings_of(name)),
                          trajectory) for name, d in drafters.items()]
 
 
@@ -128,15 +128,15 @@ def live_row(prompt: Prompt, name: str, B: int, live, p_len: int, agree, sample:
     }
 
 
-def add_live_draft_lengths(row: dict[str, Any], target, drafter, prompt_ids: list[int], options, prompt_id: str,
+def add_live_draft_lengths(row: dict[str, Any], target, drafter, prompt_ids: list[int], settings, prompt_id: str,
                            sample: int) -> None:
     """Live mode with --draft-lengths: the loop run again at each shorter k (a block of k + 1 slots), on the
     same random stream (prompt, sample) at temperature > 0; each walk and its timings into the row."""
     from .scoring import at_draft_length, draft_lengths_of, score_live
 
     entries = {}
-    for k in draft_lengths_of(drafter, options):
-        live = score_live(target, at_draft_length(drafter, k), prompt_ids, options, prompt_id, sample)
+    for k in draft_lengths_of(drafter, settings):
+        live = score_live(target, at_draft_length(drafter, k), prompt_ids, settings, prompt_id, sample)
         entries[str(k)] = draft_length_entry(prompt_id, row["drafter"], k, live, len(live.continuation), live=True)
     if entries:
         row["by_draft_length"] = entries

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 
-from ..core.settings.run_settings import RunOptions
+from ..core.settings.run_settings import RunSettings
 from ..formats.files import weight_files
 from ..model.engine import DrafterOnPrompt, replay
 from ..model.live import LiveResult, live_generate
@@ -48,16 +48,16 @@ def off_accelerator(target, *drafters):
             drafter.to(target.device)
 
 
-def kernels_context(target, options: RunOptions):
+def kernels_context(target, settings: RunSettings):
     from ..model.kernels import torch_fallback_kernels
 
-    return torch_fallback_kernels(target.model) if options.kernels == "torch" else contextlib.nullcontext()
+    return torch_fallback_kernels(target.model) if settings.replay.kernels == "torch" else contextlib.nullcontext()
 
 
-def check_kernels(target, options: RunOptions) -> None:
+def check_kernels(target, settings: RunSettings) -> None:
     """`--kernels torch` on a transformers that hides an operation's torch implementation: refused by name right
     after the target loads, before a run folder is opened (and, with --overwrite, emptied)."""
-    if options.kernels == "torch":
+    if settings.replay.kernels == "torch":
         from ..model.kernels import fallback_routes
 
         fallback_routes(target.model)
@@ -77,12 +77,11 @@ def at_draft_length(drafter, k: int):
     return view
 
 
-def windowed(drafter, options: RunOptions):
+def windowed(drafter, window: int | None):
     """The drafter as served with --draft-window W (masks.block_masks: only the last W context rows before
-    each anchor, on every layer); itself without the option. A shallow view, as `at_draft_length`."""
+    each anchor, on every layer); itself without one. A shallow view, as `at_draft_length`."""
     import copy
 
-    window = options.breakdown.draft_window
     if window is None:
         return drafter
     view = copy.copy(drafter)
@@ -90,63 +89,55 @@ def windowed(drafter, options: RunOptions):
     return view
 
 
-def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) -> DrafterOnPrompt:
-    drafter = windowed(drafter, options)
+def score_on_trajectory(drafter, trajectory: Trajectory, settings: RunSettings) -> DrafterOnPrompt:
+    drafter = windowed(drafter, settings.breakdown.draft_window)
     return replay(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.prompt_len,
-                  options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
-                  anchor_batch=options.batching.anchor_batch)
+                  settings.scoring)
 
 
-def draft_lengths_of(drafter, options: RunOptions) -> tuple[int, ...]:
+def draft_lengths_of(drafter, settings: RunSettings) -> tuple[int, ...]:
     """The shorter draft lengths k < B - 1 this drafter is also replayed at (B - 1 is its own run)."""
-    return options.serving.shorter(drafter.spec.block_size)
+    return settings.serving.shorter(drafter.spec.block_size)
 
 
-def score_at_draft_lengths(drafter, trajectory: Trajectory, options: RunOptions) -> dict[int, DrafterOnPrompt]:
+def score_at_draft_lengths(drafter, trajectory: Trajectory, settings: RunSettings) -> dict[int, DrafterOnPrompt]:
     """The replay once per draft length k, on the same taps (no further target pass), each with a block of
     k + 1 slots: drafts of a shorter block are not a prefix of the full block's (bidirectional attention)."""
-    ks = draft_lengths_of(drafter, options)
+    ks = draft_lengths_of(drafter, settings)
     if not ks:
         return {}
-    drafter = windowed(drafter, options)
+    drafter = windowed(drafter, settings.breakdown.draft_window)
     taps = trajectory.taps(drafter.spec.taps)
     ctx = drafter.context(taps)
-    return {k: replay(at_draft_length(drafter, k), taps, trajectory.tokens, trajectory.prompt_len,
-                      options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
-                      anchor_batch=options.batching.anchor_batch, ctx=ctx) for k in ks}
+    return {k: replay(at_draft_length(drafter, k), taps, trajectory.tokens, trajectory.prompt_len, settings.scoring,
+                      ctx=ctx) for k in ks}
 
 
-def estimate_on_trajectory(drafter, trajectory: Trajectory, target, options: RunOptions) -> list[list[float]]:
+def estimate_on_trajectory(drafter, trajectory: Trajectory, target, settings: RunSettings) -> list[list[float]]:
     """Temperature > 0, offline: every anchor's per-slot acceptance probabilities on a sampled trajectory."""
     from ..model.estimation import anchor_alphas
-    from ..model.sampling import sampling_of
 
-    drafter = windowed(drafter, options)
+    drafter = windowed(drafter, settings.breakdown.draft_window)
     return anchor_alphas(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.hidden,
-                         target.lm_head, trajectory.prompt_len, options.max_new_tokens, sampling_of(options),
-                         shorter_final_block=options.final_block == "shorter", anchor_batch=options.batching.anchor_batch)
+                         target.lm_head, trajectory.prompt_len, settings.scoring, settings.sampling)
 
 
-def score_live(target, drafter, prompt_ids: list[int], options: RunOptions, prompt_id: str = "",
+def score_live(target, drafter, prompt_ids: list[int], settings: RunSettings, prompt_id: str = "",
                sample: int = 0) -> LiveResult:
     """The live loop; at temperature > 0 with the generator of (seed, prompt, sample): every drafter sees
     the same random stream for a given prompt and sample (common random numbers for paired comparisons)."""
-    from ..model.sampling import sampling_of
-
-    sampling = sampling_of(options)
+    sampling = settings.sampling
     generator = None
     if not sampling.greedy:
         from ..model.sampling import generator_for
 
-        generator = generator_for(options.seed, prompt_id, sample, target.device)
-    return live_generate(target, windowed(drafter, options), prompt_ids, options.max_new_tokens,
-                         shorter_final_block=options.final_block == "shorter", sampling=sampling,
-                         generator=generator)
+        generator = generator_for(settings.seed, prompt_id, sample, target.device)
+    return live_generate(target, windowed(drafter, settings.breakdown.draft_window), prompt_ids, settings.scoring,
+                         sampling=sampling, generator=generator)
 
 
-def plain_decoding_seconds(target, drafter, prompt_ids: list[int], options: RunOptions) -> dict[str, float]:
+def plain_decoding_seconds(target, drafter, prompt_ids: list[int], settings: RunSettings) -> dict[str, float]:
     """t_target(1) measured (speedup.py): the live loop with a block of one slot is plain greedy decoding,
     one target forward per token; its verify forwards are timed ({seconds summed, steps})."""
-    live = live_generate(target, at_draft_length(drafter, 0), prompt_ids, options.max_new_tokens,
-                         shorter_final_block=options.final_block == "shorter")
+    live = live_generate(target, at_draft_length(drafter, 0), prompt_ids, settings.scoring)
     return {"seconds": sum(live.verify_seconds), "steps": len(live.verify_seconds)}

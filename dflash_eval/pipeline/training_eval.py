@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..core.settings.run_settings import Scoring
 from ..model.engine import replay
 from .prompts import Prompt
 from .rows import trajectory_row
@@ -54,8 +55,7 @@ def training_rows(drafter, name: str, fc_input: torch.Tensor, tokens: torch.Tens
     ctx = drafter.context(fc_input.to(drafter.fc.weight.device, drafter.fc.weight.dtype))
     rows = []
     for k, (s, e) in enumerate(segments):
-        result = replay(drafter, None, tokens[:e], s, e - s, shorter_final_block=False, anchor_batch=anchor_batch,
-                        ctx=ctx[:e], labels=labels[:e])
+        result = replay(drafter, None, tokens[:e], s, Scoring(e - s, "full", anchor_batch=anchor_batch), ctx=ctx[:e], labels=labels[:e])
         cont = tokens[s:e].tolist()
         label_ids = labels[s:e].tolist()
         agree = (sum(int(a == b) for a, b in zip(cont, label_ids)), len(cont))

@@ -25,63 +25,64 @@ from dataclasses import replace
 
 from ..core.errors import InputError
 from .continuations import continuations_for, template_ids
-from .hf_prompts import remember_answered
 from .prompts import Prompt, load_prompts, message_prompt, shard_prompts
 
 
-def answer_earlier_turns(inputs, options, reporter, target=None):
-    """`inputs` with every later turn's conversation filled in (module docstring); unchanged without any."""
+def answer_earlier_turns(inputs, settings, reporter, target=None):
+    """`inputs` with every later turn's conversation filled in (module docstring); unchanged without any. The
+    whole set, answered, becomes the set generation plans over (`inputs.planned`)."""
     if not any(p.after for p in inputs.all_prompts or inputs.prompts):
         return inputs
-    if options.temperature > 0:
-        raise InputError(options.prompts, "is multi-turn: each later turn follows the target's greedy answer; at "
-                                          "--temperature > 0 every sample would need its own conversation (not supported)")
-    if options.responses:
-        raise InputError(options.responses, f"--prompts {options.prompts} is multi-turn: its later turns follow the "
-                                            "target's own answers; give the conversations as --prompts FILE.jsonl "
-                                            "of messages to evaluate other continuations")
-    whole = load_prompts(options.prompts, prompt_field=options.prompt_field)
+    given = settings.inputs
+    if settings.sampling.temperature > 0:
+        raise InputError(given.prompts, "is multi-turn: each later turn follows the target's greedy answer; at "
+                                        "--temperature > 0 every sample would need its own conversation (not supported)")
+    if given.responses:
+        raise InputError(given.responses, f"--prompts {given.prompts} is multi-turn: its later turns follow the "
+                                          "target's own answers; give the conversations as --prompts FILE.jsonl "
+                                          "of messages to evaluate other continuations")
+    whole = load_prompts(given.prompts, prompt_field=given.prompt_field)
     loaded = target is None
     if loaded:
         from ..model.target import load_target
 
-        reporter.note(f"{options.prompts}: loading the target to answer the earlier turns of its conversations")
-        target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,
-                             allow_accelerated_on_cpu=options.kernels == "torch", **inputs.resolved.placement())
+        reporter.note(f"{given.prompts}: loading the target to answer the earlier turns of its conversations")
+        target = load_target(str(inputs.target_path), device=settings.placement.device, dtype=settings.placement.dtype,
+                             allow_accelerated_on_cpu=settings.replay.kernels == "torch", **inputs.placed.load_keywords())
     try:
-        answered = _fill_in(whole, target, options, inputs.thinking, reporter)
+        answered = _fill_in(whole, target, settings, inputs.thinking, reporter)
     finally:
         if loaded:
             del target
             _release_memory()
-    remember_answered(options.prompts, [answered[p.id] for p in whole])
+    inputs.planned = [answered[p.id] for p in whole]
     inputs.all_prompts = [answered[p.id] for p in inputs.all_prompts] if inputs.all_prompts else None
     inputs.prompts = [answered[p.id] for p in inputs.prompts]
     inputs._ids = None
     from ..model.target import check_prompt_lengths
 
-    check_prompt_lengths(inputs.target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, options.max_new_tokens)
-    if inputs.resolved is not None and inputs.resolved.shard:
+    check_prompt_lengths(inputs.target_path, {k: len(v) for k, v in inputs.prompt_ids().items()}, given.max_new_tokens)
+    if inputs.placed is not None and inputs.placed.shard:
         every = inputs.all_prompts
-        cost = {p.id: len(template_ids(inputs.tokenizer, p, inputs.thinking)) + options.max_new_tokens for p in every}
-        inputs.prompts = shard_prompts(every, cost, *inputs.resolved.shard)
+        cost = {p.id: len(template_ids(inputs.tokenizer, p, inputs.thinking)) + given.max_new_tokens for p in every}
+        inputs.prompts = shard_prompts(every, cost, *inputs.placed.shard)
         inputs._ids = None
     return inputs
 
 
-def _fill_in(whole: list[Prompt], target, options, thinking: bool, reporter) -> dict[str, Prompt]:
+def _fill_in(whole: list[Prompt], target, settings, thinking: bool, reporter) -> dict[str, Prompt]:
     """id -> prompt with its conversation filled in, every turn of `whole`, turn depth by turn depth."""
     answered = {p.id: p for p in whole if p.after is None}
     waiting = [p for p in whole if p.after is not None]
     while waiting:
         ready = [p for p in waiting if p.after in answered]
         if not ready:
-            raise InputError(options.prompts, f"turn {waiting[0].id!r} follows {waiting[0].after!r}, which is not in the set")
+            raise InputError(settings.inputs.prompts, f"turn {waiting[0].id!r} follows {waiting[0].after!r}, which is not in the set")
         earlier = list({p.after: answered[p.after] for p in ready}.values())
-        reporter.note(f"{options.prompts}: answering {len(earlier)} earlier turn(s) with the target's greedy "
+        reporter.note(f"{settings.inputs.prompts}: answering {len(earlier)} earlier turn(s) with the target's greedy "
                       "continuations (the whole set, cached), so that the next turns follow them")
         ids = {p.id: template_ids(target.tokenizer, p, thinking) for p in earlier}
-        texts, _ = continuations_for(target, earlier, ids, options, thinking, None, reporter,
+        texts, _ = continuations_for(target, earlier, ids, settings, thinking, None, reporter,
                                      universe=list(answered.values()))
         for p in ready:
             answer = target.tokenizer.decode(texts[p.after], skip_special_tokens=True)

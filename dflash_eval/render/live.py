@@ -2,15 +2,15 @@
 cost on this machine (committed tokens per second of its steps, the mean step and its drafter / verify
 parts) and, when the run timed plain one-token decoding steps (`--mode live --draft-lengths`), the speedup
 measured against them at batch 1. run.json holds the seconds (drafters[].live, samples rows); this shows
-them, from commands/report.live_throughput."""
+them, from core/speedup.live_throughput."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from ..commands.report import live_throughput
 from ..core.documents.run_document import RunDocument
 from ..core.safe_text import safe
+from ..core.speedup import live_throughput
 
 
 def render_live(console: Console, run: RunDocument) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..commands.plan import TIME_IS, Plan
+from ..core.plan_document import TIME_IS, Plan
 from ..core.roofline import GIB
 from ..core.safe_text import safe
 

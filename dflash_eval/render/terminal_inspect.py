@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..commands.inspect import Inspection
+from ..core.inspection import Inspection
 from ..core.safe_text import safe
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..core.settings.run_settings import Scoring
 from ..model.dflash2 import teacher_forced_scores
 from ..model.drafter import DFlashDrafter
 from ..model.masks import layer_block_masks
@@ -234,7 +235,7 @@ def strict_tau(target: Target, path, sequences: list[tuple[torch.Tensor, int]], 
     drafter = load_drafter(spec, weight_files(Path(path))).attach_target(target.embed_tokens, target.lm_head)
     taus = []
     for ids, prompt_len in sequences:
-        result = replay(drafter, capture_taps(target, ids, list(spec.taps)).taps, ids, prompt_len, max_new_tokens)
+        result = replay(drafter, capture_taps(target, ids, list(spec.taps)).taps, ids, prompt_len, Scoring(max_new_tokens))
         taus.append(sum(result.walk_accept_lengths) / max(1, len(result.walk_accept_lengths)))
     return sum(taus) / len(taus)
 

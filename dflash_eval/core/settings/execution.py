@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError
@@ -94,14 +95,49 @@ class Placement(Section):
             out[int(key) if key.isdigit() else key] = amount
         return out
 
+    @cached_property
+    def shard_parts(self) -> tuple[int, int] | None:
+        """--shard "I/N" parsed once: (I, N) with 0 <= I < N; None without; anything else refused by name."""
+        if self.shard is None:
+            return None
+        head, sep, tail = str(self.shard).partition("/")
+        try:
+            index, count = int(head), int(tail)
+        except ValueError:
+            index = count = -1
+        if not sep or count < 1 or not 0 <= index < count:
+            raise InputError(None, f"--shard {self.shard!r}: expected I/N with 0 <= I < N (e.g. 0/4)")
+        return index, count
+
     def check(self) -> None:
-        """--device-map and --max-memory (the shard's I/N: pipeline/prompts.parse_shard, the device: model/)."""
+        """--shard, --device-map and --max-memory (whether the device exists is the machine's to say:
+        pipeline/inputs.prepare_inputs asks torch, model/target.resolve_device)."""
+        self.shard_parts
         if self.device_map is not None and self.device_map not in DEVICE_MAPS:
             raise InputError(None, f"unknown --device-map {self.device_map!r} (auto, balanced, balanced_low_0 or "
                                    "sequential)")
         if self.max_memory and not self.device_map:
             raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
         self.memory
+
+    def resolve(self) -> "Placed":
+        """The placement parsed, for the stages that load a target or split the prompts: checked first."""
+        self.check()
+        return Placed(self.shard_parts, self.device_map, self.memory)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A `Placement` resolved (`Placement.resolve`): the shard as (index, count), and the target's split over
+    devices as load_target takes it."""
+
+    shard: tuple[int, int] | None
+    device_map: str | None
+    max_memory: dict | None
+
+    def load_keywords(self) -> dict:
+        """load_target's device_map / max_memory keywords (empty: one device)."""
+        return {"device_map": self.device_map, "max_memory": self.max_memory} if self.device_map else {}
 
 
 @dataclass(frozen=True)
@@ -122,7 +158,8 @@ class Numerics(Section):
     )
 
 
-DRAFTERS = "Drafters"  # the panel --drafter and --reference are in (cli/options.DRAFTERS)
+DRAFTERS = "Drafters"  # the panel --drafter, --reference and --explain are in
+DOCTOR = "Doctor"
 
 
 @dataclass(frozen=True)
@@ -140,4 +177,23 @@ class Explanation(Section):
     )
 
 
-RUN_SECTIONS = (Replay, Placement, Numerics, Explanation)
+@dataclass(frozen=True)
+class Doctor(Section):
+    """What doctor adds to the variants (commands/doctor.py): the context variants (thinking flipped, the raw
+    prompt: one more target pass per prompt each) and the training run's own taps (--trained-taps DATA)."""
+
+    context_variants: bool = True
+    trained_taps: Optional[Path] = None
+
+    FLAGS = (
+        setting("context_variants", "--context-variants/--no-context-variants", bool, True,
+                "Also evaluate on continuations made with thinking flipped and from the raw prompt (one more target "
+                "pass per prompt each).", DOCTOR),
+        setting("trained_taps", "--trained-taps", Optional[Path], None,
+                "The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps "
+                "against the target's, and the drafter on both; the verdict names a skew that explains the gap.",
+                DOCTOR),
+    )
+
+
+RUN_SECTIONS = (Replay, Placement, Numerics, Explanation, Doctor)

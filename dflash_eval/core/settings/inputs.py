@@ -2,18 +2,19 @@
 hf: dataset), how many of them and which (--limit, --seed), the generation cap, the thinking flag, the
 continuations given (--responses) and the attention rules per drafter (--semantics).
 
-The flags default to None ("not given") where the run default depends on context: doctor --out RUN takes
-that run's settings, and only then `InputSettings.given` applies the run defaults (demo prompts, 256 tokens), so
+Also the drafters and the reference (`Drafters`). The flags default to None ("not given") where the run
+default depends on context: doctor --out RUN takes that run's settings, and only then
+`InputSettings.given_values` applies the run defaults (demo prompts, 256 tokens), so
 run, doctor and track mean the same thing by them. The section's own field defaults are those run defaults."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import InputError
-from .execution import REPLAY  # --semantics is listed with the scoring rules
+from .execution import DRAFTERS, REPLAY  # --semantics is listed with the scoring rules
 from .sections import Section, setting
 
 INPUTS = "Inputs (target, prompts, generation)"
@@ -28,9 +29,32 @@ SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab 
 
 
 @dataclass(frozen=True)
+class Drafters(Section):
+    """The drafters a run evaluates (PATH or PATH:NAME each) and the reference it compares them with ('z-lab',
+    PATH or PATH:NAME), whose gap `--explain` explains (core/settings/execution.Explanation)."""
+
+    drafters: tuple[str, ...] = ()
+    reference: Optional[str] = None
+
+    FLAGS = (
+        setting("drafters", ("--drafter", "-d"), list[str], [],
+                "Drafter checkpoint, PATH or PATH:NAME; repeat for several.", DRAFTERS),
+        setting("reference", "--reference", Optional[str], None,
+                "Add a reference drafter: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint, "
+                "PATH or PATH:NAME as --drafter takes it; the gap to it is explained (--no-explain skips that).",
+                DRAFTERS),
+    )
+
+    @classmethod
+    def from_flags(cls, values: dict[str, Any]) -> "Drafters":
+        return cls.pick({**values, "drafters": tuple(values.get("drafters") or ())})
+
+
+@dataclass(frozen=True)
 class InputSettings(Section):
     """The run's inputs, with the run defaults applied (`given`): `seed` is the --seed given (None: the first
-    N prompts; the bootstrap then seeds with 0, `bootstrap_seed`)."""
+    N prompts; the bootstrap and the sampling generators then seed with 0, `bootstrap_seed`). `given`: the
+    fields a command received a value for (doctor --out RUN takes the run's setting for the others)."""
 
     target: Optional[str] = None
     prompts: str = PROMPTS
@@ -41,6 +65,7 @@ class InputSettings(Section):
     thinking: Optional[bool] = None
     responses: Optional[Path] = None
     semantics: tuple[str, ...] = ()
+    given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     FLAGS = (
         setting("target", ("--target", "-t"), Optional[str], None,
@@ -71,25 +96,27 @@ class InputSettings(Section):
     )
 
     @classmethod
-    def given(cls, **values: Any) -> "InputSettings":
+    def given_values(cls, **values: Any) -> "InputSettings":
         """The section from the flags as a command received them (None: not given), the run defaults applied."""
         values = {k: v for k, v in values.items() if v is not None}
         for unset_when_empty in ("prompts", "max_new_tokens"):  # as `prompts or "demo"` always read them
             if not values.get(unset_when_empty, True):
                 del values[unset_when_empty]
         values["semantics"] = tuple(values.get("semantics", ()))
-        return cls.pick(values)
+        given = frozenset(k for k, v in values.items() if k != "semantics" or v)
+        return cls.pick({**values, "given": given})
+
+    @classmethod
+    def from_flags(cls, values: dict[str, Any]) -> "InputSettings":
+        return cls.given_values(**values)
 
     @property
     def bootstrap_seed(self) -> int:
-        """--seed also seeds the bootstrap; without it 0."""
+        """--seed also seeds the bootstrap and the sampling generators; without it 0."""
         return self.seed or 0
 
-    def run_fields(self) -> dict[str, Any]:
-        """The section as RunOptions' flat fields (--seed is both the subset's seed and the bootstrap's)."""
-        return dict(target=self.target, prompts=self.prompts, prompt_field=self.prompt_field, limit=self.limit,
-                    prompt_seed=self.seed, seed=self.bootstrap_seed, max_new_tokens=self.max_new_tokens,
-                    thinking=self.thinking, responses=self.responses, semantics=list(self.semantics))
+    def provenance(self) -> dict[str, Any]:
+        return {name: value for name, value in super().provenance().items() if name != "given"}
 
     def check(self) -> None:
         """--prompt-field names a column of an hf: dataset; any other source builds its own prompts."""
@@ -98,4 +125,4 @@ class InputSettings(Section):
                                    "its own prompts")
 
 
-INPUT_SECTIONS = (InputSettings,)
+INPUT_SECTIONS = (Drafters, InputSettings)

@@ -1,178 +1,209 @@
-"""`RunOptions`: every setting of a run (and of doctor), plus the progress callbacks the stages report to.
+"""`RunSettings`: every setting of a run (and of doctor and track), made of the sections (core/settings/
+sections.py says what a section owns), with no flat field: a stage reads the section it uses
+(`settings.serving.for_block(B, name)`, `settings.breakdown.edges`), parsed and checked once.
 
-The settings that shape the work are declared in sections (core/settings/work.py: batching, sampling,
-serving, breakdown, long contexts; core/settings/sections.py says what a section owns): their defaults here are the
-sections' defaults, and a stage reads the section it uses (`options.serving.for_block(B, name)`,
-`options.breakdown.edges`), parsed and checked once, never the raw string. Library callers keep the flat
-keyword arguments (`RunOptions(drafters=[...], out=..., draft_lengths="3,7")`)."""
+`check()` runs every rule: each section's own and the ones between sections (a sampled run with --responses,
+--numerics-check beside sampling...), before any folder is touched or model loaded (pipeline/preflight.py
+calls it before torch is imported). `scoring` is the one value the engine, doctor's variants and trained-taps
+replay with, so that none of them can forget --final-block.
+
+Library callers keep the flat keywords (`RunOptions(drafters=[...], out=..., target=..., draft_lengths="3,7")`:
+each keyword goes to the section that declares it).
+"""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import sys
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .execution import Explanation, Numerics, Placement, Replay
-from .inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
-from .output import Output
+from ..errors import InputError
+from .execution import Doctor, Explanation, Numerics, Placement, Replay
+from .inputs import Drafters, InputSettings
+from .output import Output, default_cache_dir  # noqa: F401  (default_cache_dir: where continuations are cached)
+from .sections import Section
 from .work import Batching, Breakdown, LongContext, Sampling, Serving
 
-_B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
-_R, _P = Replay(), Placement()
 
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("DFLASH_EVAL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dflash-eval")
-    return Path(base)
+def is_long_source(source: str) -> bool:
+    """repo:PATH and stdlib: prompts packed from source files to --context-tokens (pipeline/long_prompts.py)."""
+    return source == "stdlib" or source.startswith("repo:")
 
 
 @dataclass(frozen=True)
-class RunOptions:
-    drafters: list[str]  # "PATH" or "PATH:NAME"
-    out: Path
-    target: str | None = None
-    reference: str | None = None  # "z-lab" or a checkpoint path
-    prompts: str = PROMPTS
-    limit: int | None = None
-    prompt_seed: int | None = None  # with limit: a seeded random subset instead of the first N
-    prompt_field: str | None = None  # --prompts hf:REPO: the column holding the prompt (pipeline/hf_prompts.py)
-    max_new_tokens: int = MAX_NEW_TOKENS
-    thinking: bool | None = None  # None: the family default (on for Qwen3.5/3.6 and Qwen3-Next)
-    mode: str = _R.mode  # or "live"
-    final_block: str = _R.final_block  # z-lab; "full" = vLLM
-    anchor_batch: int | None = _B.anchor_batch
-    tap_chunk: int = _B.tap_chunk  # target positions per forward of the tap pass (longer sequences: chunked prefill)
-    generation_batch: int | None = _B.generation_batch
-    device: str = _P.device
-    dtype: str = _P.dtype
-    cache_dir: Path | None = field(default_factory=default_cache_dir)
-    responses: Path | None = None
-    kernels: str = _R.kernels  # "torch": route Gated-DeltaNet ops to the torch fallback even when fla is bound
-    seed: int = 0
-    argv: list[str] = field(default_factory=lambda: list(sys.argv))
-    # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
-    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp; see semantics.py)
-    semantics: list[str] = field(default_factory=list)
-    overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
-    # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
-    # samples per prompt (each with its own generator, seeded from --seed, the prompt id and k)
-    temperature: float = _S.temperature
-    top_p: float = _S.top_p
-    top_k: int = _S.top_k
-    draft_policy: str = _S.draft_policy
-    samples: int = _S.samples
-    device_map: str | None = _P.device_map  # "auto", "balanced", "sequential": one target split over devices (accelerate)
-    max_memory: str | None = _P.max_memory  # with device_map: "0=70GiB,1=70GiB,cpu=200GiB"
-    shard: str | None = _P.shard  # "I/N": this process evaluates shard I of N of the prompts (merge joins them)
-    context_variants: bool = True  # doctor: also thinking flipped and the raw prompt (one more pass each)
-    dist_timeout: float = _P.dist_timeout  # torchrun: seconds a rank waits for the others (the slowest shard)
-    # serving decision (speedup.py): "3,7,15" or "all": each drafter also replayed with a block of k + 1 for
-    # each k; step times for the expected speedup from a roofline accelerator or a JSON file (live: measured)
-    draft_lengths: str | None = _V.draft_lengths
-    accelerator: str | None = _V.accelerator
-    step_times: Path | None = _V.step_times
-    # where acceptance is lost (breakdown.py): depth bucket edges "0,512,2048" (default 1K..32K); the drafter
-    # sees only the last W context rows, as SGLang's --speculative-draft-window-size serves it
-    depth_buckets: str | None = _D.depth_buckets
-    draft_window: int | None = _D.draft_window
-    # long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts of N tokens; "refuse" or "truncate"
-    # prompts that would pass the target's positions
-    context_tokens: int | None = _L.context_tokens
-    max_context: str = _L.max_context
-    # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
-    # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
-    numerics_check: int = Numerics.numerics_check
-    # `run --reference`: the gap explained by doctor's variants on the same trajectories (commands/explain.py)
-    explain: bool = Explanation.explain
-    # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
-    trained_taps: Path | None = None
+class Scoring:
+    """How every walk is replayed, the one value the engine (model/engine.replay), the live loop, the offline
+    estimate, doctor's variants and trained-taps take: the generation cap, z-lab's shorter final block near
+    the cap or vLLM's full one (--final-block; a drafter under vLLM's rules drafts full blocks whatever it
+    says: core/semantics.shorter_final_block) and the anchors per drafter forward (None: core/batching.py's
+    rule; memory and time only)."""
 
-    # the sections the stages read (core/options_*.py), built once from the fields above
-    @cached_property
-    def inputs(self) -> InputSettings:
-        """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
-        return InputSettings.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+    max_new_tokens: int
+    final_block: str = "shorter"
+    anchor_batch: int | None = None
 
-    @cached_property
-    def output(self) -> Output:
-        return Output.pick(self.__dict__)
+    @property
+    def shorter_final_block(self) -> bool:
+        return self.final_block == "shorter"
 
-    @cached_property
-    def numerics(self) -> Numerics:
-        return Numerics.pick(self.__dict__)
 
-    @cached_property
-    def explanation(self) -> Explanation:
-        return Explanation.pick(self.__dict__)
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings of a run, one section per idea; frozen (a stage that needs another value makes a new one:
+    `dataclasses.replace(settings.sampling, draft_policy=...)`)."""
 
-    @cached_property
-    def replay(self) -> Replay:
-        return Replay.pick(self.__dict__)
+    drafters: Drafters = Drafters()
+    inputs: InputSettings = InputSettings()
+    output: Output = Output()
+    replay: Replay = Replay()
+    placement: Placement = Placement()
+    batching: Batching = Batching()
+    sampling: Sampling = Sampling()
+    serving: Serving = Serving()
+    breakdown: Breakdown = Breakdown()
+    long_context: LongContext = LongContext()
+    numerics: Numerics = Numerics()
+    explanation: Explanation = Explanation()
+    doctor: Doctor = Doctor()
 
-    @cached_property
-    def placement(self) -> Placement:
-        return Placement.pick(self.__dict__)
+    @classmethod
+    def sections(cls) -> dict[type[Section], str]:
+        """Each section's class -> its name here (the `takes` decorator of cli/options.py files them)."""
+        return {f.default.__class__: f.name for f in dataclasses.fields(cls)}
 
-    @cached_property
-    def batching(self) -> Batching:
-        return Batching.pick(self.__dict__)
+    @classmethod
+    def flat(cls, **values: Any) -> "RunSettings":
+        """The settings from flat keywords, each given to the section that declares it (`RunOptions`)."""
+        owner = {f.name: name for section, name in cls.sections().items()
+                 for f in dataclasses.fields(section)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - set(owner))
+        if unknown:
+            raise TypeError(f"RunSettings has no setting {unknown[0]!r}")
+        parts: dict[str, dict[str, Any]] = {}
+        for key, value in values.items():
+            parts.setdefault(owner[key], {})[key] = value
+        built = {}
+        for section, name in cls.sections().items():
+            given = parts.get(name, {})
+            if name == "drafters" and "drafters" in given:
+                given = {**given, "drafters": tuple(given["drafters"])}
+            if name == "inputs":  # what was given (doctor --out RUN takes the run's setting for the others)
+                given = {**given, "semantics": tuple(given.get("semantics", ())),
+                         "given": frozenset(k for k, v in given.items() if k != "semantics" or v)}
+            if name == "output" and "argv" in given:
+                given = {**given, "argv": tuple(given["argv"])}
+            built[name] = section(**given)
+        return cls(**built)
 
-    @cached_property
-    def sampling(self) -> Sampling:
-        return Sampling.pick(self.__dict__)
+    def with_sections(self, *sections: Section) -> "RunSettings":
+        """These settings with some sections replaced (each by its class)."""
+        names = self.sections()
+        return dataclasses.replace(self, **{names[type(s)]: s for s in sections})
 
-    @cached_property
-    def serving(self) -> Serving:
-        return Serving.pick(self.__dict__)
+    # ---------------------------------------------------------------------------------------- what stages read
 
-    @cached_property
-    def breakdown(self) -> Breakdown:
-        return Breakdown.pick(self.__dict__)
+    @property
+    def scoring(self) -> Scoring:
+        return Scoring(self.inputs.max_new_tokens, self.replay.final_block, self.batching.anchor_batch)
 
-    @cached_property
-    def long_context(self) -> LongContext:
-        return LongContext.pick(self.__dict__)
+    @property
+    def seed(self) -> int:
+        """The seed of the bootstrap, the permutation tests and the sampling generators: --seed, else 0."""
+        return self.inputs.bootstrap_seed
+
+    @property
+    def out(self) -> Path:
+        return Path(self.output.out) if self.output.out is not None else Path(".")
+
+    @property
+    def sampled(self) -> bool:
+        return self.sampling.temperature > 0
+
+    @property
+    def estimate(self) -> bool:
+        """temperature > 0 offline: every number is the estimate of core/estimates.py."""
+        return self.sampled and self.replay.mode == "trajectory"
 
     def explains_gap(self) -> bool:
         """`run --reference` explains its gap (commands/explain.py): a reference, a drafter to compare with it,
         --explain (the default), and a greedy replay to replay the variants in (not --mode live, not
         temperature > 0)."""
-        return (bool(self.reference) and bool(self.drafters) and self.explain and self.mode == "trajectory" and self.temperature <= 0
-                and self.draft_policy != "both")
+        return (bool(self.drafters.reference) and bool(self.drafters.drafters) and self.explanation.explain
+                and self.replay.mode == "trajectory" and self.sampling.temperature <= 0
+                and self.sampling.draft_policy != "both")
+
+    # ------------------------------------------------------------------------------------------------ checks
+
+    def check(self) -> None:
+        """Every rule, each section's own then those between sections, refused by the flag's name before
+        anything is read, written or loaded. Whether a device exists, a file is there or a prompt fits is the
+        machine's and the data's to say (pipeline/inputs.prepare_inputs)."""
+        self.replay.check()
+        self.sampling.check()
+        self.output.check()
+        self.placement.check()
+        self.breakdown.check()
+        self.inputs.check()
+        temperature, inputs = self.sampling.temperature, self.inputs
+        if temperature > 0 and inputs.responses is not None:
+            raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
+        engines = [v for v in inputs.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
+        if engines and temperature > 0:  # core/engine_rules.py: greedy serving only
+            raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
+                                   "modelled (greedy only)")
+        self.serving.check()  # the syntax; each drafter's range when its block is known (Serving.for_block)
+        if self.serving.draft_lengths is not None and temperature > 0 and self.replay.mode == "trajectory":
+            raise InputError(None, "--draft-lengths at temperature > 0 needs --mode live (the offline estimate is "
+                                   "not replayed per draft length)")
+        self._check_numerics()
+        self._check_long_context()
+
+    def _check_numerics(self) -> None:
+        """--numerics-check compares greedy replays, generated continuations and the live loop: refused by name
+        where one of them does not exist."""
+        count = self.numerics.numerics_check
+        if count < 0:
+            raise InputError(None, f"--numerics-check must be 0 or more (got {count})")
+        if not count:
+            return
+        if self.sampling.temperature > 0:
+            raise InputError(None, "--numerics-check measures greedy decoding: it runs at --temperature 0")
+        if self.replay.mode != "trajectory":
+            raise InputError(None, "--numerics-check compares the replay with the live loop: it runs with --mode trajectory")
+        if self.inputs.responses is not None:
+            raise InputError(None, "--numerics-check compares generated continuations: it does not run with --responses")
+
+    def _check_long_context(self) -> None:
+        """--context-tokens and --max-context truncate pack repo:/stdlib prompts only."""
+        self.long_context.check()
+        if is_long_source(self.inputs.prompts):
+            return
+        if self.long_context.context_tokens is not None:
+            raise InputError(None, "--context-tokens packs repo:PATH or stdlib prompts; other prompt sets are used "
+                                   "as they are")
+        if self.long_context.max_context == "truncate":
+            raise InputError(None, "--max-context truncate shortens repo:PATH and stdlib prompts only (a chat "
+                                   "prompt cut anywhere would not be the prompt any more); use refuse")
+
+    # ------------------------------------------------------------------------------------------ read back
 
     @classmethod
-    def from_provenance(cls, provenance: dict[str, Any], *, out: Path, seed: int,
-                        depth_edges: list[int] | None = None) -> "RunOptions":
-        """The settings a finished run recorded, read back (merge: what the shards ran with), as options a
+    def from_provenance(cls, provenance: dict[str, Any], *, out: Path, seed: int | None,
+                        depth_edges: list[int] | None = None) -> "RunSettings":
+        """The settings a finished run recorded, read back (merge: what the shards ran with), as settings a
         document builder takes: mode, seed, sampling, depth buckets, draft lengths, max_new_tokens."""
-        sampling = Sampling.from_provenance(provenance)
-        return cls(drafters=[], out=out, seed=seed, mode=provenance["mode"],
-                   max_new_tokens=provenance.get("max_new_tokens", cls.max_new_tokens),
-                   temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                   draft_policy=sampling.draft_policy, samples=sampling.samples,
-                   depth_buckets=Breakdown.from_edges(depth_edges).depth_buckets,
-                   draft_lengths=Serving.from_provenance(provenance).draft_lengths, argv=[])
+        return cls(inputs=InputSettings(seed=seed,
+                                        max_new_tokens=provenance.get("max_new_tokens", InputSettings.max_new_tokens)),
+                   output=Output(out=out), replay=Replay(mode=provenance["mode"]),
+                   sampling=Sampling.from_provenance(provenance), breakdown=Breakdown.from_edges(depth_edges),
+                   serving=Serving.from_provenance(provenance))
 
 
-def pause_after_prompt() -> None:
-    """Test hook: `DFLASH_EVAL_SLOW_PROMPTS=S` sleeps S seconds after each prompt of run and track, leaving
-    the resume tests time to kill the process between prompts. Unset, it does nothing."""
-    seconds = float(os.environ.get("DFLASH_EVAL_SLOW_PROMPTS", "0") or 0)
-    if seconds:
-        import time
-
-        time.sleep(seconds)
-
-
-class Reporter:
-    """Progress callbacks (no-ops here; the CLI draws Rich progress bars)."""
-
-    def phase(self, name: str, total: int) -> None: ...
-
-    def advance(self, name: str, detail: str = "") -> None: ...
-
-    def note(self, message: str) -> None: ...
+def RunOptions(**values: Any) -> RunSettings:
+    """`RunSettings` from flat keywords, for notebooks and scripts (docs/library.md):
+    `RunOptions(drafters=["ckpt"], out=Path("runs/a"), target="Qwen/Qwen3-8B", prompts="humaneval")`. Each
+    keyword goes to the section that declares it; the command line recorded is this process's (sys.argv)."""
+    values.setdefault("argv", tuple(sys.argv))
+    return RunSettings.flat(**values)

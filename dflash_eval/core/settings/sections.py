@@ -5,10 +5,10 @@ records of it (`provenance`) and reads back (`from_provenance`: merge, resume, d
 Why: a setting used to live in six places (an alias in cli/options.py, a default in every command's
 signature, a field of RunOptions, a validator, each reader of the raw string, the provenance writer), and
 the copies drifted (`tap_chunk=4096` five times; plan's `--anchor-batch` with its own help). A `Flag` is
-declared once, in its section; `cli/options.py` turns it into the Typer option every command uses, and
-`tests/test_options.py` checks each command's signature against the sections.
+declared once, in its section; a command names the sections it takes (`Use`, and the `takes` decorator of
+cli/options.py builds its signature from their flags), so adding an option is a field and a `Flag`.
 
-No typer here (core/ stays free of the CLI): a `Flag` is plain data.
+No typer here (core/ stays free of the CLI): a `Flag` and a `Use` are plain data.
 """
 
 from __future__ import annotations
@@ -78,6 +78,12 @@ class Section:
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in values.items() if k in names})
 
+    @classmethod
+    def from_flags(cls, values: dict[str, Any]):
+        """The section from the values a command received for its flags (the ones it does not take stay at
+        their default); InputSettings overrides it (a flag not given means the run default there)."""
+        return cls.pick(values)
+
     def check(self) -> None:
         """Refuse a value by its flag's name (InputError); nothing to check by default."""
 
@@ -87,6 +93,27 @@ class Section:
     @classmethod
     def from_provenance(cls, recorded: dict[str, Any]):
         return cls.pick(recorded)
+
+
+@dataclass(frozen=True)
+class Use:
+    """Which of a section's flags a command takes (all, `only` some, or all `without` some) and the help it
+    gives one of them instead of the section's (the same meaning, said for what that command does with it:
+    track and doctor evaluate offline). Defaults are never overridden: one flag, one meaning."""
+
+    section: type[Section]
+    only: tuple[str, ...] = ()
+    without: tuple[str, ...] = ()
+    help: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def flags(self) -> tuple[Flag, ...]:
+        return tuple(f for f in self.section.FLAGS
+                     if (not self.only or f.field in self.only) and f.field not in self.without)
+
+
+def use(section: type[Section] | Use) -> Use:
+    return section if isinstance(section, Use) else Use(section)
 
 
 def refuse(flag: Flag | str, problem: str) -> InputError:

@@ -9,6 +9,7 @@ between `run`, `track`, `doctor` and `plan`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -48,10 +49,16 @@ class Batching(Section):
     )
 
 
+DRAFT_POLICIES = ("sample", "argmax")  # --draft-policy both: each drafter under each (pipeline/inputs.py)
+MAX_SAMPLES = 1024  # sampled continuations per prompt: far past where a prompt-level interval stops narrowing
+MIN_TEMPERATURE = 1e-30  # float32 logits / temperature stay finite for |logit| < 3e8 (1e-45: inf, then NaN)
+
+
 @dataclass(frozen=True)
 class Sampling(Section):
-    """temperature > 0 (model/sampling.py): z-lab's processing of the distributions, the draft policy and K
-    samples per prompt (each with its own generator, seeded from --seed, the prompt id and k)."""
+    """temperature > 0 (model/sampling.py draws with it): z-lab's processing of the distributions, the draft
+    policy and K samples per prompt (each with its own generator, seeded from --seed, the prompt id and k).
+    The one sampling value: the live loop, the offline estimate and the documents read this."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -83,10 +90,45 @@ class Sampling(Section):
                         "greedy tokens, accepted with probability p).",
     }
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+    def check(self) -> None:
+        """Every rule of the sampling flags, in one place: z-lab's `_validate_sampling`, the policy name, and the
+        numbers that are finite but unusable (NaN compares false everywhere: it ran greedy and wrote NaN into
+        run.json; inf flattens every distribution; a denormal temperature overflows the logits)."""
+        t = self.temperature
+        if not math.isfinite(t):
+            raise InputError(None, f"--temperature must be a finite number (got {t})")
+        if 0 < t < MIN_TEMPERATURE:
+            raise InputError(None, f"--temperature {t:g} is below {MIN_TEMPERATURE:g}, where logits / temperature "
+                                   "overflow; use --temperature 0 for greedy decoding")
+        if not math.isfinite(self.top_p):
+            raise InputError(None, f"--top-p must be a finite number in (0, 1] (got {self.top_p})")
+        if t < 0:
+            raise InputError(None, f"--temperature must be >= 0 (got {t:g})")
+        if not 0 < self.top_p <= 1:
+            raise InputError(None, f"--top-p must be in (0, 1] (got {self.top_p:g})")
+        if self.top_k < 0:
+            raise InputError(None, f"--top-k must be >= 0 (got {self.top_k})")
+        if self.draft_policy not in (*DRAFT_POLICIES, "both"):
+            raise InputError(None, f"unknown --draft-policy {self.draft_policy!r} (sample, argmax or both)")
+        if not 1 <= self.samples <= MAX_SAMPLES:
+            raise InputError(None, f"--samples must be 1 to {MAX_SAMPLES} (got {self.samples})")
+        if t <= 0 and self.samples > 1:
+            raise InputError(None, "--samples > 1 needs --temperature > 0 (greedy decoding is deterministic)")
+        if self.draft_policy == "both" and t <= 0:
+            raise InputError(None, "--draft-policy both compares the policies at temperature > 0; give --temperature")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The distribution's processing and the policy (run.json's `sampling` adds the samples and the seed)."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                "draft_policy": self.draft_policy}
+
     def provenance(self) -> dict[str, Any]:
         """run.json's `sampling` (with the samples count; seed added by the document)."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "draft_policy": self.draft_policy, "samples": self.samples}
+        return {**self.to_dict(), "samples": self.samples}
 
     @classmethod
     def from_provenance(cls, recorded: dict[str, Any]) -> "Sampling":
@@ -216,6 +258,9 @@ class Breakdown(Section):
         return cls(depth_buckets=",".join(map(str, edges)) if edges else None)
 
 
+MAX_CONTEXT = ("refuse", "truncate")
+
+
 @dataclass(frozen=True)
 class LongContext(Section):
     """Long contexts (pipeline/long_prompts.py): repo:PATH / stdlib prompts packed to N tokens, and what to do
@@ -238,6 +283,15 @@ class LongContext(Section):
     @property
     def tokens(self) -> int:
         return self.context_tokens or self.DEFAULT_TOKENS
+
+    def check(self) -> None:
+        """--max-context names one of its two rules; --context-tokens leaves room for whole lines (which
+        sources it packs: RunSettings.check)."""
+        if self.max_context not in MAX_CONTEXT:
+            raise InputError(None, f"unknown --max-context {self.max_context!r} (refuse or truncate)")
+        if self.context_tokens is not None and int(self.context_tokens) < 64:
+            raise InputError(None, f"--context-tokens {self.context_tokens}: too few for a prompt of whole lines "
+                                   "(at least 64)")
 
     def provenance(self) -> dict[str, Any]:
         """run.json's prompts entry for packed prompts."""
