@@ -30,19 +30,23 @@ def test_a_multi_turn_run_follows_the_target_s_own_greedy_answers(hf_hub, test_b
     from transformers import AutoTokenizer
 
     from dflash_eval.commands.evaluate import RunOptions, evaluate
-    from dflash_eval.pipeline.hf_prompts import ANSWER_PLACEHOLDER, answered_set
+    from dflash_eval.core.progress import Reporter
+    from dflash_eval.pipeline.hf_prompts import ANSWER_PLACEHOLDER
+    from dflash_eval.pipeline.inputs import prepare_inputs
+    from dflash_eval.pipeline.turns import answer_earlier_turns
 
     out = tmp_path / "mt"
-    run = evaluate(RunOptions(drafters=[f"{drafter_dirs['zlab']}:z"], target=str(test_bed["qwen3"]), prompts="mt-bench",
-                              limit=2, max_new_tokens=8, device="cpu", cache_dir=tmp_path / "cache", out=out,
-                              argv=["test"]))
+    options = RunOptions(drafters=[f"{drafter_dirs['zlab']}:z"], target=str(test_bed["qwen3"]), prompts="mt-bench",
+                         limit=2, max_new_tokens=8, device="cpu", cache_dir=tmp_path / "cache", out=out, argv=["test"])
+    run = evaluate(options).document
     prov = run["provenance"]
     assert prov["prompts"]["sets"] == {"mt-bench": 4} and prov["work"]["continuations_generated"] == 2
     assert prov["prompts"]["dataset"]["revision"] == _refs(hf_hub, "HuggingFaceH4/mt_bench_prompts")
     rows = {json.loads(line)["prompt_id"]: json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()}
     assert sorted(rows) == ["mt-bench/81/1", "mt-bench/81/2", "mt-bench/82/1", "mt-bench/82/2"]
     tokenizer = AutoTokenizer.from_pretrained(test_bed["qwen3"])
-    turns = {p.id: p for p in answered_set("mt-bench")}
+    # the answered set travels in the resolved inputs (no process global): answered again, from the cache
+    turns = {p.id: p for p in answer_earlier_turns(prepare_inputs(options), options, Reporter()).planned}
     assert len(turns) == 12  # the whole set is answered, whatever --limit asks for
     for key in ("81", "82"):
         answer = tokenizer.decode(rows[f"mt-bench/{key}/1"]["continuation_ids"], skip_special_tokens=True)
@@ -56,7 +60,8 @@ def test_a_multi_turn_run_follows_the_target_s_own_greedy_answers(hf_hub, test_b
 
 
 def test_multi_turn_sets_refuse_sampling_and_responses_and_shards_rebalance(hf_hub, test_bed, tmp_path):
-    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
+    from dflash_eval.core.progress import Reporter
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.inputs import prepare_inputs
     from dflash_eval.pipeline.turns import answer_earlier_turns
 
