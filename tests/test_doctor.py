@@ -111,6 +111,28 @@ def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_repo
     assert "(doctor, doctor --out)" in html  # the verdict block carries the doctor's verdict
 
 
+def test_doctor_on_a_run_replays_its_variants_with_the_run_s_final_block(trained, tmp_path):
+    """A run made with --final-block full: doctor --out RUN takes the run's rule into `settings.scoring`, the
+    one value every variant's replay gets (commands/doctor_variants.evaluate_variants takes nothing else), and
+    refuses a rule given that is not the run's."""
+    from dflash_eval.commands.doctor import settings_of_run
+    from dflash_eval.core.errors import InputError
+    from dflash_eval.core.settings.run_settings import RunOptions
+
+    target, drafter, out = trained["qwen3"]["target"], trained["qwen3"]["good"], tmp_path / "run"
+    ran = runner.invoke(app, ["run", "-d", str(drafter), "--target", str(target), "--limit", "2", "--max-new-tokens",
+                              "13", "--final-block", "full", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    settings = settings_of_run(RunOptions(drafters=[str(drafter)], out=out, device="cpu"))
+    assert settings.scoring.final_block == "full" and settings.scoring.max_new_tokens == 13
+    run = json.loads((out / "run.json").read_text())
+    run["provenance"]["final_block"] = "shorter"  # the same folder, as a run made with z-lab's rule
+    (out / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+    assert settings_of_run(RunOptions(drafters=[str(drafter)], out=out)).scoring.final_block == "shorter"
+    with pytest.raises(InputError, match="--final-block shorter, doctor was given 'full'"):
+        settings_of_run(RunOptions(drafters=[str(drafter)], out=out, final_block="full"))
+
+
 def test_doctor_at_temperature_above_zero_estimates_every_variant(trained, tmp_path):
     """At T > 0 each variant is an offline estimate on K sampled texts per prompt (one target pass per text);
     near T = 0 the estimate is the greedy number, so the doctor names the same bug with the same taus."""
