@@ -92,7 +92,7 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
     from ..pipeline.numerics import check_numerics_options
 
     check_numerics_options(options)
-    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
+    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings, **options.trees.provenance()})
     folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
     try:
         target = load_target(str(inputs.target_path), device=options.device, dtype=options.dtype,

@@ -36,6 +36,7 @@ class SampleRow(TypedDict):
     repetition: NotRequired[RepetitionCountsDocument]
     counts: NotRequired[AcceptanceCountsDocument]
     by_draft_length: NotRequired[dict[str, dict[str, Any]]]
+    tree: NotRequired[dict[str, Any]]
     step_seconds: NotRequired[list[float]]
     draft_seconds: NotRequired[list[float]]
     verify_seconds: NotRequired[list[float]]
