@@ -193,7 +193,7 @@ DIR/track_log.jsonl one event per line: {"time", "event", ...}; "incomplete" / "
     prompts, target_passes, continuations_generated) for each batch evaluated together
 DIR/track.csv       per_position.csv's columns, one row per track.jsonl row, after role, step,
     tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path; with --draft-lengths one
-    tau_macro_at_k_K column per draft length after them
+    tau_macro_at_k_K column per draft length after them, with --tree-budgets one tau_macro_at_tree_B per budget
 DIR/track_state.json  the track's settings (all but the checkpoints) and their digest
 """
 

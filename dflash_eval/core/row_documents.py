@@ -9,7 +9,7 @@ TypedDict reads NotRequired from the real annotations.)
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .documents import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument
+from .documents import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument, TreeDocument
 
 
 class SampleRow(TypedDict):
@@ -70,6 +70,7 @@ class TrackRow(TypedDict):
     counts: NotRequired[AcceptanceCountsDocument | None]
     estimate: NotRequired[dict[str, Any]]
     by_draft_length: NotRequired[list[DraftLengthEntry]]
+    tree: NotRequired[TreeDocument]
     depth_edges: NotRequired[list[int]]
     by_depth: NotRequired[list[Part]]
     evaluated_at: NotRequired[str]
