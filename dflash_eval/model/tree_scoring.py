@@ -6,11 +6,16 @@ gives every budget). The chain already takes every drafted slot through the lm_h
 piece of logits there and keeps, per row, only what the tree needs, so memory stays bounded by one chunk's
 rows (never a top-k per anchor per depth for all anchors of a prompt):
 
-- the float32 logsumexp over the whole vocabulary: `torch.logsumexp` of each piece, pieces combined with
-  `torch.logaddexp` (a vocabulary in one piece, as on the test beds, is one `torch.logsumexp` of the row, as
-  DDTree's `build_ddtree_tree` computes it; across pieces the sum's order differs, a last-bit matter);
-- the top TOP_KEPT logits and their ids (the first piece's `topk`, then only the entries above the row's
-  current TOP_KEPT-th value, appended and compacted), and the target token's logit;
+- the float32 logsumexp over the whole vocabulary: a vocabulary in one piece (the test beds) is one
+  `torch.logsumexp` of the row, as DDTree's `build_ddtree_tree` computes it; across pieces each piece's
+  maximum and float32 sum of exp(x - max) are combined in float64 and rounded once (the sum's order differs
+  from one whole-row reduction: a last-bit matter, within an ulp or two of the logsumexp);
+- the top TOP_KEPT + 1 logits and their ids (the first piece's `topk`, then only the entries above the
+  row's current last kept value, looked for only in the groups of GROUP entries whose maximum passes it,
+  appended and compacted; one more than recall needs, so a rank below TOP_KEPT is decided unless it ties the
+  last kept value), the target token's logit and, when a budget passes the kept entries, every group's
+  maximum: the min(budget, vocab)-th largest of those is a logit value that at least that many logits reach,
+  so a target token below it is outside every tree, decided without a second product;
 - then, per row, the sorted log-probabilities (float32 top logits minus the logsumexp, as the reference) and
   the target's rank (core/tree.py: larger values, then equal ones with a smaller id).
 
@@ -27,10 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from ..core.tree import BEYOND, NOT_CANDIDATE, NeedValues, TreeOnPrompt, pop_indices
 
-TOP_KEPT = 64  # top entries kept per row in the pieces: recall@64 exact, a heap of <= 64 nodes needs no more
+TOP_KEPT = 64  # ranks decided from the pieces: recall@64 exact, a heap of <= 64 nodes needs no more (+1 kept)
+GROUP = 64  # vocabulary entries per group maximum (the candidates' filter, the bound on far ranks)
+TILE = 128  # rows per float32 pass over a piece: 128 x 4,096 fp32 = 2 MiB, near a core's cache
 AMBIGUOUS = -3  # the target's logit equals the last kept value: its rank needs the whole row
 
 
@@ -52,47 +60,98 @@ class ChunkTree:
     then the heap per anchor (`finish`). Rows are laid out as the caller's lm_head reads them: `row_of[i][d]`
     is the row of anchor i's depth d + 1."""
 
-    def __init__(self, rows: int, row_of: list[list[int]], targets: torch.Tensor, vocab: int, device):
+    def __init__(self, rows: int, row_of: list[list[int]], targets: torch.Tensor, vocab: int, device,
+                 max_budget: int | None = None):
         self.row_of, self.vocab, self.n = row_of, vocab, rows
-        self.k = min(TOP_KEPT, vocab)
+        self.k = min(TOP_KEPT + 1, vocab)
+        self.full = min(max_budget or 0, vocab)  # min(largest budget, vocab): the heap's top-k
         cap = 4 * self.k
         self.targets = targets.to(device)  # [rows] draft-vocabulary id of the target's token, -1: none
         self.lse = torch.full((rows,), float("-inf"), dtype=torch.float32, device=device)
+        self.peak = torch.zeros(rows, dtype=torch.float64, device=device)  # pieces: the shift of `mass`
+        self.mass = torch.zeros(rows, dtype=torch.float64, device=device)  # sum of exp(x - peak) so far
+        self.pieces_lse = vocab > 0  # False once a piece held the whole vocabulary (its logsumexp is in `lse`)
+        self.shifted = False  # some row's sums were shifted by its maximum (`peak` no longer all zero)
         self.values = torch.full((rows, cap), float("-inf"), dtype=torch.float32, device=device)
         self.ids = torch.full((rows, cap), -1, dtype=torch.long, device=device)
         self.fill = torch.zeros(rows, dtype=torch.long, device=device)
         self.threshold = torch.full((rows,), float("-inf"), dtype=torch.float32, device=device)
         self.target_logit = torch.full((rows,), float("nan"), dtype=torch.float32, device=device)
+        groups = -(-vocab // GROUP)
+        # every group's maximum, when a budget passes the kept entries: the full-th largest of them bounds the
+        # full-th largest logit from below, so a target under it is outside every tree without a second product
+        self.groups = (torch.full((rows, groups), float("-inf"), dtype=torch.float32, device=device)
+                       if self.full > self.k and groups >= self.full else None)
 
     # -- the pieces -------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def observe(self, rows: slice, vocab_start: int, logits: torch.Tensor) -> None:
         """One piece: rows `rows` x vocabulary [vocab_start, vocab_start + width) of the drafter's logits (after
-        its output multiplier and softcap). The first piece of a row is the one at vocab_start 0."""
-        x = logits.float()
-        r0, width = rows.start, x.shape[1]
-        piece_lse = torch.logsumexp(x, -1)
-        if vocab_start == 0:
-            self.lse[rows] = piece_lse
-        else:
-            self.lse[rows] = torch.logaddexp(self.lse[rows], piece_lse)
+        its output multiplier and softcap). The first piece of a row is the one at vocab_start 0; pieces start
+        at multiples of GROUP (model/lm_head.py's widths are). The float32 passes (conversion, group maxima,
+        the sum of exponentials) run TILE rows at a time, within the core's cache: over a whole piece they
+        were slower than the lm_head's product itself (benchmarks/tree_cost.py)."""
+        r0, width = rows.start, logits.shape[1]
+        pad = (-width) % GROUP
+        whole = vocab_start == 0 and width >= self.vocab  # the whole vocabulary in one piece
+        maxima = torch.empty(logits.shape[0], (width + pad) // GROUP, dtype=torch.float32, device=logits.device)
+        masses = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        for t0 in range(0, logits.shape[0], TILE):
+            x = logits[t0:t0 + TILE].to(torch.float32, copy=True)  # a copy: the passes below work in place
+            n = x.shape[0]
+            torch.amax((F.pad(x, (0, pad), value=float("-inf")) if pad else x).view(n, -1, GROUP), -1,
+                       out=maxima[t0:t0 + n])
+            if whole:
+                self.lse[r0 + t0:r0 + t0 + n] = torch.logsumexp(x, -1)
+                self.pieces_lse = False
+            else:  # exp(x) unshifted: where the row's maximum lies in [-20, 60] no term that counts under- or
+                torch.sum(x.exp_(), -1, out=masses[t0:t0 + n])  # overflows (checked below), one pass fewer
+        if not whole:  # this piece's sums joined to the earlier pieces' in float64 (the logsumexp: `ranked`)
+            top = maxima.amax(-1)
+            far = ((top <= -20) | (top >= 60)).nonzero()[:, 0]
+            if far.numel() or self.shifted:
+                tops = torch.zeros_like(top)
+                if far.numel():  # those rows again, shifted by their maximum
+                    tops[far] = top[far]
+                    masses[far] = torch.exp(logits[far].float() - top[far, None]).sum(-1)
+                    self.shifted = True
+                tops = tops.double()
+                peak = torch.maximum(self.peak[rows], tops)
+                self.mass[rows] = (self.mass[rows] * torch.exp(self.peak[rows] - peak)
+                                   + masses.double() * torch.exp(tops - peak))
+                self.peak[rows] = peak
+            else:
+                self.mass[rows] += masses.double()
+        if self.groups is not None:
+            first = vocab_start // GROUP
+            self.groups[rows, first:first + maxima.shape[1]] = maxima
+        x = logits  # the piece itself: the entries read below are converted exactly, one at a time
         local = self.targets[rows] - vocab_start
         hit = ((local >= 0) & (local < width)).nonzero()[:, 0]
         if hit.numel():
-            self.target_logit[r0 + hit] = x[hit, local[hit]]
+            self.target_logit[r0 + hit] = x[hit, local[hit]].float()
         if vocab_start == 0:
             k = min(self.k, width)
             top, index = x.topk(k, -1)
+            top = top.float()
             self.values[rows, :k], self.ids[rows, :k] = top, index
             self.fill[rows] = k
             if k == self.k:
                 self.threshold[rows] = top[:, -1]
             return
-        above = (x > self.threshold[rows, None]).nonzero()
-        if not above.numel():
+        threshold = self.threshold[rows]
+        passing = (maxima > threshold[:, None]).nonzero()
+        if not passing.numel():
             return
-        r, c = above[:, 0], above[:, 1]
+        flat = (F.pad(x, (0, pad), value=float("-inf")) if pad else x).reshape(-1, GROUP)
+        picked = flat.index_select(0, passing[:, 0] * maxima.shape[1] + passing[:, 1])  # whole groups: memcpys
+        # compared in the logits' dtype: a threshold is a kept logit, so it converts back exactly
+        above = picked > threshold[passing[:, 0], None].to(picked.dtype)
+        inside = above.nonzero()
+        found = picked[above].float()
+        r = passing[inside[:, 0], 0]
+        c = passing[inside[:, 0], 1] * GROUP + inside[:, 1]
         per_row = torch.bincount(r, minlength=x.shape[0])
         start = torch.cumsum(per_row, 0) - per_row
         slot = self.fill[rows][r] + torch.arange(r.numel(), device=r.device) - start[r]
@@ -100,17 +159,17 @@ class ChunkTree:
         fits = slot < room
         if not bool(fits.all()):  # more than the buffer holds in one piece: merge those rows whole
             over = torch.unique(r[~fits])
-            merged, order = torch.cat([self.values[r0 + over], x[over]], 1).topk(self.k, -1)
+            merged, order = torch.cat([self.values[r0 + over], x[over].float()], 1).topk(self.k, -1)
             ids = torch.cat([self.ids[r0 + over], torch.arange(width, device=x.device).expand(over.numel(), -1)
                              + vocab_start], 1).gather(1, order)
             self._put(r0 + over, merged, ids)
             keep = ~torch.isin(r, over)
-            r, c, slot = r[keep], c[keep], slot[keep]
-        self.values[r0 + r, slot] = x[r, c]
+            r, c, slot, found = r[keep], c[keep], slot[keep], found[keep]
+        self.values[r0 + r, slot] = found
         self.ids[r0 + r, slot] = c + vocab_start
         self.fill[rows] += torch.bincount(r, minlength=x.shape[0])
-        grown = (self.fill[rows] > self.k).nonzero()[:, 0] + r0
-        if grown.numel():
+        grown = (self.fill[rows] > room - self.k).nonzero()[:, 0] + r0  # compacted when near full: the threshold
+        if grown.numel():  # lags behind in between (more entries pass it), but few rows sort per piece
             top, order = self.values[grown].topk(self.k, -1)
             self._put(grown, top, self.ids[grown].gather(1, order))
 
@@ -124,6 +183,8 @@ class ChunkTree:
     def ranked(self) -> tuple[list[list[float]], list[int]]:
         """Per row: the kept log-probabilities, sorted (float32 logits minus the logsumexp, as Python floats),
         and the target's rank (exact, BEYOND, AMBIGUOUS or NOT_CANDIDATE)."""
+        if self.pieces_lse:  # rounded once, from the float64 sum of the pieces' float32 sums
+            self.lse = (self.peak + torch.log(self.mass)).float()
         kept = torch.clamp(self.fill, max=self.k)
         top, order = self.values.topk(self.k, -1)
         ids = self.ids.gather(1, order)
@@ -135,6 +196,11 @@ class ChunkTree:
         whole = kept >= self.vocab  # the row holds the whole vocabulary: every rank is known
         rank = torch.where(whole | (vt > last), rank,
                            torch.where(vt < last, torch.full_like(rank, BEYOND), torch.full_like(rank, AMBIGUOUS)))
+        if self.groups is not None:  # under the full-th largest group maximum: at least `full` logits are larger
+            beyond = (rank == BEYOND).nonzero()[:, 0]
+            if beyond.numel():
+                bound = self.groups[beyond].kthvalue(self.groups.shape[1] - self.full + 1, -1).values
+                rank[beyond[vt[beyond] < bound]] = self.full  # stands for "rank >= full": outside every tree
         rank = torch.where((self.targets < 0) | vt.isnan(), torch.full_like(rank, NOT_CANDIDATE), rank)
         finite = torch.isfinite(logprobs[:, 0]) & torch.isfinite(self.lse)
         values = logprobs.tolist()
@@ -259,7 +325,8 @@ class TreeReplay:
         self.scorable.extend(scorable)
         self.chunk_scorable = scorable
         target_ids = draft_ids_of(self.drafter, torch.tensor(targets, dtype=torch.long))
-        self.view = ChunkTree(int(self.hidden.shape[0]), row_of, target_ids, self.tree.vocab, self.hidden.device)
+        self.view = ChunkTree(int(self.hidden.shape[0]), row_of, target_ids, self.tree.vocab, self.hidden.device,
+                              max(self.tree.budgets))
         return self.view.observe
 
     def finish_chunk(self) -> None:

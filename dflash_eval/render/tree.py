@@ -246,18 +246,15 @@ def render_doctor_trees(console: Console, result: dict) -> None:
     trees = result.get("trees")
     if not trees:
         return
-    from .terminal_doctor import short_labels
-
     table = Table(title="doctor under DDTree's tree: tau macro per budget (same trajectories, same drafter pass)",
                   header_style="bold")
-    table.add_column("variant")
+    table.add_column("variant", overflow="fold")
     table.add_column("chain", justify="right")
     for b in trees["budgets"]:
         table.add_column(f"tree {b}", justify="right")
     rows = trees["variants"] + ([trees["reference"]] if trees.get("reference") else [])
-    labels, _ = short_labels([r["variant"] for r in rows])
     for r in rows:
-        table.add_row(safe(labels[r["variant"]]), _f(r["chain"], 2), *(_f(r["tree"][str(b)], 2) for b in trees["budgets"]))
+        table.add_row(safe(r["variant"]), _f(r["chain"], 2), *(_f(r["tree"][str(b)], 2) for b in trees["budgets"]))
     gap = trees.get("gap")
     if gap:
         signed = [("–" if v is None else f"{v:+.2f}") for v in [gap["chain"], *(gap["tree"][str(b)] for b in trees["budgets"])]]
