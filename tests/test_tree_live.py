@@ -5,7 +5,8 @@ the KV cache compacted to the accepted path) and the hybrid target (qwen3_5_text
 target's path, one token per forward), the live loop's committed tokens equal the greedy continuation and
 its per-step committed lengths and anchors equal the replay's walk for that budget, all budgets scored from
 the one drafter pass per anchor the chain uses (model/tree_scoring.py). Drafters: the `trained` fixture's
-(B = 4, a depth limit of 3) and, on the dense bed, the in-house drafter with the anchor bug.
+(B = 4, a depth limit of 3) and, on the dense bed, the in-house drafter with the anchor bug and a DFlash2
+drafter (its unary tree: the per-slot logits, not its selector's pairwise scores).
 """
 
 from __future__ import annotations
@@ -62,3 +63,35 @@ def test_offline_tree_walk_equals_live_ddtree_loop_at_every_budget(trained, kind
           f"{budget_failures} budget failures, {deep} rows recomputed whole")
     assert max(gains) > 0  # the tree accepted more than the chain somewhere: not a chain in disguise
     assert budget_failures > 0  # small budgets cut paths whose tokens were candidates
+
+
+@pytest.fixture(scope="module")
+def dflash2_good(test_bed, tmp_path_factory):
+    from dflash_eval.pipeline.prompts import DEMO_PROMPTS
+    from dflash_eval.testing.train import greedy_sequences
+    from dflash_eval.testing.train_dflash2 import dflash2_fixture_config, train_dflash2_drafter
+
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    sequences = greedy_sequences(target, list(DEMO_PROMPTS)[:6], 40)
+    return train_dflash2_drafter(target, sequences, dflash2_fixture_config(), tmp_path_factory.mktemp("d2") / "good")
+
+
+def test_dflash2_unary_tree_equals_the_live_loop(test_bed, dflash2_good):
+    target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
+    drafter = _drafter(dflash2_good, target)
+    assert drafter.spec.is_dflash2
+    gains = []
+    for i, text in enumerate(DEMO_PROMPTS[4:7] + HELD_OUT[:2]):
+        ids = prompt_ids(target.tokenizer, Prompt(str(i), text), enable_thinking=False)
+        greedy = generate_greedy(target, [ids], MAX_NEW)[0]
+        tokens = torch.tensor(ids + greedy)
+        capture = capture_taps(target, tokens, list(drafter.spec.taps))
+        offline = replay(drafter, capture.taps, tokens, len(ids), MAX_NEW, anchor_batch=3, tree_budgets=(1, 4, 16, 64))
+        for budget in (1, 4, 16, 64):
+            live = ddtree_loop(target, drafter, ids, MAX_NEW, budget, hybrid=False)
+            assert live.tokens[len(ids):] == greedy
+            assert offline.tree.walks[budget]["walk_accept_lengths"] == live.accept_lengths, f"prompt {i} budget {budget}"
+        chain = sum(offline.walk_accept_lengths) / len(offline.walk_accept_lengths)
+        gains.append(sum(offline.tree.walks[64]["walk_accept_lengths"]) / len(offline.tree.walks[64]["walk_accept_lengths"])
+                     - chain)
+    print(f"dflash2: tree(64) - chain (selector walk) tau per prompt {[round(g, 2) for g in gains]}")

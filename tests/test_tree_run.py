@@ -151,6 +151,25 @@ def test_merged_shards_equal_one_process(runs, tmp_path):
         assert {k: v for k, v in a["tree"].items() if k != "speedup"} == b["tree"]
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t["walks"]["16"]["walk_accept_lengths"].__setitem__(0, t["walks"]["16"]["walk_accept_lengths"][0] + 1),
+     "tree.walks[16]: step 0 accepts"),
+    (lambda t: t["walks"]["2"]["failures"].__setitem__("budget", t["walks"]["2"]["failures"]["budget"] + 1),
+     "tree.walks[2].failures do not count one kind per step"),
+    (lambda t: t["walks"].pop("64"), "tree.walks is not one walk per budget"),
+])
+def test_an_edited_tree_walk_is_refused_when_read(runs, tmp_path, edit, message):
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(runs["t"], folder)
+    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    edit(rows[0]["tree"])
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["report", str(folder)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
 def test_track_keeps_each_checkpoint_s_tree(test_bed, tmp_path):
     from dflash_eval.pipeline.track_folder import read_rows
     from dflash_eval.testing.testbed import write_random_drafter
@@ -159,15 +178,18 @@ def test_track_keeps_each_checkpoint_s_tree(test_bed, tmp_path):
     for epoch, seed in ((0, 1), (1, 2)):
         write_random_drafter(target, save / str(epoch), "zlab", seed=seed, block_size=4, num_layers=2)
         (save / str(epoch) / "training_state.json").write_text(json.dumps({"global_step": 10 * (epoch + 1)}))
+    reference = write_random_drafter(target, tmp_path / "reference", "zlab", seed=5, block_size=4, num_layers=2)
     result = runner.invoke(app, ["track", str(save), "--target", str(target), "--out", str(tmp_path / "track"),
                                  "--max-new-tokens", "12", "--device", "cpu", "--cache-dir", str(tmp_path / "c"),
-                                 "--settle", "0.2", "--limit", "2", "--tree-budgets", "1,4"], env={"COLUMNS": "200"})
+                                 "--settle", "0.2", "--limit", "5", "--tree-budgets", "1,4", "--reference",
+                                 str(reference)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     rows = read_rows(tmp_path / "track")
     for row in rows:
         run, _ = _read(tmp_path / "track" / row["run"])
         assert row["tree"] == run["drafters"][0]["tree"]
     assert "tau macro under DDTree's tree per budget, per checkpoint" in result.output
+    assert "latest vs reference per tree budget (paired over prompts): 1: " in " ".join(result.output.split())
     header = (tmp_path / "track" / "track.csv").read_text().splitlines()[0]
     assert header.endswith("tau_macro_at_tree_1,tau_macro_at_tree_4")
     assert '<section id="trees">' in (tmp_path / "track" / "track.html").read_text()

@@ -217,7 +217,29 @@ def track_tree_view(c) -> dict[str, Any] | None:
                     "cells": [{"tau": at[b].get("tau_macro"), "ci": at[b].get("tau_macro_ci")} if b in at else None
                               for b in budgets],
                     "saturation": (tree.get("saturation") or {}).get("budget")})
-    return {"budgets": budgets, "rows": out}
+    return {"budgets": budgets, "rows": out, "latest_vs_reference": _latest_vs_reference(c, budgets)}
+
+
+def _latest_vs_reference(c, budgets) -> list[dict[str, Any]] | None:
+    """The latest checkpoint against the reference at each budget both measured, paired over prompts
+    (core/compare.paired_row on each side's per-prompt tree counts): B = latest, A = reference."""
+    from ..core.compare import paired_row
+
+    latest = c.latest.row if c.latest is not None else None
+    if latest is None or c.reference is None:
+        return None
+
+    def per_prompt(row, budget):
+        entry = next((e for e in (row.get("tree") or {}).get("by_budget") or [] if e["budget"] == budget), None)
+        return {p: tuple(v) for p, v in entry["counts"]["per_prompt"].items()} if entry else None
+
+    out = []
+    for budget in budgets:
+        a, b = per_prompt(c.reference, budget), per_prompt(latest, budget)
+        row = paired_row(a, b) if a and b else None
+        if row is not None:
+            out.append({"budget": budget, "delta": row["delta_tau_macro"]})
+    return out or None
 
 
 def render_track_trees(console: Console, c) -> None:
@@ -236,6 +258,10 @@ def render_track_trees(console: Console, c) -> None:
                       "–" if row["saturation"] is None else str(row["saturation"]),
                       style="dim" if row["role"] == "reference" else None)
     console.print(table)
+    if view["latest_vs_reference"]:
+        console.print(safe("latest vs reference per tree budget (paired over prompts): " + "; ".join(
+            f"{p['budget']}: {p['delta']['estimate']:+.2f} [{p['delta']['low']:.2f}, {p['delta']['high']:.2f}]"
+            for p in view["latest_vs_reference"])))
 
 
 # ------------------------------------------------------------------------------------------------ doctor
