@@ -8,7 +8,8 @@ drafter pass, and against a live tree loop per budget. One process, ratios side 
    z-lab drafter, B = 16, bf16, over Qwen3-0.6B-like tables: hidden 1024, vocabulary 151,936), every position
    of a random T-token sequence an anchor, the engine's own `replay()`: chain only vs the same call with
    budgets 16..1024, alternated for --rounds rounds, each configuration's fastest kept; CPU time on one
-   thread by default (the project's machine is shared). The tree's part is split: the per-piece accumulator
+   thread by default (the project's machine is shared), and the peak resident memory of each (VmHWM, reset
+   before each replay). The tree's part is split: the per-piece accumulator
    (logsumexp, the kept top entries), the heaps, the rows computed whole. Random weights give flat drafter
    distributions: the heap then spends its budget on depth 1, and every anchor's depth-1 row is computed again
    whole when a budget passes the 65 kept entries (the worst case for that second product; a trained drafter's
@@ -75,7 +76,7 @@ class Split:
 
 
 def overhead(shape: str, T: int, budgets, rounds: int) -> dict:
-    from real_vocab import build
+    from real_vocab import build, peak_bytes, reset_peak
 
     from dflash_eval.model.engine import replay
 
@@ -84,13 +85,16 @@ def overhead(shape: str, T: int, budgets, rounds: int) -> dict:
     taps = (torch.randn(T, spec.fc_in_features, generator=g) * 0.5).bfloat16()
     tokens = torch.randint(0, spec.vocab_size - 1, (T,), generator=g)
     best = {"chain": float("inf"), "trees": float("inf")}
+    peaks = {"chain": 0.0, "trees": 0.0}
     split, deep, same = None, 0, True
     for _ in range(rounds):
         for name in ("chain", "trees"):
             with Split() as parts:
+                reset_peak()
                 started = CLOCK()
                 result = replay(drafter, taps, tokens, 1, T - 1, tree_budgets=budgets if name == "trees" else ())
                 seconds = CLOCK() - started
+                peaks[name] = max(peaks[name], peak_bytes())
             if seconds < best[name]:
                 best[name] = seconds
                 if name == "trees":
@@ -101,7 +105,7 @@ def overhead(shape: str, T: int, budgets, rounds: int) -> dict:
                 same = same and result.drafts == chain_drafts
     return {"shape": shape, "T": T, "anchors": T - 2, "budgets": list(budgets), "chain_seconds": best["chain"],
             "trees_seconds": best["trees"], "ratio": best["trees"] / best["chain"], "tree_split": split,
-            "deep_rows": deep, "chain_drafts_identical": same}
+            "deep_rows": deep, "chain_drafts_identical": same, "peak_bytes": peaks}
 
 
 def qwen3_target(shape: str, layers: int):
@@ -199,7 +203,9 @@ def main() -> None:
                   f"{o['chain_seconds']:.2f} s, all budgets {o['trees_seconds']:.2f} s: ratio {o['ratio']:.3f} "
                   f"(+{100 * (o['ratio'] - 1):.1f}%); tree parts: "
                   + ", ".join(f"{k} {v:.2f} s" for k, v in o["tree_split"].items())
-                  + f"; {o['deep_rows']} rows computed whole; chain drafts identical: {o['chain_drafts_identical']}")
+                  + f"; {o['deep_rows']} rows computed whole; chain drafts identical: {o['chain_drafts_identical']}; "
+                  f"peak resident memory {o['peak_bytes']['chain'] / 2**30:.2f} GiB chain, "
+                  f"{o['peak_bytes']['trees'] / 2**30:.2f} GiB trees")
         if not args.skip_live:
             out["live"] = live = against_live(shape, layers, 8 if args.smoke else 32, 6 if args.smoke else args.live_tokens,
                                               budgets)

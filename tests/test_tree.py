@@ -259,3 +259,21 @@ def test_speedup_with_trees_by_hand():
     assert rows[("tree", 64)]["speedup"] == [pytest.approx(5.0 * 10 / (40 + 2))]
     assert rows[("tree", 256)]["speedup"] == [None]  # no step time for 257 tokens: never guessed
     assert table["best"] == [{"batch": 1, "verification": "tree", "size": 16, "speedup": pytest.approx(40 / 18)}]
+
+
+def test_the_chain_s_argmax_is_the_same_with_the_tree_observing_in_bf16():
+    """The observer hands the chain its row maxima (model/lm_head.py's sparse update reads them): in bf16, with
+    near ties everywhere, the argmax with the tree observing equals the argmax without it, piece for piece."""
+    from dflash_eval.model.lm_head import greedy_ids
+    from dflash_eval.model.tree_scoring import ChunkTree
+
+    vocab, rows = 5000, 48
+    head = _drafter_head(vocab, hidden=32).to(torch.bfloat16).requires_grad_(False)
+    hidden = torch.randn(rows, 32).to(torch.bfloat16)
+    view = ChunkTree(rows, [[r] for r in range(rows)], torch.randint(0, vocab, (rows,)), vocab, "cpu", 1024)
+    with torch.inference_mode():
+        plain = greedy_ids(hidden, head, pieces=(16, 512), sparse=True)
+        observed = greedy_ids(hidden, head, pieces=(16, 512), sparse=True, observe=view.observe)
+    assert torch.equal(plain, observed) and torch.equal(plain, head(hidden).argmax(-1))
+    values, ranks = view.ranked()
+    assert all(len(v) == 65 for v in values) and len(ranks) == rows

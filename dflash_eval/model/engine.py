@@ -152,7 +152,7 @@ def replay(
         if drafter.spec.is_dflash2:  # the serving walk over the candidate selector's scores (model/dflash2.py)
             drafted = flat_greedy_drafts(drafter, *rows, tokens[chunk].to(ctx.device), observe=observe).tolist()
         else:
-            drafted = drafter.greedy_ids(rows, observe=observe).tolist()
+            drafted = (drafter.greedy_ids(rows, observe=observe) if observe else drafter.greedy_ids(rows)).tolist()
         if trees:
             trees.finish_chunk()
         offset = 0

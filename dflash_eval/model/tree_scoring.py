@@ -86,12 +86,13 @@ class ChunkTree:
     # -- the pieces -------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def observe(self, rows: slice, vocab_start: int, logits: torch.Tensor) -> None:
+    def observe(self, rows: slice, vocab_start: int, logits: torch.Tensor) -> torch.Tensor:
         """One piece: rows `rows` x vocabulary [vocab_start, vocab_start + width) of the drafter's logits (after
         its output multiplier and softcap). The first piece of a row is the one at vocab_start 0; pieces start
         at multiples of GROUP (model/lm_head.py's widths are). The float32 passes (conversion, group maxima,
         the sum of exponentials) run TILE rows at a time, within the core's cache: over a whole piece they
-        were slower than the lm_head's product itself (benchmarks/tree_cost.py)."""
+        were slower than the lm_head's product itself (benchmarks/tree_cost.py). Returns the piece's row
+        maxima (float32, the logits' own values), which the chain's argmax then needs not take again."""
         r0, width = rows.start, logits.shape[1]
         pad = (-width) % GROUP
         whole = vocab_start == 0 and width >= self.vocab  # the whole vocabulary in one piece
@@ -107,8 +108,9 @@ class ChunkTree:
                 self.pieces_lse = False
             else:  # exp(x) unshifted: where the row's maximum lies in [-20, 60] no term that counts under- or
                 torch.sum(x.exp_(), -1, out=masses[t0:t0 + n])  # overflows (checked below), one pass fewer
+        row_max = maxima.amax(-1)
         if not whole:  # this piece's sums joined to the earlier pieces' in float64 (the logsumexp: `ranked`)
-            top = maxima.amax(-1)
+            top = row_max
             far = ((top <= -20) | (top >= 60)).nonzero()[:, 0]
             if far.numel() or self.shifted:
                 tops = torch.zeros_like(top)
@@ -139,11 +141,11 @@ class ChunkTree:
             self.fill[rows] = k
             if k == self.k:
                 self.threshold[rows] = top[:, -1]
-            return
+            return row_max
         threshold = self.threshold[rows]
         passing = (maxima > threshold[:, None]).nonzero()
         if not passing.numel():
-            return
+            return row_max
         flat = (F.pad(x, (0, pad), value=float("-inf")) if pad else x).reshape(-1, GROUP)
         picked = flat.index_select(0, passing[:, 0] * maxima.shape[1] + passing[:, 1])  # whole groups: memcpys
         # compared in the logits' dtype: a threshold is a kept logit, so it converts back exactly
@@ -172,6 +174,7 @@ class ChunkTree:
         if grown.numel():  # lags behind in between (more entries pass it), but few rows sort per piece
             top, order = self.values[grown].topk(self.k, -1)
             self._put(grown, top, self.ids[grown].gather(1, order))
+        return row_max
 
     def _put(self, rows: torch.Tensor, top: torch.Tensor, ids: torch.Tensor) -> None:
         self.values[rows] = float("-inf")
