@@ -21,7 +21,7 @@ from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track
 from ..core.options_output import Output
 from ..core.options_run import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
 from ..core.options_run import Explanation, Numerics, Placement, Replay
-from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving
+from ..core.options_work import Batching, Breakdown, LongContext, Sampling, Serving, Trees
 from ..core.sections import Flag
 
 
@@ -112,6 +112,7 @@ draft_window = Setting(Breakdown.flag("draft_window"))
 draft_window_doctor = Setting(Breakdown.flag("draft_window"), Breakdown.DOCTOR_HELP["draft_window"])
 context_tokens = Setting(LongContext.flag("context_tokens"))
 max_context = Setting(LongContext.flag("max_context"))
+tree_budgets = Setting(Trees.flag("tree_budgets"))
 
 
 def shared_settings(*, target, prompts, limit, seed, max_new_tokens, thinking, device, dtype, cache_dir,

@@ -53,6 +53,7 @@ def track(
     samples: opt.samples.type = opt.samples.default,
     draft_lengths: opt.draft_lengths.type = opt.draft_lengths.default,
     depth_buckets: opt.depth_buckets.type = opt.depth_buckets.default,
+    tree_budgets: opt.tree_budgets.type = opt.tree_budgets.default,
 ) -> None:
     """Evaluate every checkpoint of a training run once, as a curve against the reference (--watch: as they appear)."""
     from ..commands.evaluate import RunOptions
@@ -68,7 +69,7 @@ def track(
                              anchor_batch=anchor_batch, tap_chunk=tap_chunk, kernels=kernels,
                              generation_batch=generation_batch, overwrite=overwrite, temperature=temperature,
                              top_p=top_p, top_k=top_k, draft_policy=draft_policy, samples=samples,
-                             draft_lengths=draft_lengths, depth_buckets=depth_buckets,
+                             draft_lengths=draft_lengths, depth_buckets=depth_buckets, tree_budgets=tree_budgets,
                              argv=["dflash-eval", *sys.argv[1:]], **shared)
     options = TrackOptions(sources=list(save_dir), run=run_options, watch=watch, interval=interval, settle=settle,
                            max_batch=batch)

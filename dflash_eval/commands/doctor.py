@@ -302,7 +302,8 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     for variant in variants:
         results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
                                          options.max_new_tokens, options.batching.anchor_batch,
-                                         sampling_of(options) if sampled else None, target.lm_head))
+                                         sampling_of(options) if sampled else None, target.lm_head,
+                                         tree_budgets=options.trees.budgets))
         reporter.advance("variants", variant.name)
     summary = summarize(results, seed=options.seed)
     lens_check = None
@@ -349,7 +350,8 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         ref_drafter = load_drafters([reference], target)[reference.name]
         (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
                                           info.hidden_size, options.max_new_tokens, options.batching.anchor_batch,
-                                          sampling_of(options) if sampled else None, target.lm_head)
+                                          sampling_of(options) if sampled else None, target.lm_head,
+                                          tree_budgets=options.trees.budgets)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
         base, ref = _with_every_prompt(results[0].per_prompt(), prompts), _with_every_prompt(ref_result.per_prompt(), prompts)
@@ -360,6 +362,12 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
             summary["gap"]["context"] = explain_gap(
                 base, ref, [(c["variant"], _with_every_prompt(c["per_prompt"], prompts), c["bug"], c["check"])
                             for c in contexts], base_name=entry.name, reference_name=reference.name, seed=options.seed)
+    from .doctor_trees import tree_section  # --tree-budgets: every variant under DDTree's tree too
+
+    trees = tree_section(results, ref_result, trajectories, options.trees.budgets,
+                         reference.name if reference is not None else None)
+    if trees:
+        summary["trees"] = trees
     windows = window_section(drafter, trajectories, results, ref_result, options, final_norm, info.hidden_size,
                              reporter, reference.name if reference is not None else None)  # by depth
     if windows:

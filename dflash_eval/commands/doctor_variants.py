@@ -271,10 +271,11 @@ def walk_repetition(replayed, trajectory) -> tuple[int, int]:
 
 def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
                       max_new_tokens: int, anchor_batch: int | None, sampling=None, lm_head=None, *,
-                      shorter_final_block: bool = True) -> list[VariantResult]:
+                      shorter_final_block: bool = True, tree_budgets: tuple[int, ...] = ()) -> list[VariantResult]:
     """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
     temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead.
-    `shorter_final_block`: the run's --final-block (z-lab's shorter block near the cap, doctor's only rule)."""
+    `shorter_final_block`: the run's --final-block (z-lab's shorter block near the cap, doctor's only rule);
+    `tree_budgets`: each replay also walks DDTree's tree at those budgets (commands/doctor_trees.py)."""
     from ..core.estimates import EstimateSums
 
     results = []
@@ -310,7 +311,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     sums = sums.pooled(EstimateSums.from_anchors(traj.id, configured.block_size, alphas,
                                                                  int(traj.tokens.shape[0]), traj.prompt_len))
                     continue
-                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block)
+                result = _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block,
+                                 tree_budgets)
                 drafts.append(result.drafts)
                 replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
@@ -329,9 +331,10 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
     return results
 
 
-def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block: bool = True):
+def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_final_block: bool = True,
+            tree_budgets=()):
     from ..model.engine import replay
 
     return replay(drafter, taps, traj.tokens, traj.prompt_len, max_new_tokens, anchor_batch=anchor_batch,
                   anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset,
-                  shorter_final_block=shorter_final_block)
+                  shorter_final_block=shorter_final_block, tree_budgets=tree_budgets)

@@ -100,7 +100,7 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
     from ..pipeline.numerics import check_numerics_options
 
     check_numerics_options(options)
-    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings})
+    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings, **options.trees.provenance()})
     folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
     finished = None if options.overwrite else folder.finished_document()
     if finished is not None:  # the same command again on its finished run: the record stays as it is

@@ -74,3 +74,4 @@ class DoctorDocument(TypedDict):
     logit_lens: NotRequired[dict[str, Any] | None]
     norm_convention: NotRequired[dict[str, Any] | None]
     trained_taps: NotRequired[dict[str, Any] | None]
+    trees: NotRequired[dict[str, Any] | None]

@@ -18,9 +18,9 @@ from typing import Any
 from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
 from .options_output import Output
 from .options_run import Explanation, Numerics, Placement, Replay
-from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
+from .options_work import Batching, Breakdown, LongContext, Sampling, Serving, Trees
 
-_B, _S, _V, _D, _L = Batching(), Sampling(), Serving(), Breakdown(), LongContext()
+_B, _S, _V, _D, _L, _T = Batching(), Sampling(), Serving(), Breakdown(), LongContext(), Trees()
 _R, _P = Replay(), Placement()
 
 
@@ -83,6 +83,8 @@ class RunOptions:
     # prompts that would pass the target's positions
     context_tokens: int | None = _L.context_tokens
     max_context: str = _L.max_context
+    # DDTree's tree at each budget, scored offline from the chain's drafter pass (core/tree.py): "16,32" or "ddtree"
+    tree_budgets: str | None = _T.tree_budgets
     # `run --numerics-check N` (pipeline/numerics.py): on the first N prompts, how far generation batches, anchors
     # per drafter forward and replay vs live move the results (bf16); recorded, never changes the run's numbers
     numerics_check: int = Numerics.numerics_check
@@ -137,6 +139,10 @@ class RunOptions:
     def long_context(self) -> LongContext:
         return LongContext.pick(self.__dict__)
 
+    @cached_property
+    def trees(self) -> Trees:
+        return Trees.pick(self.__dict__)
+
     def explains_gap(self) -> bool:
         """`run --reference` explains its gap (commands/explain.py): a reference, a drafter to compare with it,
         --explain (the default), and a greedy replay to replay the variants in (not --mode live, not
@@ -155,7 +161,8 @@ class RunOptions:
                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                    draft_policy=sampling.draft_policy, samples=sampling.samples,
                    depth_buckets=Breakdown.from_edges(depth_edges).depth_buckets,
-                   draft_lengths=Serving.from_provenance(provenance).draft_lengths, argv=[])
+                   draft_lengths=Serving.from_provenance(provenance).draft_lengths,
+                   tree_budgets=Trees.from_provenance(provenance).tree_budgets, argv=[])
 
 
 def pause_after_prompt() -> None:

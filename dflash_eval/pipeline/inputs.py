@@ -273,6 +273,7 @@ def check_options(options: RunOptions) -> Resolved:
     check_sampling_numbers(options)
     sampling_of(options).check()
     options.output.check()  # --cache-dir (core/options_output.py)
+    options.trees.check_with(options.temperature, options.mode)  # --tree-budgets (core/options_work.py Trees)
     shard = parse_shard(options.shard) if options.shard is not None else None
     options.placement.check()  # --device-map, --max-memory (core/options_run.py)
     max_memory = options.placement.memory

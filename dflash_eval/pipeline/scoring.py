@@ -94,7 +94,7 @@ def score_on_trajectory(drafter, trajectory: Trajectory, options: RunOptions) ->
     drafter = windowed(drafter, options)
     return replay(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.prompt_len,
                   options.max_new_tokens, shorter_final_block=options.final_block == "shorter",
-                  anchor_batch=options.batching.anchor_batch)
+                  anchor_batch=options.batching.anchor_batch, tree_budgets=options.trees.budgets)
 
 
 def draft_lengths_of(drafter, options: RunOptions) -> tuple[int, ...]:

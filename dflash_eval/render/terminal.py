@@ -317,6 +317,9 @@ def render_report(console: Console, run: RunDocument, rows: list[dict], *, sampl
     from .draft_lengths import render_draft_lengths
 
     render_draft_lengths(console, run)  # --draft-lengths and the expected speedup, when the run has them
+    from .tree import render_trees
+
+    render_trees(console, run)  # --tree-budgets: tau per budget beside the chain (render/tree.py)
     from .breakdown import render_breakdown
 
     render_breakdown(console, run)  # where acceptance is lost: by depth, segment, token class

@@ -52,6 +52,9 @@ def render_doctor(console: Console, result: dict) -> None:
     console.print(table)
     for note in notes:
         console.print(safe(note))
+    from .tree import render_doctor_trees
+
+    render_doctor_trees(console, result)  # --tree-budgets: every variant under DDTree's tree (render/tree.py)
     mask = result["mask_row"]
     console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
     kernels = result["kernels"]
