@@ -20,6 +20,7 @@ from ..core.attention import AttentionConfig
 from ..core.errors import InputError, loads, read_text_file
 from ..core.semantics import layers_under
 from ..core.served_gap import gap_to_offline
+from ..formats import served_llamacpp
 
 
 def _text(path: Path) -> str:
@@ -74,22 +75,29 @@ def read_served(paths: list[Path], model: str | None) -> S.Served:
         is_vllm = [bool(S.vllm_series(p)) for p in parsed]
         is_counters = [sglang_counters.has_counters(p) for p in parsed]
         is_sglang = [any(s.name == S.SGLANG_TAU for s in p) for p in parsed]
+        is_llamacpp = [served_llamacpp.has_counters(p) for p in parsed]  # formats/served_llamacpp.py
         if len(paths) == 2:
             if all(is_vllm):
                 return S.served_between(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
+            if all(is_llamacpp):
+                return served_llamacpp.served_between_scrapes(parsed[0], parsed[1], f"{paths[1]} - {paths[0]}")
             if all(is_counters):
                 return sglang_counters.served_between_counters(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
             raise InputError(where, "two dumps are subtracted only for vLLM's or SGLang's counters "
                                     + ("(SGLang's acceptance length is a gauge: read one dump)" if any(is_sglang)
-                                       else "(a dump without vllm:spec_decode_* or sglang:spec_verify_calls_total "
-                                            "counters, or the two dumps hold different ones)"))
+                                       else "(a dump without vllm:spec_decode_*, llamacpp:spec_decode_* or "
+                                            "sglang:spec_verify_calls_total counters, or the two dumps hold "
+                                            "different ones)"))
         if is_vllm[0]:
             return S.served_from_dump(parsed[0], model, str(paths[0]))
+        if is_llamacpp[0]:
+            return served_llamacpp.served_from_scrape(parsed[0], str(paths[0]))
         if is_counters[0]:
             return sglang_counters.served_from_counters(parsed[0], model, str(paths[0]))
         if is_sglang[0]:
             return S.served_from_sglang(parsed[0], model, str(paths[0]))
-        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total counters nor SGLang's "
+        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total nor llamacpp:spec_decode_* counters nor "
+                                   "SGLang's "
                                    "sglang:spec_verify_calls_total / sglang:spec_accept_length (speculative decoding "
                                    "off, or not a server's /metrics)")
     except ValueError as exc:
@@ -131,6 +139,11 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
         if changed:
             causes.append(f"the run scored the drafter under {spec.get('semantics')} rules; vLLM's rules differ on "
                           f"{', '.join(changed)}: rerun with --semantics vllm")
+    elif engine == "llamacpp":
+        causes.append("llama.cpp defaults a DFlash2 drafter to sample_from_anchor=true (vLLM refuses it, speculators "
+                      "trains with false), drafts on a GGUF conversion (its quantization and rope keys), and stops a "
+                      "draft early under --spec-draft-p-min; `doctor --engines` scores the drafter under llama.cpp's "
+                      "rules")
     else:
         causes.append("SGLang may truncate the drafter's context (--speculative-draft-window-size, whole pages of "
                       "--page-size) and may simulate acceptance (SGLANG_SIMULATE_ACC_LEN); neither is in its metrics; "

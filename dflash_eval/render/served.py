@@ -39,6 +39,10 @@ def served_lines(result: dict[str, Any]) -> list[str]:
     lines.append(tau)
     if s.get("reported_tau") is not None and counts["drafts"] is not None:
         lines.append(f"the source's own acceptance length: {_num(s['reported_tau'])}")
+    if s.get("tau_definition"):  # core/tau_definitions.py: every tau said with its definition
+        d, c = s["tau_definition"], s.get("conversion") or {}
+        lines.append(f"tau definition: {d['label']}: {d['formula']}, pooled over {d['pooled']} ({d['source']})")
+        lines.append(f"in ours: {c['formula']}" if c.get("formula") else f"in ours: not converted: {c.get('why')}")
     lines.append(f"reference: {s['reference']}")
     return lines
 

@@ -8,6 +8,7 @@ models dump them (nothing imported from the engines, which are never installed):
   (entrypoints/generate/base/protocol.py); a chat response is `ChatCompletionResponse.model_dump()` through
   Starlette's `JSONResponse` (compact separators, ensure_ascii off); `ChatMessage` drops an empty
   `tool_calls`. vLLM drafts num_speculative_tokens per step, the last step too.
+- llama.cpp (#26389): `/metrics` as `server_task_result_metrics::to_metrics()` prints it (`llamacpp_metrics`).
 - SGLang 0.5.23: `/generate` returns `{"text", "output_ids", "meta_info"}` (tokenizer_manager.py,
   ORJSONResponse), meta_info built as `_calculate_spec_decoding_metrics` builds it; the histogram grows to
   the largest count seen (`Req.update_spec_correct_drafts_histogram`).
@@ -121,3 +122,55 @@ def capped_walk(row: dict[str, Any], cap: int) -> list[int]:
         out.append(n)
         a += n + 1
     return out
+
+
+# ------------------------------------------------------------------ llama.cpp: the /metrics text of llama-server
+
+LLAMACPP_COUNTERS = (  # server-task.cpp server_task_result_metrics::to_metrics(), in its order
+    ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens"),
+    ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache"),
+    ("prompt_seconds_total", "Total time spent processing prompts"),
+    ("tokens_predicted_total", "Number of generation tokens processed"),
+    ("tokens_predicted_seconds_total", "Total time spent generating tokens"),
+    ("n_decode_total", "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding"),
+    ("n_tokens_max", "Largest observed sequence length (prompt + generation)"),
+    ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated"),
+    ("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model"),
+    ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps"),
+)
+LLAMACPP_GAUGES = (
+    ("prompt_tokens_seconds", "Average prompt throughput in tokens/s"),
+    ("predicted_tokens_seconds", "Average generation throughput in tokens/s"),
+    ("requests_processing", "Number of requests processing"),
+    ("requests_deferred", "Number of requests deferred"),
+    ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call"),
+)
+
+
+def cpp_double(value: float) -> str:
+    """A double through `std::ostream <<` at the default precision (6 significant digits, %g's shape)."""
+    return format(float(value), ".6g")
+
+
+def llamacpp_metrics(drafts: int, draft_tokens: int, accepted: int, accepted_per_pos: Sequence[int] | None,
+                     predicted: int = 0, prompt: int = 0) -> str:
+    """What llama-server's /metrics returns: each counter then each gauge as `# HELP`, `# TYPE`, `llamacpp:NAME
+    VALUE` (values are doubles, 6 significant digits), then the per-position counter (uint64, exact) only when
+    a speculative request has finished (`accepted_per_pos` not None)."""
+    values = {"prompt_tokens_total": prompt, "prompt_tokens_cached_total": 0, "prompt_seconds_total": 0.125,
+              "tokens_predicted_total": predicted, "tokens_predicted_seconds_total": 1.5, "n_decode_total": 17,
+              "n_tokens_max": prompt + predicted, "spec_decode_num_draft_tokens_total": draft_tokens,
+              "spec_decode_num_accepted_tokens_total": accepted, "spec_decode_num_drafts_total": drafts,
+              "prompt_tokens_seconds": 0.0, "predicted_tokens_seconds": 0.0, "requests_processing": 0,
+              "requests_deferred": 0, "n_busy_slots_per_decode": 1.0}
+    lines = []
+    for kind, items in (("counter", LLAMACPP_COUNTERS), ("gauge", LLAMACPP_GAUGES)):
+        for name, doc in items:
+            lines += [f"# HELP llamacpp:{name} {doc}", f"# TYPE llamacpp:{name} {kind}",
+                      f"llamacpp:{name} {cpp_double(values[name])}"]
+    if accepted_per_pos:
+        lines += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position",
+                  "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {int(n)}'
+                  for i, n in enumerate(accepted_per_pos)]
+    return "\n".join(lines) + "\n"
