@@ -158,3 +158,118 @@ def test_a_llamacpp_scrape_reconciled_with_an_offline_run(drafter_dirs, test_bed
     assert all(row["gap"] == pytest.approx(0) for row in data["gap"]["per_position"])
     assert data["gap"]["tau"]["gap"] == pytest.approx(0) and data["gap"]["tau"]["comparable"]
     assert any("llama.cpp defaults a DFlash2 drafter to sample_from_anchor=true" in c for c in data["likely_causes"])
+
+
+# ------------------------------------------------------------------ AIPerf
+
+from dflash_eval.testing import served_payloads as P  # noqa: E402
+
+K = 3  # the fixture drafters' block of 4
+
+
+@pytest.fixture(scope="module")
+def offline_run(trained, tmp_path_factory):
+    """The offline run AIPerf's exports are built from: the fixture trainer's good drafter on the tiny qwen3."""
+    out = tmp_path_factory.mktemp("aiperf") / "run"
+    made = runner.invoke(app, ["run", "-d", f"{trained['qwen3']['good']}:good", "--target", str(trained["qwen3"]["target"]),
+                               "--prompts", "demo", "--limit", "4", "--max-new-tokens", "40", "--out", str(out),
+                               "--no-html"])
+    assert made.exit_code == 0, made.output
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    return out, rows
+
+
+def walk(row):
+    return [n - 1 for n in row["walk_accept_lengths"]]
+
+
+def records_file(tmp_path, rows, edit=None, extra=()):
+    """profile_export.jsonl as AIPerf writes it: one MetricRecordInfo a line (orjson: compact), each request's
+    conversation_id the run's prompt id (a multi_turn input whose session_id is the prompt id)."""
+    lines = []
+    for i, r in enumerate(rows):
+        spec = P.aiperf_acceptance(walk(r), K, completion_tokens=r["continuation_len"], detailed=True)
+        if edit and i == 0:
+            edit(spec)
+        lines.append(P.aiperf_record(i, r["prompt_id"], spec))
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in [*lines, *extra]))
+    return path
+
+
+def per_request(path, run, *extra):
+    return runner.invoke(app, ["served", "--per-request", str(path), "--run", str(run), *extra], env={"COLUMNS": "200"})
+
+
+def test_aiperf_records_reconcile_with_the_offline_run(offline_run, tmp_path):
+    run, rows = offline_run
+    warmup = P.aiperf_record(90, rows[0]["prompt_id"], P.aiperf_acceptance([0, 1], K), phase="warmup")
+    failed = P.aiperf_record(91, rows[1]["prompt_id"], None, error={"code": 500, "type": "Internal", "message": "x"})
+    path = records_file(tmp_path, rows, extra=(warmup, failed))
+    data = as_json(per_request(path, run, "--json"))
+    assert data["matched"] == 4 and data["engines"] == ["aiperf"] and not data["unmatched"]
+    assert [e["delta"] for e in data["prompts"]] == [0.0] * 4 and data["paired_delta"]["estimate"] == 0.0
+    # AIPerf's records hold no output text: matched by conversation_id, the text (and so the walk) not compared
+    assert all(e["matched_by"] == "id" and e["text"]["status"] == "unknown" and e["walk"] is None for e in data["prompts"])
+    assert any("AIPerf records left out: 2 (line 5: a warmup record; line 6: an error record)" in n for n in data["notes"])
+    assert "mean_acceptance_length = 1 + accepted / steps" in data["definitions"]["aiperf"]
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda s: s["acceptance_histogram"].update({"0": s["acceptance_histogram"].get("0", 0) + 1}),
+     "spec_decode_acceptance.acceptance_histogram counts"),
+    (lambda s: s.update(num_accepted_draft_tokens=s["num_draft_tokens"] + 1), "spec_decode_acceptance.acceptance_histogram "
+     "accounts for"),
+    (lambda s: s.update(mean_acceptance_length=s["mean_acceptance_length"] + 0.5), "spec_decode_acceptance.mean_acceptance_length is"),
+    (lambda s: s.update(draft_acceptance_rate=1.5), "spec_decode_acceptance.draft_acceptance_rate is 1.5, not a rate"),
+    (lambda s: s.update(num_spec_steps=-1), "spec_decode_acceptance.num_spec_steps is -1, not a count"),
+])
+def test_impossible_aiperf_records_are_refused_by_name(offline_run, tmp_path, edit, words):
+    run, rows = offline_run
+    result = per_request(records_file(tmp_path, rows, edit), run)
+    assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output
+
+
+def test_aiperf_summary_reconciles_and_says_both_lengths(offline_run, tmp_path):
+    run, rows = offline_run
+    specs = [P.aiperf_acceptance(walk(r), K, completion_tokens=r["continuation_len"]) for r in rows]
+    summary = P.aiperf_summary(specs, "demo", "spec_al_humaneval")
+    data = as_json(served(tmp_path, json.dumps(summary, indent=2), args=["--json", "--run", str(run)], suffix=".json"))
+    s = data["served"]
+    assert s["engine"] == "aiperf" and s["tau_definition"]["key"] == "aiperf_token_weighted"
+    assert s["accept_length_histogram"] == [int(summary["pooled_spec_decode_acceptance_histogram"].get(str(j), 0))
+                                            for j in range(len(s["accept_length_histogram"]))]
+    assert data["gap"]["tau"]["gap"] == pytest.approx(0) and data["gap"]["tau"]["low"] is not None
+    assert any("mean over requests of each request's 1 + accepted / steps" in n for n in s["notes"])
+    bad = dict(summary, total_accepted_draft_tokens={"unit": "tokens", "avg": summary["total_draft_tokens"]["avg"] + 1})
+    refused = served(tmp_path, json.dumps(bad), suffix=".json")
+    assert refused.exit_code == 2 and "pooled_spec_decode_acceptance_histogram accounts for" in " ".join(refused.output.split())
+    bad = dict(summary, total_spec_decode_steps={"unit": "count", "avg": 2.5})
+    refused = served(tmp_path, json.dumps(bad), suffix=".json")
+    assert refused.exit_code == 2 and "total_spec_decode_steps.avg is 2.5, not a count" in refused.output
+
+
+def test_aiperf_speed_bench_csv_beside_an_offline_run(drafter_dirs, test_bed, tmp_path):
+    out = tmp_path / "run"
+    made = runner.invoke(app, ["run", "-d", str(drafter_dirs["zlab"]), "--target", str(test_bed["qwen3"]), "--prompts",
+                               "humaneval", "--limit", "2", "--max-new-tokens", "12", "--no-html", "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    micro = json.loads((out / "run.json").read_text())["drafters"][0]["metrics"]["tau_micro"]
+    text = P.aiperf_speed_bench_csv({"Qwen/Qwen3-8B": {"humaneval": micro, "mbpp": 0.56, "gsm8k": 40.0}},
+                                    ["gsm8k", "humaneval", "mbpp"])
+    assert text.startswith("Model,gsm8k,humaneval,mbpp,Overall\r\n")
+    data = as_json(served(tmp_path, text, args=["--json", "--run", str(out)], suffix=".csv"))
+    rows = {r["category"]: r for r in data["categories"]}
+    assert rows["humaneval"]["difference"] == pytest.approx(round(micro, 2) - micro)
+    assert "the raw prompt, not z-lab's" in rows["humaneval"]["parity"] and "not the same prompts" in rows["humaneval"]["parity"]
+    assert [f["rule"] for f in rows["mbpp"]["flags"]] == ["tau_below_one"]  # an accept_rate cell
+    assert [f["rule"] for f in rows["gsm8k"]["flags"]] == ["tau_above_block"]  # B = 4: a throughput?
+    assert rows["gsm8k"]["difference"] is None and rows["mbpp"]["offline"] is None
+    assert data["definition"]["key"] == "aiperf_speed_bench" and data["overall"] == pytest.approx(
+        round((round(micro, 2) + 0.56 + 40.0) / 3, 2))
+    shown = served(tmp_path, text, args=["--run", str(out)], suffix=".csv")
+    assert shown.exit_code == 0 and "IMPLAUSIBLE (tau_above_block)" in shown.stdout
+    two = P.aiperf_speed_bench_csv({"a": {"humaneval": 2.0}, "b": {"humaneval": 3.0}}, ["humaneval"])
+    ambiguous = served(tmp_path, two, suffix=".csv")
+    assert ambiguous.exit_code == 2 and "holds 2 models ('a', 'b'): choose one with --model" in ambiguous.output
+    assert as_json(served(tmp_path, two, args=["--json", "--model", "b"], suffix=".csv"))["model"] == "b"

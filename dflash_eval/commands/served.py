@@ -18,13 +18,14 @@ from ..core import served as S
 from ..core import served_sglang as sglang_counters
 from ..core.attention import AttentionConfig
 from ..core.errors import InputError, loads, read_text_file
+from ..core.implausible import position_flags, tau_flags
 from ..core.semantics import layers_under
 from ..core.served_gap import gap_to_offline
-from ..formats import served_llamacpp
+from ..formats import served_aiperf, served_llamacpp
 
 
 def _text(path: Path) -> str:
-    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")  # a regular file (a FIFO refused)
+    return read_text_file(path, "a /metrics dump, a `vllm bench serve` result or an AIPerf export")  # a regular file (a FIFO refused)
 
 
 def _bench(path: Path, text: str, model: str | None) -> S.Served:
@@ -41,6 +42,11 @@ def _bench(path: Path, text: str, model: str | None) -> S.Served:
                     raise InputError(path, f"invalid JSON: {whole}") from None
     if not all(isinstance(r, dict) for r in results) or not results:
         raise InputError(path, "is not a `vllm bench serve` result (expected a JSON object)")
+    if len(results) == 1 and served_aiperf.is_summary(results[0]):  # AIPerf's profile_export_aiperf.json
+        try:
+            return served_aiperf.served_from_summary(results[0], str(path))
+        except ValueError as exc:
+            raise InputError(path, str(exc)) from None
     if model is not None:
         results = [r for r in results if r.get("model_id") == model]
         if not results:
@@ -170,11 +176,18 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
 
 def served(paths: list[Path], *, model: str | None = None, run: str | None = None) -> dict[str, Any]:
     """The one document `served` prints (`--json`) and renders: at least `tau` and `per_position`."""
+    if len(paths) == 1 and _text(paths[0]).lstrip().startswith("Model,"):  # AIPerf's speed_bench_report.csv
+        from .served_speed_bench import speed_bench
+
+        return speed_bench(paths[0], _text(paths[0]), model, run)
     measured = read_served(paths, model)
     summary = S.summary(measured)
     result: dict[str, Any] = {"kind": "dflash-eval served", "tau": summary["tau"],
                               "per_position": summary["per_position"], "served": summary}
+    # what should not be (core/implausible.py): every position exactly 0 or 1, a reported tau out of [1, B]
+    result["flags"] = position_flags(summary["per_position"], measured.drafts, "served per-position acceptance")
     if run is None:
+        result["flags"] += tau_flags(measured.reported_tau, None, "the source's own acceptance length")
         return result
     from .diff import load_side
 
@@ -188,6 +201,7 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     result["offline"] = {"run": str(side.run_dir), "drafter": side.name, "steps": counts.steps,
                          "block_size": counts.block_size,
                          "semantics": (side.drafter.get("spec") or {}).get("semantics")}
+    result["flags"] += tau_flags(measured.reported_tau, counts.block_size, "the source's own acceptance length")
     result["gap"] = gap_to_offline(measured, counts.steps, counts.reach_counts, counts.accept_length_histogram)
     result["likely_causes"] = likely_causes(result, side.drafter, side.run.get("provenance") or {})
     return result

@@ -29,7 +29,7 @@ from ..core import compare as C
 from ..core import served_requests as R
 from ..core.errors import InputError
 from ..core.samples import walk_blocks
-from ..formats.served_responses import read_plain_outputs, read_requests
+from ..formats.served_responses import read_plain_outputs, read_requests_noted
 
 BLOCKS_SHOWN = 3  # offline blocks listed per prompt that falls short
 
@@ -213,7 +213,7 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
     losslessness (the offline text differs from any server's for kernel reasons alone)."""
     from .diff import load_side
 
-    requests = read_requests(path)
+    requests, read_notes = read_requests_noted(path)  # a file of responses, or AIPerf's records
     side = load_side(run)
     if side.drafter.get("counts") is None:
         raise InputError(side.run_dir, f"drafter {side.name!r} holds sampled estimates, not walks: reconcile against a "
@@ -291,6 +291,7 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
     notes = [f"the server drafts {', '.join(map(str, drafted))} tokens per step, the offline run {k_offline}: a DFlash "
              "block of another length is not a prefix of this one, so tau and the walks are not comparable"] if drafted else []
     notes.extend(_span_notes(cut, excluded, unknown_length, len(matched)))
+    notes.extend(read_notes)
     return {"kind": "dflash-eval served --per-request", "file": str(path), "run": str(side.run_dir),
             "drafter": side.name, "block_size": k_offline + 1, "engines": engines, "requests": len(requests),
             "matched": len(matched), "unmatched": unmatched,

@@ -136,6 +136,7 @@ class Served:
     notes: tuple[str, ...] = field(default=())
     # each engine (label set) alone: (labels, drafts, draft_tokens, accepted, accepted_per_pos or None)
     per_engine: tuple[tuple[str, int, int, int, tuple[int, ...] | None], ...] = field(default=())
+    histogram: tuple[int, ...] | None = None  # steps by accepted drafts, when the source gives it (AIPerf's pool)
 
 
 def _counter_int(value: float, what: str) -> int:
@@ -372,6 +373,8 @@ def served_from_sglang(samples: Sequence[Sample], model: str | None, source: str
 def served_histogram(s: Served) -> list[int] | None:
     """Steps by accepted length 0..k, when the counts determine it: per-position counts present and every
     draft of full length k (then n >= i+1 for exactly accepted_per_pos[i] drafts)."""
+    if s.histogram is not None:
+        return list(s.histogram)
     a = s.accepted_per_pos
     if not a or s.drafts is None or s.draft_tokens != s.drafts * len(a) or sum(a) != s.accepted:
         return None

@@ -260,6 +260,24 @@ def _with_request(fields: dict[str, Any], row: dict, body: dict, wrapped: bool) 
     return {"key": None if key is None else str(key), **{k: v for k, v in fields.items() if v is not None}}
 
 
+def read_requests_noted(path: Path) -> tuple[list[ServedRequest], list[str]]:
+    """The file's requests and what was left out of them: AIPerf's records export (formats/served_aiperf.py,
+    recognised by its first line) or a file of server responses (read_requests)."""
+    from .served_aiperf import is_record_line, read_records
+
+    first = next((line for line in read_text_file(path, "a JSONL of server responses").splitlines() if line.strip()),
+                 "")
+    try:
+        row = loads(first) if first else None
+    except ValueError:
+        row = None
+    if is_record_line(row):
+        requests, left = read_records(path)
+        return requests, [f"AIPerf records left out: {len(left)} ({'; '.join(left[:3])}"
+                          + ("; ..." if len(left) > 3 else "") + ")"] if left else []
+    return read_requests(path), []
+
+
 def read_requests(path: Path) -> list[ServedRequest]:
     """Every line of the file as a ServedRequest; InputError naming the file and line otherwise."""
     out = []

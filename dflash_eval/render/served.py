@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.implausible import flag_lines
 from ..core.safe_text import safe
 
 
@@ -48,10 +49,17 @@ def served_lines(result: dict[str, Any]) -> list[str]:
 
 
 def render_served(console: Console, result: dict[str, Any]) -> None:
+    if result.get("kind") == "dflash-eval served speed-bench":  # AIPerf's speed_bench_report.csv
+        from .served_speed_bench import render_speed_bench
+
+        render_speed_bench(console, result)
+        return
     for line in served_lines(result):
         console.print(safe(line))
     for note in result["served"]["notes"]:
         console.print(f"[yellow]note:[/] {safe(note)}")
+    for line in flag_lines(result.get("flags") or []):  # core/implausible.py
+        console.print(f"[bold red]{safe(line)}[/]")
     engines = result["served"].get("per_engine") or []
     if len(engines) > 1:  # each engine alone beside the pooled figure above
         table = Table(title="per engine (label set)")
@@ -118,8 +126,14 @@ def render_served_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template, styles and legend)."""
     from .html import content_security_policy, run_legend, template_env
 
+    if result.get("kind") == "dflash-eval served speed-bench":
+        from .served_speed_bench import speed_bench_lines
+
+        return template_env().from_string(_TEMPLATE).render(
+            csp=content_security_policy(), legend=run_legend(), title="dflash-eval served", lines=speed_bench_lines(result),
+            notes=result["notes"], rows=[], caveats=[], causes=[])
     gap = result.get("gap")
-    lines = served_lines(result)
+    lines = served_lines(result) + flag_lines(result.get("flags") or [])
     if gap is not None:
         tau = gap["tau"]
         lines.append(f"offline: {result['offline']['run']} drafter {result['offline']['drafter']}; tau gap "

@@ -9,6 +9,8 @@ models dump them (nothing imported from the engines, which are never installed):
   Starlette's `JSONResponse` (compact separators, ensure_ascii off); `ChatMessage` drops an empty
   `tool_calls`. vLLM drafts num_speculative_tokens per step, the last step too.
 - llama.cpp (#26389): `/metrics` as `server_task_result_metrics::to_metrics()` prints it (`llamacpp_metrics`).
+- AIPerf (ai-dynamo/aiperf): the records export, the run summary's spec-decode section and the speed-bench CSV
+  (`aiperf_record`, `aiperf_summary`, `aiperf_speed_bench_csv`; each cites the AIPerf code it follows).
 - SGLang 0.5.23: `/generate` returns `{"text", "output_ids", "meta_info"}` (tokenizer_manager.py,
   ORJSONResponse), meta_info built as `_calculate_spec_decoding_metrics` builds it; the histogram grows to
   the largest count seen (`Req.update_spec_correct_drafts_histogram`).
@@ -174,3 +176,98 @@ def llamacpp_metrics(drafts: int, draft_tokens: int, accepted: int, accepted_per
         lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {int(n)}'
                   for i, n in enumerate(accepted_per_pos)]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ AIPerf: records, run summary, speed-bench CSV
+
+
+def aiperf_acceptance(accepted: Sequence[int], k: int | None, engine: str = "vllm", completion_tokens: int | None = None,
+                      detailed: bool = False, drafted: Sequence[int] | None = None) -> dict[str, Any]:
+    """`SpecDecodeAcceptanceRecord` (src/aiperf/common/models/spec_decode_models.py) as JSON, field order kept:
+    the sparse histogram's int keys become strings on the wire, zero-count buckets omitted."""
+    steps, num_accepted = len(accepted), sum(accepted)
+    per_drafted = list(drafted) if drafted is not None else [k or 0] * steps
+    sparse: dict[str, int] = {}
+    for n in sorted(accepted):
+        sparse[str(n)] = sparse.get(str(n), 0) + 1
+    total_drafted = sum(per_drafted)
+    return {"engine": engine, "mean_acceptance_length": 1.0 + num_accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": num_accepted / total_drafted if total_drafted else 0.0,
+            "acceptance_histogram": sparse, "num_accepted_draft_tokens": num_accepted,
+            "num_draft_tokens": total_drafted, "num_spec_steps": steps, "num_spec_tokens": k,
+            "completion_tokens": completion_tokens,
+            "per_step_accepted": list(accepted) if detailed else None,
+            "per_step_drafted": per_drafted if detailed else None}
+
+
+def aiperf_record(session_num: int, conversation_id: str | None, spec: dict[str, Any] | None, phase: str = "profiling",
+                  error: dict | None = None) -> dict[str, Any]:
+    """One line of `profile_export.jsonl`: `MetricRecordInfo(metadata, metrics, trace_data, spec_decode_acceptance,
+    error)` as AIPerf's record_export_results_processor writes it (src/aiperf/common/models/record_models.py),
+    None fields left out; `metadata` a MetricRecordMetadata, `metrics` tag -> {"value", "unit"} in display units
+    (the spec-decode tags of metrics/types/spec_decode_metrics.py; the rate as a percent)."""
+    metadata = {"session_num": session_num, "x_request_id": f"req-{session_num}", "x_correlation_id": f"corr-{session_num}",
+                "conversation_id": conversation_id, "turn_index": 0, "request_start_ns": 1_790_000_000_000_000_000 + session_num,
+                "request_end_ns": 1_790_000_001_000_000_000 + session_num, "worker_id": "worker_0",
+                "record_processor_id": "record_processor_0", "benchmark_phase": phase, "was_cancelled": False}
+    metrics: dict[str, Any] = {"request_latency": {"value": 812.5, "unit": "ms"}}
+    if spec is not None:
+        metrics.update({
+            "spec_decode_acceptance_length": {"value": spec["mean_acceptance_length"], "unit": "ratio"},
+            "spec_decode_draft_acceptance_rate": {"value": spec["draft_acceptance_rate"] * 100.0, "unit": "%"},
+            "spec_decode_steps": {"value": spec["num_spec_steps"], "unit": "count"},
+            "spec_decode_accepted_draft_tokens": {"value": spec["num_accepted_draft_tokens"], "unit": "tokens"},
+            "spec_decode_draft_tokens": {"value": spec["num_draft_tokens"], "unit": "tokens"}})
+    row: dict[str, Any] = {"metadata": {k: v for k, v in metadata.items() if v is not None}, "metrics": metrics}
+    if spec is not None:
+        row["spec_decode_acceptance"] = spec
+    if error is not None:
+        row["error"] = error
+    return row
+
+
+def _result(value: float, unit: str) -> dict[str, Any]:
+    """A scalar JsonMetricResult (aggregate and derived metrics carry no count)."""
+    return {"unit": unit, "avg": value}
+
+
+def aiperf_summary(specs: Sequence[dict[str, Any]], model: str, dataset: str) -> dict[str, Any]:
+    """The spec-decode part of `profile_export_aiperf.json` for the given per-request records: the totals
+    (TotalSpecDecodeStepsMetric, TotalAcceptedDraftTokensMetric, TotalDraftTokensMetric), the token-weighted and
+    per-request-mean lengths, the overall rate (a percent) and `pooled_spec_decode_acceptance_histogram`
+    (ProfileResults; JSON keys are strings), beside the `input_config` AIPerf dumps (models.items, datasets)."""
+    steps = sum(s["num_spec_steps"] for s in specs)
+    accepted = sum(s["num_accepted_draft_tokens"] for s in specs)
+    drafted = sum(s["num_draft_tokens"] for s in specs)
+    pooled: dict[int, int] = {}
+    for s in specs:
+        for j, c in s["acceptance_histogram"].items():
+            pooled[int(j)] = pooled.get(int(j), 0) + c
+    lengths = [s["mean_acceptance_length"] for s in specs]
+    return {"input_config": {"models": {"items": [{"name": model}]}, "datasets": [{"dataset": dataset}]},
+            "spec_decode_acceptance_length": {"unit": "ratio", "avg": sum(lengths) / len(lengths),
+                                              "min": min(lengths), "max": max(lengths), "count": len(lengths)},
+            "spec_decode_token_weighted_acceptance_length": _result(1.0 + accepted / steps, "ratio"),
+            "spec_decode_overall_draft_acceptance_rate": _result(accepted / drafted * 100.0, "%"),
+            "total_spec_decode_steps": _result(steps, "count"),
+            "total_accepted_draft_tokens": _result(accepted, "tokens"),
+            "total_draft_tokens": _result(drafted, "tokens"),
+            "pooled_spec_decode_acceptance_histogram": {str(j): pooled[j] for j in sorted(pooled)}}
+
+
+def aiperf_speed_bench_csv(results: dict[str, dict[str, float | None]], columns: Sequence[str]) -> str:
+    """What `aiperf speed-bench-report` writes (src/aiperf/analysis/speed_bench_report.py `write_csv`): csv.writer
+    (CRLF rows), header Model,<columns...>,Overall, each cell `f"{v:.2f}"` or empty, Overall the mean of the
+    categories present (`_overall`), models sorted."""
+    import csv
+    import io
+    from statistics import mean
+
+    out = io.StringIO(newline="")
+    writer = csv.writer(out)
+    writer.writerow(["Model", *columns, "Overall"])
+    for model, data in sorted(results.items()):
+        present = [v for c in columns if (v := data.get(c)) is not None]
+        cells = [data.get(c) for c in columns] + [mean(present) if present else None]
+        writer.writerow([model, *(f"{v:.2f}" if v is not None else "" for v in cells)])
+    return out.getvalue()
