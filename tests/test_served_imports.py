@@ -273,3 +273,54 @@ def test_aiperf_speed_bench_csv_beside_an_offline_run(drafter_dirs, test_bed, tm
     ambiguous = served(tmp_path, two, suffix=".csv")
     assert ambiguous.exit_code == 2 and "holds 2 models ('a', 'b'): choose one with --model" in ambiguous.output
     assert as_json(served(tmp_path, two, args=["--json", "--model", "b"], suffix=".csv"))["model"] == "b"
+
+
+# ------------------------------------------------------------------ SGLang's detailed ordered lengths (#34814)
+
+
+def sglang_file(tmp_path, rows, widths=None, edit=None):
+    lines = []
+    for i, r in enumerate(rows):
+        accepted = walk(r)
+        stats = P.sglang_detailed_stats(accepted, widths(len(accepted)) if widths else [K + 1] * len(accepted))
+        body = P.sglang_generate_response("".join(r["continuation_pieces"]), r["continuation_ids"], accepted, K,
+                                          r["prompt_len"], detailed=stats)
+        if edit and i == 0:
+            edit(body["meta_info"])
+        lines.append(P.starlette_json({"id": r["prompt_id"], "response": body}))
+    path = tmp_path / "sglang.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_sglang_detailed_lengths_give_the_walk_step_by_step(offline_run, tmp_path):
+    run, rows = offline_run
+    data = as_json(per_request(sglang_file(tmp_path, rows), run, "--json"))
+    assert data["engines"] == ["sglang"] and [e["delta"] for e in data["prompts"]] == [0.0] * 4
+    # the ordered accept lengths make the walk comparable step by step (0.5.23's counters alone do not)
+    assert all(e["walk"]["parted_at"] is None and e["walk"]["compared"] > 0 for e in data["prompts"])
+
+
+def test_sglang_ragged_verification_gives_no_drafted_count(offline_run, tmp_path):
+    run, rows = offline_run
+    ragged = sglang_file(tmp_path, rows, widths=lambda n: [K + 1 if i % 2 else K for i in range(n)])
+    data = as_json(per_request(ragged, run, "--json"))
+    notes = data["prompts"][0]["notes"]
+    assert any("ragged verification (verify widths 3..4): no drafted count and no acceptance rate" in n for n in notes)
+    assert [e["delta"] for e in data["prompts"]] == [0.0] * 4  # tau = 1 + accepted / steps needs no width
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m["speculative_decoding_stats"]["accept_lengths"].__setitem__(0, m["speculative_decoding_stats"]
+                                                                             ["accept_lengths"][0] + 1),
+     "meta_info.speculative_decoding_stats.accept_lengths sums to"),
+    (lambda m: m["speculative_decoding_stats"]["verify_lengths"].pop(), "verify_lengths and"),
+    (lambda m: m["speculative_decoding_stats"].update(verify_lengths=[1] * len(m["speculative_decoding_stats"]
+                                                                               ["verify_lengths"])),
+     "drafts of a 1-token verification"),
+])
+def test_impossible_sglang_lengths_are_refused_by_name(offline_run, tmp_path, edit, words):
+    run, rows = offline_run
+    rows = [r for r in rows if any(n > 1 for n in r["walk_accept_lengths"])]
+    result = per_request(sglang_file(tmp_path, rows, edit=edit), run)
+    assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output

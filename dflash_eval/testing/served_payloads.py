@@ -91,9 +91,19 @@ def vllm_completion_output(text: str, token_ids: Sequence[int], accepted: Sequen
             "weight_versions": None}
 
 
+def sglang_detailed_stats(accepted: Sequence[int], widths: Sequence[int]) -> dict[str, Any]:
+    """sglang #34814's `speculative_decoding_stats` at `detailed`, the two ordered arrays its description names
+    (`verify_lengths`: each step's verification width, the stride counting the root token as SGLang's
+    speculative_num_draft_tokens does, or cap_lens when ragged; `accept_lengths`: the drafts it accepted). The
+    PR is open: its summary counters are not written here, their names not being settled."""
+    return {"verify_lengths": list(widths), "accept_lengths": list(accepted)}
+
+
 def sglang_generate_response(text: str, output_ids: Sequence[int], accepted: Sequence[int], k: int, prompt_len: int,
-                             request_id: str = "0", finish: dict | None = None) -> dict[str, Any]:
-    """SGLang's /generate body for a finished request (meta_info as tokenizer_manager.py builds it)."""
+                             request_id: str = "0", finish: dict | None = None,
+                             detailed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """SGLang's /generate body for a finished request (meta_info as tokenizer_manager.py builds it); `detailed`:
+    #34814's stats, placed in meta_info.speculative_decoding_stats."""
     steps, correct = len(accepted), sum(accepted)
     histogram: list[int] = []
     for n in accepted:  # Req.update_spec_correct_drafts_histogram
@@ -110,6 +120,8 @@ def sglang_generate_response(text: str, output_ids: Sequence[int], accepted: Seq
                      "spec_verify_ct": steps})
         if histogram:
             meta["spec_correct_drafts_histogram"] = histogram
+    if detailed is not None:
+        meta["speculative_decoding_stats"] = detailed
     return {"text": text, "output_ids": list(output_ids), "meta_info": meta}
 
 
