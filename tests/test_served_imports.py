@@ -324,3 +324,50 @@ def test_impossible_sglang_lengths_are_refused_by_name(offline_run, tmp_path, ed
     rows = [r for r in rows if any(n > 1 for n in r["walk_accept_lengths"])]
     result = per_request(sglang_file(tmp_path, rows, edit=edit), run)
     assert result.exit_code == 2 and words in " ".join(result.output.split()), result.output
+
+
+# ------------------------------------------------------------------ the first divergence and the target's logit gap
+
+
+def test_first_divergence_with_the_targets_logit_gap(offline_run, trained, tmp_path):
+    """A served text that leaves the offline greedy text at token 5: named, the rest said to be on another text,
+    the taus before it given, and (--logit-gap) the target's logit gap there, checked against transformers'
+    own forward of the target."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dflash_eval.commands.served_divergence import NEAR_TIE
+    from dflash_eval.model.target import load_tokenizer
+    from dflash_eval.pipeline.prompts import load_prompts, prompt_ids
+
+    run, rows = offline_run
+    row, at = rows[0], 5
+    ids = list(row["continuation_ids"])
+    other = (ids[at] + 1) % 50 or 1
+    ids[at] = other
+    spec = P.vllm_spec_metrics(walk(row), K, detailed=True)
+    body = P.vllm_chat_response("demo", "", ids, row["prompt_len"], spec)
+    path = tmp_path / "responses.jsonl"
+    path.write_text(P.starlette_json({"id": row["prompt_id"], "response": body,
+                                      "request": {"model": "demo", "temperature": 0.0}}) + "\n")
+    data = as_json(per_request(path, run, "--json", "--logit-gap"))
+    text = data["prompts"][0]["text"]
+    assert text["status"] == "differs" and text["token"] == at and text["served_token"] == other
+    assert text["rest_on_different_text"] and text["tokens_after"] == len(ids) - at - 1
+    assert "vllm #54928" in text["means"] and data["flags"][0]["rule"] == "text_not_greedy"
+    before = text["before_divergence"]
+    assert before["served_tau"] == before["offline_tau"] and before["steps"][0] == before["steps"][1]
+    target = trained["qwen3"]["target"]
+    prompt = next(p for p in load_prompts("demo") if p.id == row["prompt_id"])
+    context = prompt_ids(load_tokenizer(target), prompt, False) + row["continuation_ids"][:at]
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context])).logits[0, -1]
+    expected = float(logits[row["continuation_ids"][at]] - logits[other])
+    gap = text["logit_gap"]
+    assert gap["status"] == "measured" and gap["gap"] == pytest.approx(expected, abs=1e-4)
+    assert gap["offline_is_argmax"] and gap["verdict"] == ("near-tie" if abs(expected) < NEAR_TIE else
+                                                           "clear argmax the server did not take")
+    shown = per_request(path, run, "--logit-gap")
+    assert shown.exit_code == 0 and "target logits at token 5" in shown.stdout and "before that token" in shown.stdout
+    assert per_request(path, run).exit_code == 0  # without --logit-gap no target is loaded
