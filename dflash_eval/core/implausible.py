@@ -40,7 +40,7 @@ MEANINGS = {
                     "with the slot: usually per-slot shares over different denominators (drafts that were not all "
                     "k long), several k mixed, or conditional rates read as reach",
     "text_not_greedy": "the server's greedy text left the offline greedy text: a near-tie its kernels moved (fused "
-                       "attention, other GEMM shapes, bf16), or speculation that is not lossless (vllm #54928: "
+                       "attention, other GEMM shapes, bf16), or speculation that changes the output (vllm #54928: "
                        "DFlash2 changed greedy output); --non-speculative tells the two apart, --logit-gap gives "
                        "the target's margin at the first differing token, and every number after that token is "
                        "measured on another text",
