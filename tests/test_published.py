@@ -124,3 +124,46 @@ def test_a_published_drafter_on_an_unnamed_target_gets_no_band():
     (doc,) = bands_for({"provenance": prov, "drafters": [drafter]})["z"]
     assert doc["dataset"] is None and "not recognised as Qwen/Qwen3-8B" in doc["line"]
     assert bands_for({"provenance": prov, "drafters": [{**drafter, "path": "/m/other"}]}) == {}
+
+
+# ------------------------------------------------------------------ numbers that should not be (core/implausible.py)
+
+from dflash_eval.core.implausible import MIN_STEPS, drafter_flags, position_flags, tau_flags  # noqa: E402
+
+
+def test_implausible_rules_by_hand():
+    assert [f["rule"] for f in tau_flags(17.0, 16, "x")] == ["tau_above_block"]
+    assert [f["rule"] for f in tau_flags(0.6, 16, "x")] == ["tau_below_one"] and tau_flags(16.0, 16, "x") == []
+    assert [f["rule"] for f in position_flags([1.0, 1.0, 1.0], MIN_STEPS, "x")] == ["all_one"]
+    assert "onnxruntime-genai #2460" in position_flags([1.0, 1.0], MIN_STEPS, "x")[0]["means"]
+    assert [f["rule"] for f in position_flags([0.0, 0.0], MIN_STEPS, "x")] == ["all_zero"]
+    assert position_flags([1.0, 1.0], MIN_STEPS - 1, "x") == []  # a short text accepted whole is ordinary
+    rising = position_flags([0.5, 0.25, 0.3], 100, "x")
+    assert [f["rule"] for f in rising] == ["non_monotone"] and "slot 3 0.3000 > slot 2 0.2500" in rising[0]["detail"]
+    whole = {"name": "copy", "spec": {"block_size": 4}, "metrics": {"tau_macro": 4.0, "tau_micro": 4.0},
+             "counts": {"steps": 40, "reach_counts": [40, 40, 40]}}
+    assert [f["rule"] for f in drafter_flags(whole)] == ["all_one"]
+
+
+def test_a_drafter_never_right_is_flagged_in_run_report_and_diff(test_bed, drafter_dirs, tmp_path):
+    """A random drafter over enough steps accepts nothing at any slot: the run's verdict, `report --json` and
+    `diff` flag it with what it usually means; a trained drafter beside it is not flagged."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", "-d", f"{drafter_dirs['zlab']}:random", "-d", f"{drafter_dirs['sliding']}:other",
+                                      "--target", str(test_bed["qwen3"]), "--limit", "3", "--max-new-tokens", "24",
+                                      "--device", "cpu", "--no-html", "--out", str(out)], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    run = json.loads((out / "run.json").read_text())
+    reach = {d["name"]: d["counts"]["reach_counts"] for d in run["drafters"]}
+    steps = {d["name"]: d["counts"]["steps"] for d in run["drafters"]}
+    zero = [n for n in reach if not any(reach[n]) and steps[n] >= MIN_STEPS]
+    assert "random" in zero, (reach, steps)  # the fixture's random drafter accepts nothing on these prompts
+    assert "IMPLAUSIBLE (all_zero)" in " ".join(result.output.split())
+    report = json.loads(CliRunner().invoke(app, ["report", str(out), "--json"]).output)
+    rows = {d["name"]: d for d in report["verdict"]["drafters"]}
+    for name in reach:
+        assert [f["rule"] for f in rows[name]["flags"]] == (["all_zero"] if name in zero else [])
+    diffed = CliRunner().invoke(app, ["diff", f"{out}:random", f"{out}:other", "--json"])
+    assert diffed.exit_code == 0, diffed.output
+    flags = json.loads(diffed.stdout)["flags"]
+    assert any(f["rule"] == "all_zero" and f["where"].startswith("A: drafter random") for f in flags)

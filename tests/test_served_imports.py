@@ -371,3 +371,12 @@ def test_first_divergence_with_the_targets_logit_gap(offline_run, trained, tmp_p
     shown = per_request(path, run, "--logit-gap")
     assert shown.exit_code == 0 and "target logits at token 5" in shown.stdout and "before that token" in shown.stdout
     assert per_request(path, run).exit_code == 0  # without --logit-gap no target is loaded
+
+
+def test_served_acceptance_of_exactly_one_at_every_position_is_flagged(tmp_path):
+    """onnxruntime-genai #2460's shape: every position accepted on every draft (40 drafts, k = 3)."""
+    data = as_json(served(tmp_path, llamacpp_metrics(40, 120, 120, [40, 40, 40]), args=["--json"]))
+    assert [f["rule"] for f in data["flags"]] == ["all_one"]
+    shown = served(tmp_path, llamacpp_metrics(40, 120, 120, [40, 40, 40]))
+    assert "IMPLAUSIBLE (all_one)" in shown.stdout and "onnxruntime-genai #2460" in " ".join(shown.stdout.split())
+    assert as_json(served(tmp_path, VERBATIM, args=["--json"]))["flags"] == []
