@@ -241,6 +241,8 @@ def test_aiperf_summary_reconciles_and_says_both_lengths(offline_run, tmp_path):
                                             for j in range(len(s["accept_length_histogram"]))]
     assert data["gap"]["tau"]["gap"] == pytest.approx(0) and data["gap"]["tau"]["low"] is not None
     assert any("mean over requests of each request's 1 + accepted / steps" in n for n in s["notes"])
+    # AIPerf's spec_al_humaneval beside the run's demo prompts: not the same prompts, said
+    assert "AIPerf's spec_al_humaneval" in data["parity"] and "has no prompt set in this run" in data["parity"]
     bad = dict(summary, total_accepted_draft_tokens={"unit": "tokens", "avg": summary["total_draft_tokens"]["avg"] + 1})
     refused = served(tmp_path, json.dumps(bad), suffix=".json")
     assert refused.exit_code == 2 and "pooled_spec_decode_acceptance_histogram accounts for" in " ".join(refused.output.split())

@@ -204,4 +204,8 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     result["flags"] += tau_flags(measured.reported_tau, counts.block_size, "the source's own acceptance length")
     result["gap"] = gap_to_offline(measured, counts.steps, counts.reach_counts, counts.accept_length_histogram)
     result["likely_causes"] = likely_causes(result, side.drafter, side.run.get("provenance") or {})
+    category = next((n.removeprefix("AIPerf dataset category: ") for n in measured.notes
+                     if n.startswith("AIPerf dataset category: ")), None)
+    if category:  # AIPerf's spec_al_* prompts beside the run's (formats/served_aiperf.harness_parity)
+        result["parity"] = served_aiperf.harness_parity(category, side.run.get("provenance") or {})
     return result

@@ -107,7 +107,10 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
     compared = [n for n in names if n != base]
     title = (f"{', '.join(compared)} vs {base}" if base is not None and compared else
              ", ".join(names) or "no drafters")
+    from .tau_definitions import DEFINITIONS
+
     return {"title": title, "reference": reference, "compared_to": base, "prompts": (prov.get("prompts") or {}).get("count"),
+            "tau_definition": DEFINITIONS["zlab"].to_dict(),  # every tau carries its definition
             "drafters": rows, "next": next_commands(run, run_dir, base, explained, program)}
 
 

@@ -202,8 +202,14 @@ def served_from_summary(result: dict, source: str) -> Served:
         notes.append(f"AIPerf's Acceptance Length {request_mean:.4f} is the mean over requests of each request's "
                      "1 + accepted / steps (macro over requests: ours macro when each prompt is one request); the "
                      "Token-Weighted one is 1 + accepted / steps over every step (ours micro)")
-    models = ((result.get("input_config") or {}).get("models") or {}).get("items") or []
+    config = result.get("input_config") or {}
+    models = (config.get("models") or {}).get("items") or []
     model = next((m.get("name") for m in models if isinstance(m, dict) and isinstance(m.get("name"), str)), None)
+    datasets = [d.get("format") or d.get("dataset") for d in config.get("datasets") or [] if isinstance(d, dict)]
+    category = next((n.removeprefix(p) for n in datasets if isinstance(n, str)
+                     for p in ("spec_al_", "speed_bench_") if n.startswith(p)), None)
+    if category:  # speed_bench_report.extract_category reads the same selector
+        notes.append(f"AIPerf dataset category: {category}")
     return Served("aiperf", source, model, ("every profiling request",), steps, drafted, accepted, None,
                   weighted, tuple(notes), histogram=None if hist is None else tuple(hist))
 

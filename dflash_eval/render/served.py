@@ -95,6 +95,8 @@ def render_served(console: Console, result: dict[str, Any]) -> None:
     console.print(safe(f"interval: {gap['interval']}"))
     for caveat in gap["caveats"]:
         console.print(f"[yellow]caveat:[/] {safe(caveat)}")
+    if result.get("parity"):
+        console.print(safe(f"harness parity: {result['parity']}"))
     console.print("likely causes:")
     for cause in result["likely_causes"]:
         console.print(f"  - {safe(cause)}")
