@@ -242,6 +242,23 @@ def bands_for(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _merged(differs: dict[str, list[str]]) -> list[str]:
+    """One line per setting across the sources: 'block size [8] (paper, DDTree table: 16)'."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    plain: list[str] = []
+    for lines in differs.values():
+        for line in lines:
+            found = re.match(r"^(.*) \(([^:()]+): (.*)\)$", line)
+            if found is None:
+                plain.append(line)
+                continue
+            labels = grouped.setdefault((found.group(1), found.group(3)), [])
+            if found.group(2) not in labels:
+                labels.append(found.group(2))
+    merged = [f"{what} ({', '.join(labels)}: {value})" for (what, value), labels in grouped.items()]
+    return sorted(set(merged)) + sorted(set(plain))
+
+
 def _ci(run: dict[str, Any]) -> str:
     ci = run.get("tau_macro_ci")
     return f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (no interval)"
@@ -263,7 +280,7 @@ def band_line(name: str, doc: dict[str, Any]) -> str:
         tau = "-" if run["tau_macro"] is None else f"{run['tau_macro']:.2f}{_ci(run)}"
         parts.append(f"chain tau band {band} ({values}; accepted + 1 per step, macro over prompts); this run "
                      f"{tau}: {where} the band")
-        differs = sorted({x for d in doc["differs"].values() for x in d})
+        differs = _merged(doc["differs"])
         parts.append("settings that differ: " + ("; ".join(differs) if differs else "none"))
     for t in doc["tree"]:
         budgets = t.get("budgets_searched") or []
