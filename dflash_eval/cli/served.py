@@ -29,10 +29,15 @@ def served(
         None, "--non-speculative", help="With --per-request: the same server's greedy responses to the same prompts "
         "with speculative decoding off (a JSONL as --per-request's); each speculative text is judged lossless or "
         "changed against it."),
+    logit_gap: bool = typer.Option(
+        False, "--logit-gap", help="With --per-request: load the run's target (CPU, the run's dtype) and give its "
+        "logit gap at each served text's first token that differs from the offline greedy text: a near-tie or a clear "
+        "argmax the server did not take."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document (tau, per_position, ...)."),
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write a self-contained HTML page."),
 ) -> None:
-    """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
+    """Served tau and per-position acceptance from the server's own counters (vLLM, SGLang, llama.cpp, AIPerf's
+    exports), and the gap to an offline run."""
     from ..commands.diff import side_folder
     from ..commands.served import served as compose
     from ..core.paths import output_path
@@ -43,8 +48,11 @@ def served(
                                            *([non_speculative] if non_speculative else []),
                                            *([side_folder(run)] if run else [])])
     if per_request is not None:
-        _per_request(per_request, dumps, run, as_json, html, non_speculative)
+        _per_request(per_request, dumps, run, as_json, html, non_speculative, logit_gap)
         return
+    if logit_gap:
+        raise fail("--logit-gap pairs with --per-request FILE --run RUN: it measures the target at each request's "
+                   "first differing token")
     if non_speculative is not None:
         raise fail("--non-speculative pairs with --per-request FILE --run RUN: it judges each speculative request")
     if not dumps:
@@ -64,7 +72,7 @@ def served(
 
 
 def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path],
-                 non_speculative: Optional[Path] = None) -> None:
+                 non_speculative: Optional[Path] = None, logit_gap: bool = False) -> None:
     """served --per-request FILE --run RUN (commands/served_requests.py composes, render/served_requests.py shows)."""
     from ..commands.served_requests import reconcile
     from ..render.served_requests import render_requests, render_requests_html
@@ -73,7 +81,7 @@ def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Opt
         raise fail("--per-request reads a file of responses; give the /metrics dumps in another call")
     if run is None:
         raise fail("--per-request needs --run RUN: the offline run of the same prompts and target")
-    result = reconcile(path, run, non_speculative)
+    result = reconcile(path, run, non_speculative, logit_gap=logit_gap)
     page = render_requests_html(result) if html is not None else None
     if as_json:
         typer.echo(json.dumps(result, indent=1))

@@ -18,6 +18,7 @@ from ..core import compare as C
 from ..core import metrics as M
 from ..core.documents import DrafterDocument, RunDocument
 from ..core.errors import InputError
+from ..core.implausible import drafter_flags, flag_lines
 from ..core.results import drafter_named, read_run_document
 from ..core.run_rows import run_rows
 from ..core.samples import BlockView, walk_blocks
@@ -269,8 +270,11 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
     elif a.drafter.get("fingerprint") and a.drafter.get("fingerprint") == b.drafter.get("fingerprint"):
         warnings.append("A and B have identical checkpoint weights (same fingerprint)")
     warnings += snapshot_warnings(a, b)
+    # what should not be (core/implausible.py): each side's drafter, said with what it usually means
+    flags = [{**f, "where": f"{side}: {f['where']}"} for side, s in (("A", a), ("B", b)) for f in drafter_flags(s.drafter)]
+    warnings += flag_lines(flags)
     return {
-        "warnings": warnings,
+        "warnings": warnings, "flags": flags,
         "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca),
               "incomplete": a.run.get("incomplete")},
         "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb),

@@ -44,7 +44,7 @@ from ..core.documents import DrafterDocument, RunDocument
 from ..core.results import atomic_write
 from ..core.row_documents import SampleRow
 from ..core.samples import select_blocks, walk_blocks
-from ..formats import references
+from ..formats import published, references
 from .breakdown import breakdown_view
 from .charts import (
     PALETTE,
@@ -262,7 +262,7 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None, run
     from ..core.verdict import verdict_block
 
     prov = run["provenance"]
-    verdict = verdict_block(run, run_dir)
+    verdict = verdict_block(run, run_dir, bands=published.bands_for(run))
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     names = [d["name"] for d in drafters]
     sets = list((prov.get("prompts") or {}).get("sets") or {})
@@ -394,7 +394,7 @@ def render_estimate_html(run: RunDocument, *, title: str | None = None, run_dir:
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     prov = run["provenance"]
     paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
-    verdict = verdict_block(run, run_dir)
+    verdict = verdict_block(run, run_dir, bands=published.bands_for(run))
     return render_page("estimate.html.j2", title=title or page_title(run, verdict) + " (estimate at temperature > 0)",
                        verdict=verdict, run=run, prov=prov,
                  drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,

@@ -303,9 +303,10 @@ def render_report(console: Console, run: RunDocument, rows: list[dict], *, sampl
     explanation, per-position table, repetition, a few blocks, legend."""
     from ..core.samples import select_blocks
     from ..core.verdict import verdict_block
+    from ..formats.published import bands_for
     from .terminal_verdict import render_explanation, render_verdict
 
-    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else [])))
+    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else []), bands=bands_for(run)))
     if run["provenance"].get("estimate"):
         render_estimate_report(console, run)
         return
