@@ -30,9 +30,9 @@ from ..core.semantics import SEMANTICS, apply_semantics, rotary_dim, shorter_fin
 from ..core.spec import DrafterSpec
 from .doctor_variants import Variant, check_taps, evaluate_variants
 
-ENGINES = SEMANTICS  # zlab, speculators, vllm, sglang, llamacpp
+ENGINES = SEMANTICS  # zlab, speculators, vllm, sglang, llamacpp, deepspec
 NAMES = {"zlab": "z-lab", "speculators": "speculators", "vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23",
-         "llamacpp": "llama.cpp"}
+         "llamacpp": "llama.cpp", "deepspec": "DeepSpec"}
 RULES = ("in-block causality", "window", "logit scales", "RoPE", "final block")
 
 

@@ -174,7 +174,10 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         for rules in VARIANT_SEMANTICS:
             if rules == spec.semantics:
                 continue
-            other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            try:
+                other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            except InputError:  # rules that cannot read this checkpoint (engine_rules.refusal): no variant
+                continue
             if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap,
                     rotary_dim(spec.rope, spec.head_dim, rules)) != (
                     spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap,

@@ -55,7 +55,7 @@ class RunOptions:
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
-    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp; see semantics.py)
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp, deepspec; see semantics.py)
     semantics: list[str] = field(default_factory=list)
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
     # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K

@@ -22,7 +22,7 @@ PROMPTS = "demo"
 MAX_NEW_TOKENS = 256
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "(its training mask), vllm, sglang, llamacpp or deepspec (docs/engines.md); RULES for every drafter or "
                   "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
