@@ -113,3 +113,18 @@ def test_same_walks_as_its_speculators_twin_and_not_the_zlab_reading(deepspec_pa
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     spec = next(d for d in run["drafters"] if d["name"] == "deepspec")["spec"]
     assert (spec["format"], spec["block_size"], spec["sample_from_anchor"]) == ("deepspec", 5, True)
+
+
+def test_the_live_loop_commits_what_the_replay_walks(deepspec_pair, test_bed, tmp_path):
+    """The step-by-step loop (model/live.py) with a drafter whose slot 0 drafts: the same steps and drafts as the
+    trajectory replay (the engine's invariant, for the new slot layout)."""
+    walks = {}
+    for mode in ("trajectory", "live"):
+        result = CliRunner().invoke(app, [
+            "run", "--target", str(test_bed["qwen3"]), "-d", f"{deepspec_pair['deepspec']}:deepspec",
+            "--prompts", "demo", "--limit", "2", "--max-new-tokens", "20", "--no-thinking", "--mode", mode,
+            "--out", str(tmp_path / mode), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--no-html"])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in (tmp_path / mode / "samples.jsonl").read_text().splitlines()]
+        walks[mode] = [(r["walk_anchors"], r["walk_accept_lengths"], r["walk_drafts"]) for r in rows]
+    assert walks["live"] == walks["trajectory"]
