@@ -61,6 +61,7 @@ def run(
     context_tokens: opt.context_tokens.type = opt.context_tokens.default,
     max_context: opt.max_context.type = opt.max_context.default,
     dist_timeout: opt.dist_timeout.type = opt.dist_timeout.default,
+    serving_target: opt.serving_target.type = opt.serving_target.default,
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from ..core.options import RunOptions
@@ -77,7 +78,8 @@ def run(
                          max_memory=max_memory, draft_lengths=draft_lengths, accelerator=accelerator,
                          step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
                          context_tokens=context_tokens, max_context=max_context,
-                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, explain=explain, argv=["dflash-eval", *sys.argv[1:]], **shared)
+                         dist_timeout=dist_timeout, numerics_check=numerics_check, overwrite=overwrite, explain=explain,
+                         serving_target=serving_target, argv=["dflash-eval", *sys.argv[1:]], **shared)
     from ..pipeline.preflight import preflight
 
     preflight(options)  # paths, target, a resume with other settings: refused before torch is imported

@@ -372,6 +372,10 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         before = target.tap_passes
         trained_taps_section(summary, entry, target, options, reporter)
         trained_passes = {"trained taps": target.tap_passes - before}
+    if options.serving_target is not None:  # the drop to the copy served, split (commands/serving_target.py)
+        from .serving_target import serving_target_section
+
+        summary["serving_target"] = serving_target_section(options, inputs, target, {entry.name: drafter}, reporter)
     if sampled:
         from ..core.estimates import DEFINITION
 

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
+from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings, ServingTarget
 from .options_output import Output
 from .options_run import Explanation, Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving
@@ -90,12 +90,18 @@ class RunOptions:
     explain: bool = Explanation.explain
     # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
     trained_taps: Path | None = None
+    # `--serving-target PATH` (commands/serving_target.py): the copy the drafters are served with
+    serving_target: str | None = ServingTarget.serving_target
 
     # the sections the stages read (core/options_*.py), built once from the fields above
     @cached_property
     def inputs(self) -> InputSettings:
         """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
         return InputSettings.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+
+    @cached_property
+    def second_target(self) -> ServingTarget:
+        return ServingTarget.pick(self.__dict__)
 
     @cached_property
     def output(self) -> Output:

@@ -86,6 +86,10 @@ def render_doctor(console: Console, result: dict) -> None:
         from .terminal_trained_taps import render_trained_taps
 
         render_trained_taps(console, result["trained_taps"])
+    if result.get("serving_target"):  # --serving-target (render/serving_target.py)
+        from .serving_target import render_serving_target
+
+        render_serving_target(console, result["serving_target"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
     if gap:

@@ -29,6 +29,8 @@ def verdict_lines(view: dict) -> list[str]:
                      + (" (estimate)" if row.get("estimate") else ""))
         if row.get("line"):
             lines.append(f"  {safe(row['line'])}")
+        if row.get("serving"):
+            lines.append(f"  {safe(row['serving'])}")
         e = row.get("explanation")
         if not e:
             continue
