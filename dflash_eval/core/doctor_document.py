@@ -111,3 +111,4 @@ class DoctorDocument(TypedDict):
     norm_convention: NotRequired[dict[str, Any] | None]
     trained_taps: NotRequired[dict[str, Any] | None]
     serving_target: NotRequired[ServingTargetDocument]
+    fc_range: NotRequired[dict[str, Any]]
