@@ -146,10 +146,19 @@ def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: s
         if probe:
             defects.append(probe_fc(spec, path, target_path, probe_dtype))
     readings = None
-    if engines:
+    if engines:  # how each engine reads it (core/engine_readings.py), with the teacher's norm for speculators
         from ..core.engine_readings import engine_readings
 
-        readings = engine_readings(spec, config, info)
+        norm = None
+        if spec.format == "speculators" and target_path is not None:
+            from ..core.errors import read_json_object
+            from .doctor_norm import norm_case
+
+            target_config = read_json_object(target_path / "config.json", missing="no config.json")
+            text = target_config.get("text_config") or target_config
+            norm = norm_case(config.get("speculators_version"), text.get("model_type") or target_config.get("model_type"))
+        readings = engine_readings(spec, config, verifier_norm=norm,
+                                   mask_override=(path / "mask_embedding.pt").exists())
     return Inspection(spec, checks, info, note, mask_text, counts,
                       snapshot_of(path.resolve()), snapshot_of(target_path.resolve()) if target_path else None,
                       defects, readings)
