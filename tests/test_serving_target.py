@@ -77,6 +77,9 @@ def test_split_of_an_int4_copy_sums_to_the_measured_drop(trained, copies, tmp_pa
     assert section["serving_target"]["quantisation"]["scheme"] == "int4"
     assert section["tap_passes"] == {"A": 16, "B": 16}  # both targets over both texts, 8 prompts
     assert "served with" in row["verdict"] and "the target's own disagreement" in row["verdict"]
+    for fmt in ([], ["--markdown"]):  # the verdict block says it in every rendering of the report
+        shown = runner.invoke(app, ["report", str(tmp_path / "a"), *fmt], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0 and "the target's own disagreement" in shown.output, shown.output
 
 
 def test_gguf_copy_read_by_transformers_gguf_loader(trained, copies, tmp_path):

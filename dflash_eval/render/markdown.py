@@ -41,6 +41,8 @@ def verdict_markdown(view: dict[str, Any]) -> list[str]:
             for d in view["drafters"]]
     out += _table(["drafter", "tau macro [95% CI]", f"paired over prompts{versus}"], rows, {1})
     for d in view["drafters"]:
+        if d.get("serving"):  # --serving-target: the drop to the copy served, split (core/serving_split.py)
+            out += ["", f"- {cell(d['serving'])}"]
         e = d.get("explanation")
         if not e:
             continue
