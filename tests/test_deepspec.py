@@ -128,3 +128,15 @@ def test_the_live_loop_commits_what_the_replay_walks(deepspec_pair, test_bed, tm
         rows = [json.loads(line) for line in (tmp_path / mode / "samples.jsonl").read_text().splitlines()]
         walks[mode] = [(r["walk_anchors"], r["walk_accept_lengths"], r["walk_drafts"]) for r in rows]
     assert walks["live"] == walks["trajectory"]
+
+
+def test_the_roofline_counts_the_network_slots(deepspec_pair):
+    """plan's roofline: a DeepSpec block of 4 (5 slots as counted, slot 0 drafting) runs the 4 network slots the
+    z-lab original runs: the same drafter FLOPs per block, the checkpoint's own tables read besides."""
+    from dflash_eval.core.roofline import drafter_flops, drafter_shape
+
+    deepspec = drafter_shape(json.loads((deepspec_pair["deepspec"] / "config.json").read_text()))
+    zlab = drafter_shape(json.loads((deepspec_pair["zlab"] / "config.json").read_text()))
+    assert (deepspec.format, deepspec.block_size, deepspec.anchor_drafts) == ("deepspec", 5, True)
+    assert deepspec.network_slots() == zlab.network_slots() == 4 and deepspec.own_embedding
+    assert drafter_flops(deepspec, 3, 100) == drafter_flops(zlab, 3, 100)
