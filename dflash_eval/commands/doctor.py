@@ -382,6 +382,10 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         from .serving_target import serving_target_section
 
         summary["serving_target"] = serving_target_section(options, inputs, target, {entry.name: drafter}, reporter)
+        split = summary["serving_target"]["drafters"][0]
+        drop = split.get("drop") or {}
+        if drop and (drop["low"] > 0 or drop["high"] < 0):  # a drop beyond noise joins the one verdict
+            summary["verdict"] = f"{summary['verdict']}; also {split['verdict']}"
     if sampled:
         from ..core.estimates import DEFINITION
 
