@@ -13,7 +13,7 @@ import typer
 from dflash_eval.cli import app
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.options import RunOptions
-from dflash_eval.core.options_inputs import INPUT_SECTIONS, InputSettings
+from dflash_eval.core.options_inputs import INPUT_SECTIONS, InputSettings, ServingTarget
 from dflash_eval.core.options_output import OUTPUT_SECTIONS, Output
 from dflash_eval.core.options_run import RUN_SECTIONS, Numerics, Placement, Replay
 from dflash_eval.core.options_work import TAP_CHUNK, WORK_SECTIONS, Batching, Breakdown, LongContext, Sampling, Serving
@@ -135,6 +135,8 @@ def test_run_options_hand_each_stage_its_section():
     (Placement(device_map="auto", max_memory="70GiB"), "--max-memory", "expected DEVICE=AMOUNT"),
     (InputSettings(prompts="gsm8k", prompt_field="question"), "--prompt-field", "gsm8k builds its own prompts"),
     (Output(cache_dir=Path("/dev/null/cache")), "--cache-dir", ""),
+    (ServingTarget(serving_target="/nonexistent/copy"), "--serving-target", "not a model folder"),
+    (ServingTarget(serving_target="/nonexistent/copy.gguf"), "--serving-target", "no such GGUF file"),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
     with pytest.raises(InputError) as refused:
@@ -159,6 +161,7 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     Output(), Output(out=Path("o"), overwrite=True, cache_dir=Path("c")),
     InputSettings(), InputSettings(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64, thinking=True,
                      responses=Path("r.jsonl"), semantics=("vllm",)),
+    ServingTarget(), ServingTarget(serving_target="copies/int4"),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):
     assert type(section).from_provenance(section.provenance()) == section

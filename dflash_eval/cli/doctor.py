@@ -42,6 +42,7 @@ def doctor(
     draft_window: opt.draft_window_doctor.type = opt.draft_window_doctor.default,
     tree_budgets: opt.tree_budgets.type = opt.tree_budgets.default,
     trained_taps: Optional[Path] = typer.Option(None, "--trained-taps", help="The training run's hidden-state data folder (as `dflash-eval trained-taps` reads it): its taps against the target's, and the drafter on both; the verdict names a skew that explains the gap."),
+    serving_target: opt.serving_target.type = opt.serving_target.default,
 ) -> None:
     """Name the train/eval mismatch behind a gap: replay the drafter under each classic bug's variant."""
     given = dict(locals())  # every option, passed on whole (a new option needs no second list)
@@ -56,7 +57,7 @@ def doctor(
 
 def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_tokens, thinking, out, device, dtype,
             cache_dir, seed, semantics, temperature, top_p, top_k, draft_policy, samples, context_variants,
-            depth_buckets, draft_window, trained_taps, engines, tree_budgets=None) -> None:
+            depth_buckets, draft_window, trained_taps, engines, tree_budgets=None, serving_target=None) -> None:
     """doctor's work once its --out is checked (and, a run folder, locked)."""
     from ..commands.doctor import run_doctor
     from ..commands.evaluate import RunOptions
@@ -82,11 +83,11 @@ def _doctor(drafter, reference, target, prompts, prompt_field, limit, max_new_to
     options = RunOptions(drafters=[drafter], reference=reference, out=out or Path("."), temperature=temperature, top_p=top_p, top_k=top_k,
                          draft_policy=draft_policy, samples=samples, context_variants=context_variants,
                          depth_buckets=depth_buckets, draft_window=draft_window, trained_taps=trained_taps,
-                         tree_budgets=tree_budgets, **shared)
+                         tree_budgets=tree_budgets, serving_target=serving_target, **shared)
     if engines:
-        if trained_taps is not None:
+        if trained_taps is not None or serving_target is not None:
             reporter.close()
-            raise fail("--engines and --trained-taps are two doctors: run them one at a time")
+            raise fail("--engines and --trained-taps (or --serving-target) are two doctors: run them one at a time")
         _engines(options, reporter, console, out)
         return
     from ..render.html import render_run_html

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..core.options_inputs import InputSettings
+from ..core.options_inputs import InputSettings, ServingTarget
 from ..core.options_output import OUTPUT as OUTPUT  # the panel run.py and track.py also put --html in
 from ..core.options_output import Output
 from ..core.options_run import DRAFTERS as DRAFTERS  # the panel run.py and doctor.py put --drafter in
@@ -78,6 +78,7 @@ max_new_tokens = Setting(InputSettings.flag("max_new_tokens"))
 thinking = Setting(InputSettings.flag("thinking"))
 responses = Setting(InputSettings.flag("responses"))
 semantics = Setting(InputSettings.flag("semantics"))
+serving_target = Setting(ServingTarget.flag("serving_target"))
 out = Setting(Output.flag("out"))
 out_track = Setting(Output.flag("out"), Output.TRACK_HELP["out"])
 overwrite = Setting(Output.flag("overwrite"))

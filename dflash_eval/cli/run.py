@@ -62,6 +62,7 @@ def run(
     max_context: opt.max_context.type = opt.max_context.default,
     dist_timeout: opt.dist_timeout.type = opt.dist_timeout.default,
     tree_budgets: opt.tree_budgets.type = opt.tree_budgets.default,
+    serving_target: opt.serving_target.type = opt.serving_target.default,
 ) -> None:
     """Evaluate drafters on one target: acceptance per prompt, per slot, with intervals."""
     from ..core.options import RunOptions
@@ -79,7 +80,8 @@ def run(
                          step_times=step_times, depth_buckets=depth_buckets, draft_window=draft_window,
                          context_tokens=context_tokens, max_context=max_context,
                          dist_timeout=dist_timeout, numerics_check=numerics_check, tree_budgets=tree_budgets,
-                         overwrite=overwrite, explain=explain, argv=["dflash-eval", *sys.argv[1:]], **shared)
+                         overwrite=overwrite, explain=explain, serving_target=serving_target,
+                         argv=["dflash-eval", *sys.argv[1:]], **shared)
     from ..pipeline.preflight import preflight
 
     preflight(options)  # paths, target, a resume with other settings: refused before torch is imported

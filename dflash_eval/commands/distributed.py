@@ -65,6 +65,9 @@ def evaluate_launched(options, reporter=None, report=None) -> dict[str, Any]:
         return evaluate(options, reporter, report)
     if options.shard is not None:
         raise InputError(None, "--shard and torchrun both split the prompts: use one of them")
+    if options.serving_target is not None:
+        raise InputError(None, "--serving-target splits the drop over all the run's prompts in one process: run it "
+                               "without torchrun")
     if options.device_map is not None:
         raise InputError(None, "--device-map and torchrun: one target split over GPUs per rank is not supported; "
                                "use one of them")

@@ -259,6 +259,9 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     variants = build_variants(spec, info.num_layers)
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
     variants += rope_variants(spec, target_rope) + table_variant(spec)
+    from .doctor_defects import defect_variants, fc_range, fc_variant  # checks engines added after their own bugs
+
+    variants += defect_variants(spec, info.num_layers)
     lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
     layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers)
                     | set(reference.spec.taps if reference else ()))
@@ -296,6 +299,9 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
     tables = compare_tables(drafter, target)
+    fc_facts = fc_range(drafter, trajectories, str(target.dtype).removeprefix("torch."))  # doctor_defects.py
+    if not sampled:
+        variants += fc_variant(fc_facts)
     final_norm = target.model.model.norm
     reporter.phase("variants", len(variants))
     results = []
@@ -380,6 +386,14 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
         before = target.tap_passes
         trained_taps_section(summary, entry, target, options, reporter)
         trained_passes = {"trained taps": target.tap_passes - before}
+    if options.serving_target is not None:  # the drop to the copy served, split (commands/serving_target.py)
+        from .serving_target import serving_target_section
+
+        summary["serving_target"] = serving_target_section(options, inputs, target, {entry.name: drafter}, reporter)
+        split = summary["serving_target"]["drafters"][0]
+        drop = split.get("drop") or {}
+        if drop and (drop["low"] > 0 or drop["high"] < 0):  # a drop beyond noise joins the one verdict
+            summary["verdict"] = f"{summary['verdict']}; also {split['verdict']}"
     if sampled:
         from ..core.estimates import DEFINITION
 
@@ -390,7 +404,7 @@ def _diagnose(options, reporter=None) -> dict[str, Any]:
             "tap_passes": target.tap_passes,
             "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts},
                        **trained_passes},
-            "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
+            "mask_row": mask_row, "tables": tables, "fc_range": fc_facts, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": options.max_new_tokens, **summary}
 
 

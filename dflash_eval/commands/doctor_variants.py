@@ -49,6 +49,8 @@ class Variant:
     check: str = ""  # what to look at in the training code when this variant closes a gap
     rope: dict | None = None  # RoPE parameters to use instead of the drafter's
     target_tables: bool = False  # the target's embedding and lm_head instead of the checkpoint's copies
+    normed_layers: tuple[int, ...] = ()  # these target layers' taps through the target's final norm (doctor_defects.py)
+    fc_dtype: str | None = None  # fc computed in this dtype (doctor_defects.py: an fp16 server's overflow)
 
 
 CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
@@ -70,6 +72,10 @@ CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
             "rope_parameters); an engine that applies scaling the training did not see collapses acceptance",
     "target's embedding": "the embedding and lm_head copies the checkpoint carries: export them from the very "
                           "target weights the drafter was trained against",
+    "final-layer tap": "where the served taps come from: an engine reading HF output_hidden_states[-1] feeds the "
+                       "final layer after the target's final norm; tap an earlier layer, or capture the raw output",
+    "block_size": "which block_size level each engine reads: write the trained block at one level only",
+    "fc computed": "the dtype the server computes fc in: fp16 overflows this fc; serve in bf16 or rescale fc",
 }
 
 
@@ -174,7 +180,10 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         for rules in VARIANT_SEMANTICS:
             if rules == spec.semantics:
                 continue
-            other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            try:
+                other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            except InputError:  # rules that cannot read this checkpoint (engine_rules.refusal): no variant
+                continue
             if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap,
                     rotary_dim(spec.rope, spec.head_dim, rules)) != (
                     spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap,
@@ -218,17 +227,13 @@ def check_mask_row(embed: torch.Tensor, mask_id: int) -> dict[str, Any]:
     """The MASK row: present, non-zero, and not an untrained row (near-zero norm or a copy of many rows)."""
     if not 0 <= mask_id < embed.shape[0]:
         return {"ok": False, "detail": f"mask_token_id {mask_id} is outside the embedding table ({embed.shape[0]} rows)"}
+    from ..core.checkpoint_defects import mask_row
+
     norms = embed.float().norm(dim=-1)
     row = embed[mask_id].float()
-    median = float(norms.median())
-    norm = float(norms[mask_id])
     duplicates = int((embed.float() == row).all(dim=-1).sum()) - 1
-    if norm == 0:
-        return {"ok": False, "detail": "the MASK embedding row is all zero"}
-    if norm < 0.1 * median or duplicates >= 2:
-        return {"ok": False, "detail": f"the MASK row looks untrained (norm {norm:.3g} vs median {median:.3g}, "
-                                       f"{duplicates} identical rows)"}
-    return {"ok": True, "detail": f"norm {norm:.3g} (median row {median:.3g}), unique"}
+    ok, detail = mask_row(float(norms[mask_id]), float(norms.median()), duplicates)  # inspect's rule too
+    return {"ok": ok, "detail": detail}
 
 
 @dataclass
@@ -281,7 +286,8 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
     results = []
     configured = drafter.spec
     for variant in variants:
-        counts = M.AcceptanceCounts(block_size=configured.block_size)
+        block = (variant.spec or configured).block_size  # a block-size variant counts its own slots
+        counts = M.AcceptanceCounts(block_size=block)
         sums = EstimateSums(configured.block_size)
         drafts, replays = [], []
         drafter.spec = variant.spec or configured
@@ -297,6 +303,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                 feats = [traj.layers[t] for t in layers]
                 if variant.final_norm:
                     feats = [final_norm(f) for f in feats]
+                feats = [final_norm(f) if t in variant.normed_layers else f for t, f in zip(layers, feats)]
                 if variant.zero_tap is not None:
                     feats[variant.zero_tap] = torch.zeros_like(feats[variant.zero_tap])
                 taps = torch.cat(feats, dim=-1)
@@ -317,7 +324,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                 replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
                 if walk:
-                    counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
+                    counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, block, result.walk_drafted)
         finally:
             drafter.spec = configured
             drafter.rotary = saved_rotary
@@ -335,6 +342,10 @@ def _replay(drafter, taps, traj, max_new_tokens, anchor_batch, variant, shorter_
             tree_budgets=()):
     from ..model.engine import replay
 
+    ctx = None
+    if variant.fc_dtype is not None:  # fc at that dtype (inf past its range), the rest as configured
+        low = getattr(torch, variant.fc_dtype)
+        ctx = drafter.hidden_norm((taps.to(low) @ drafter.fc.weight.to(low).T).to(taps.dtype))
     return replay(drafter, taps, traj.tokens, traj.prompt_len, max_new_tokens, anchor_batch=anchor_batch,
                   anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset,
-                  shorter_final_block=shorter_final_block, tree_budgets=tree_budgets)
+                  shorter_final_block=shorter_final_block, tree_budgets=tree_budgets, ctx=ctx)

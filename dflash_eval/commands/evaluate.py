@@ -100,7 +100,8 @@ def _evaluate(options: RunOptions, reporter: "Progress", inputs: Inputs, report=
     from ..pipeline.numerics import check_numerics_options
 
     check_numerics_options(options)
-    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings, **options.trees.provenance()})
+    folder = RunFolder(options.out, {**inputs.settings(options), **serving.settings, **options.trees.provenance(),
+                                     **options.second_target.provenance()})
     folder.check(options.overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
     finished = None if options.overwrite else folder.finished_document()
     if finished is not None:  # the same command again on its finished run: the record stays as it is
@@ -279,5 +280,9 @@ def _evaluate_loaded(options: RunOptions, reporter: Reporter, inputs: Inputs, fo
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()
+    if options.serving_target is not None:  # the drop to the copy served, split (commands/serving_target.py)
+        from .serving_target import serving_target_section
+
+        run["serving_target"] = serving_target_section(options, inputs, target, drafters, reporter)
     folder.finish(run, {"report.html": report(run, all_rows)} if report is not None else None)
     return run

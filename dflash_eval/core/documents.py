@@ -12,7 +12,7 @@ keys a class does not declare are passed through unchecked (nothing reads them a
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .doctor_document import Delta, DoctorDocument, GapDocument
+from .doctor_document import Delta, DoctorDocument, GapDocument, ServingTargetDocument
 
 Number = float  # an int is a number too (json_types)
 Ratio = float | None  # divided when written; null where the denominator is 0
@@ -346,4 +346,5 @@ class RunDocument(TypedDict):
     drafters: list[DrafterDocument]
     explanation: NotRequired[list[ExplanationDocument]]
     doctor: NotRequired[DoctorDocument]
+    serving_target: NotRequired[ServingTargetDocument]
     incomplete: NotRequired[Incomplete]

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings
+from .options_inputs import MAX_NEW_TOKENS, PROMPTS, InputSettings, ServingTarget
 from .options_output import Output
 from .options_run import Explanation, Numerics, Placement, Replay
 from .options_work import Batching, Breakdown, LongContext, Sampling, Serving, Trees
@@ -55,7 +55,7 @@ class RunOptions:
     seed: int = 0
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     # attention/scale rules: [] = each checkpoint's format decides; "RULES" for every drafter, or
-    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp; see semantics.py)
+    # "NAME=RULES" for one (RULES: zlab, speculators, vllm, sglang, llamacpp, deepspec; see semantics.py)
     semantics: list[str] = field(default_factory=list)
     overwrite: bool = False  # replace a run folder dflash-eval wrote (never a foreign folder)
     # temperature > 0 (sampling.py): z-lab's processing of the distributions, the draft policy, and K
@@ -92,12 +92,18 @@ class RunOptions:
     explain: bool = Explanation.explain
     # `doctor --trained-taps DATA` (commands/doctor_trained_taps.py): the training run's hidden-state data folder
     trained_taps: Path | None = None
+    # `--serving-target PATH` (commands/serving_target.py): the copy the drafters are served with
+    serving_target: str | None = ServingTarget.serving_target
 
     # the sections the stages read (core/options_*.py), built once from the fields above
     @cached_property
     def inputs(self) -> InputSettings:
         """--seed as given (prompt_seed: the subset's; `seed` is the bootstrap's, 0 without)."""
         return InputSettings.pick({**self.__dict__, "seed": self.prompt_seed, "semantics": tuple(self.semantics)})
+
+    @cached_property
+    def second_target(self) -> ServingTarget:
+        return ServingTarget.pick(self.__dict__)
 
     @cached_property
     def output(self) -> Output:

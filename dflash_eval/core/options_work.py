@@ -149,8 +149,10 @@ class Serving(Section):
         who = f" (drafter {name}, block size {block_size})" if name else f" (block size {block_size})"
         bad = [k for k in asked if not 1 <= k <= block_size - 1]
         if bad:
+            past = ("; past the trained block every position collapses (vllm-project/vllm #41834)"
+                    if bad[0] > block_size - 1 else "")
             raise InputError(None, f"--draft-lengths {self.draft_lengths!r}: k = {bad[0]} outside "
-                                   f"1..{block_size - 1}{who}")
+                                   f"1..{block_size - 1}{who}{past}")
         return tuple(sorted(set(asked)))
 
     def shorter(self, block_size: int, name: str = "") -> tuple[int, ...]:

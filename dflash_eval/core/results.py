@@ -137,6 +137,10 @@ DIR/run.json
                         configured"], gap (core/gap.explain_gap over the same prompts: gap, variants' shares);
                         not in run.partial.json (its rows hold the variants; the final document explains)
     doctor              (after `doctor --out RUN`) the doctor's findings, as doctor.json holds them
+    serving_target      (`--serving-target PATH`, commands/serving_target.py) the copy served (path, kind,
+                        fingerprint, its quantisation or GGUF tensor types), its argmax disagreement with the
+                        target on the target's text, and per drafter the four replays' tau (AA, AB, BA, BB:
+                        whose taps, whose text), the drop AA - BB and its two parts (core/serving_split.py)
     incomplete          (run.partial.json only) {"done", "total"}: prompts finished so far, of all
 
 DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") at temperature > 0;

@@ -8,11 +8,12 @@ and `--markdown` (commands/report.py, render/markdown.py) and report.html (templ
   in `compare.verdict`'s words: better, worse or indistinguishable, with interval, p and prompts paired;
 - the doctor's verdict and the share of the gap it closes, when there is one: the run's own explanation
   (core/explanation.py) or the `doctor` section `doctor --out RUN` added;
-- the next commands, every drafter named as `RUN:NAME` the way `diff` reads it back (shell-quoted);
 - beside each drafter that is a published pair with its target, the band of published tau per prompt set and
   where the run falls (`bands`: formats/published.py finds them, the caller passes them in);
 - the numbers that should not be (core/implausible.py): a tau outside [1, B], every position exactly 0 or 1,
-  a reach that rises with the slot, each with what it usually means.
+  a reach that rises with the slot, each with what it usually means;
+- the drop to the serving target and its split (`--serving-target`: core/serving_split.py), when the run has one;
+- the next commands, every drafter named as `RUN:NAME` the way `diff` reads it back (shell-quoted).
 
 Pure: nothing is measured here that run.json does not hold, except the paired deltas (compare.py).
 """
@@ -84,6 +85,7 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
     base = reference or (names[0] if len(names) > 1 else None)
     by_name = {d["name"]: d for d in drafters}
     explained = _explained(run)
+    served = {r["drafter"]: r["verdict"] for r in (run.get("serving_target") or {}).get("drafters") or []}
     rows = []
     for d in drafters:
         m = d.get("metrics") or {}
@@ -98,6 +100,8 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
                 row["line"] = verdict(delta, base, d["name"])
             except ValueError as exc:  # no prompt with steps on both sides
                 row["delta"], row["line"] = None, f"{d['name']} vs {base}: {exc}"
+        if d["name"] in served:
+            row["serving"] = served[d["name"]]
         if d["name"] in explained:
             e = explained[d["name"]]
             row["explanation"] = {"source": e["source"], "reference": e.get("reference"), "behind": e.get("behind"),

@@ -138,6 +138,9 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # "error": the checkpoint cannot be evaluated as it is (loading refuses it); "warning": it can, and what the
+    # check names changes how some engine serves it (formats/defect_checks.py, model/probe_checks.py)
+    severity: str = "error"
 
 
 def expected_weights(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:

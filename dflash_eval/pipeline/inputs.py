@@ -286,6 +286,11 @@ def check_options(options: RunOptions) -> Resolved:
     if options.temperature > 0 and options.responses is not None:
         raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
     options.breakdown.check()  # --depth-buckets, --draft-window (core/options_work.py)
+    options.second_target.check()  # --serving-target (core/options_inputs.py)
+    refused = options.second_target.refusal(temperature=options.temperature, mode=options.mode, shard=options.shard,
+                                            responses=options.responses)
+    if refused:
+        raise InputError(None, refused)
     engines = [v for v in options.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
     if engines and options.temperature > 0:  # core/engine_rules.py: greedy serving only
         raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
@@ -338,6 +343,10 @@ def prepare_inputs(options: RunOptions, *, one_drafter: bool = False) -> Inputs:
     if options.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    if options.serving_target is not None:  # a copy of this target, checked before anything is written
+        from ..model.serving_target import check_copy
+
+        check_copy(options.serving_target, model_type, info)
     thinking, _ = target_thinking(target_path, options.thinking)
     warnings.extend(thinking_warnings(entries, thinking, options.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write

@@ -46,6 +46,8 @@ def verdict_markdown(view: dict[str, Any]) -> list[str]:
         if extra:
             out += ["", *(f"- **{cell(d['name'])}**: {cell(line)}" for line in extra)]
     for d in view["drafters"]:
+        if d.get("serving"):  # --serving-target: the drop to the copy served, split (core/serving_split.py)
+            out += ["", f"- {cell(d['serving'])}"]
         e = d.get("explanation")
         if not e:
             continue

@@ -313,6 +313,9 @@ def render_report(console: Console, run: RunDocument, rows: list[dict], *, sampl
     render_run_summary(console, run)
     render_by_prompt_set(console, run)
     render_explanation(console, run)  # `run --reference`: doctor's variants on the run's trajectories
+    from .serving_target import render_serving_target
+
+    render_serving_target(console, run.get("serving_target"))  # --serving-target: the drop, split
     render_paper_comparison(console, run)  # the paper's tau beside these, when its table has target and set
     render_per_position(console, run)
     from .draft_lengths import render_draft_lengths

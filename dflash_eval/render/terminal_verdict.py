@@ -34,6 +34,8 @@ def verdict_lines(view: dict) -> list[str]:
             lines.append(f"  {safe(band['line'])}")
         for line in flag_lines(row.get("flags") or []):  # core/implausible.py
             lines.append(f"  [bold red]{safe(line)}[/]")
+        if row.get("serving"):
+            lines.append(f"  {safe(row['serving'])}")
         e = row.get("explanation")
         if not e:
             continue
