@@ -37,3 +37,19 @@ def test_real_vocab_table_runs_on_tiny_shapes(tmp_path):
         assert r["flops_by_part"]["lm_head"] == 2 * 64 * 1000 * r["slots"] + 2 * 64 * 1000 * 38  # and slot 0 of the 38 anchors
         assert r["slots_changed_vs_default"] <= r["slots"]
     assert "default / best" in done.stdout and "split of the default's seconds / FLOPs" in done.stdout
+
+
+def test_tree_cost_runs_on_tiny_shapes(tmp_path):
+    """benchmarks/tree_cost.py at tiny shapes: the chain's drafts identical with and without trees, the live
+    tree loop's walks equal to the offline ones at every budget, every figure written."""
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    out = tmp_path / "tree_cost.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tree_cost.py"), "--smoke", "--rounds", "1",
+                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["overhead"]["chain_drafts_identical"] and data["overhead"]["ratio"] > 0
+    assert data["live"]["walks_equal"] and data["live"]["live_total_seconds"] > 0
+    assert "live / offline" in done.stdout

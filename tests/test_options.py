@@ -16,11 +16,12 @@ from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.cli.options import takes
+from dflash_eval.commands.served_settings import ServedSettings
 from dflash_eval.commands.track_settings import Tracking
 from dflash_eval.commands.trained_taps_settings import TrainedTapsSettings
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.settings.execution import Doctor, Numerics, Placement, Replay
-from dflash_eval.core.settings.inputs import Drafters, InputSettings
+from dflash_eval.core.settings.inputs import Drafters, InputSettings, ServingTarget
 from dflash_eval.core.settings.output import Output
 from dflash_eval.core.settings.run_settings import RunOptions, RunSettings, Scoring
 from dflash_eval.core.settings.sections import Section, Use, setting
@@ -41,7 +42,7 @@ OWN = {("doctor", "out"), ("doctor", "reference"), ("track", "reference"), ("dem
        ("trained-taps", "out"), ("trained-taps", "overwrite"), ("export-serving", "out"), ("diff", "seed"),
        ("show", "seed"), ("inspect", "target"), ("inspect", "semantics"), ("plan", "target"), ("plan", "accelerator"),
        ("plan", "doctor"), ("diff", "html"), ("report", "html"), ("served", "html")}  # report, diff, served: --html-file
-OTHER_SECTIONS = (Tracking, TrainedTapsSettings)  # a wing's own sections, passed to its command by name
+OTHER_SECTIONS = (Tracking, TrainedTapsSettings, ServedSettings)  # a wing's own sections, passed by name
 
 
 def flags_of(sections):
@@ -52,8 +53,8 @@ def owner(command: str, field: str):
     """The section a command's parameter comes from (its own sections first: trained-taps' --target, --seed)."""
     for section in (*OTHER_SECTIONS, *RUN_SECTIONS):
         if any(f.field == field for f in section.FLAGS):
-            if section in OTHER_SECTIONS and not {"track": Tracking, "trained-taps": TrainedTapsSettings}.get(
-                    command) is section:
+            if section in OTHER_SECTIONS and not {"track": Tracking, "trained-taps": TrainedTapsSettings,
+                                                  "served": ServedSettings}.get(command) is section:
                 continue
             return section.flag(field)
     return None
@@ -150,11 +151,15 @@ def test_the_flat_constructor_hands_each_keyword_to_its_section():
     (Output(cache_dir=Path("/dev/null/cache")), "--cache-dir", ""),
     (Tracking(interval=0.0), "--interval", "> 0"),
     (TrainedTapsSettings(layer_ids="2,x"), "--layer-ids", "integers"),
+    (ServedSettings(logit_gap=True), "--logit-gap", "pairs with --per-request"),
+    (ServedSettings(per_request=Path("r.jsonl")), "--per-request", "needs --run"),
     (RunOptions(temperature=0.5, responses=Path("r.jsonl")), "--responses", "cannot be combined"),
     (RunOptions(temperature=0.5, draft_lengths="3"), "--draft-lengths", "needs --mode live"),
     (RunOptions(numerics_check=2, mode="live"), "--numerics-check", "--mode trajectory"),
     (RunOptions(context_tokens=128), "--context-tokens", "repo:PATH or stdlib"),
     (RunOptions(temperature=0.5, semantics=["sglang"]), "--semantics sglang", "greedy only"),
+    (ServingTarget(serving_target="/nonexistent/copy"), "--serving-target", "not a model folder"),
+    (ServingTarget(serving_target="/nonexistent/copy.gguf"), "--serving-target", "no such GGUF file"),
 ])
 def test_a_refused_value_names_its_flag(section, flag, message):
     with pytest.raises(InputError) as refused:
@@ -190,6 +195,7 @@ def test_a_draft_length_past_the_block_names_the_drafter():
     InputSettings(), InputSettings(target="t", prompts="hf:a/b", prompt_field="q", limit=8, seed=1, max_new_tokens=64,
                                    thinking=True, responses=Path("r.jsonl"), semantics=("vllm",)),
     Drafters(drafters=("a", "b:c"), reference="z-lab"), Doctor(context_variants=False, trained_taps=Path("d")),
+    ServingTarget(), ServingTarget(serving_target="copies/int4"),
 ])
 def test_what_a_section_records_reads_back_as_the_same_section(section):
     assert type(section).from_provenance(section.provenance()) == section

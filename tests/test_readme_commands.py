@@ -12,7 +12,9 @@ placeholders filled the way a user would fill them:
   checkpoint there (speculators format, recording the README's target as its verifier, as a trained one
   does); `track DIR` gets a checkpoint series, `served BEFORE AFTER` two vLLM /metrics dumps written from
   the run given with `--run` (made first when missing), `served --per-request FILE` that run's walks as
-  vLLM response bodies (`--non-speculative FILE`: its texts as bodies without speculation), `--prompts FILE.jsonl` a prompts file, `repo:PATH` a small repository (`~` is the
+  vLLM response bodies (`--non-speculative FILE`: its texts as bodies without speculation; a
+  `profile_export.jsonl`: AIPerf's records of those walks), `served X.csv` / `profile_export_aiperf.json` AIPerf's
+  speed-bench CSV / run summary of them, `--prompts FILE.jsonl` a prompts file, `repo:PATH` a small repository (`~` is the
   test's home), `paper:NAME` and `hf:REPO` the paper's sets in the Hugging Face cache;
 - paths into the checkout (`dflash_eval/demo/models/target`) resolve as they do from its root;
 - sizes shrink to the test bed's (`SHRINK`, `ADDED`), and `--watch` is dropped (`DROPPED` says why).
@@ -360,6 +362,14 @@ def fill_per_request(sandbox: Sandbox, value: str, run: str | None, target: str,
     spec = next(d for d in run_json["drafters"] if d["name"] == drafter)
     k, cap = int(spec["spec"]["block_size"]) - 1, run_json["provenance"]["max_new_tokens"]
     lines = []
+    if value.endswith("profile_export.jsonl"):  # AIPerf's records export, keyed by the run's prompt ids
+        rows = [r for r in map(json.loads, (folder / "samples.jsonl").read_text().splitlines()) if r["drafter"] == drafter]
+        sandbox.path(value).parent.mkdir(parents=True, exist_ok=True)
+        sandbox.path(value).write_text("".join(json.dumps(P.aiperf_record(i, r["prompt_id"], P.aiperf_acceptance(
+            [n - 1 for n in r["walk_accept_lengths"]], k, completion_tokens=r["continuation_len"]))) + "\n"
+            for i, r in enumerate(rows)))
+        sandbox.filled.append(f"AIPerf records {value}")
+        return
     for row in map(json.loads, (folder / "samples.jsonl").read_text().splitlines()):
         if row["drafter"] != drafter:
             continue
@@ -395,6 +405,26 @@ def fill_positionals(sandbox: Sandbox, sub: list[str], positionals: list[str], i
         sandbox.series(sandbox.path(positionals[0]), target)
     if name == "served":
         missing = [p for p in positionals if not sandbox.path(p).exists()]
+        run = next((v for n, v in items if n == "--run"), None)
+        if missing and missing[0].endswith((".csv", "profile_export_aiperf.json")) and run:
+            from dflash_eval.testing import served_payloads as P
+
+            fill_run(sandbox, run, target)
+            head, _, drafter = run.rpartition(":")
+            folder = sandbox.path(head)
+            chosen = next(d for d in json.loads((folder / "run.json").read_text())["drafters"] if d["name"] == drafter)
+            k = int(chosen["spec"]["block_size"]) - 1
+            rows = [r for r in map(json.loads, (folder / "samples.jsonl").read_text().splitlines()) if r["drafter"] == drafter]
+            specs = [P.aiperf_acceptance([n - 1 for n in r["walk_accept_lengths"]], k) for r in rows]
+            path = sandbox.path(missing[0])
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.suffix == ".csv":
+                path.write_text(P.aiperf_speed_bench_csv({"served-model": {"humaneval": chosen["metrics"]["tau_micro"]}},
+                                                         ["humaneval"]))
+            else:
+                path.write_text(json.dumps(P.aiperf_summary(specs, "served-model", "spec_al_humaneval")))
+            sandbox.filled.append(f"AIPerf export {missing[0]}")
+            return
         if missing:
             from dflash_eval.testing.served_dump import counts_at, vllm_metrics
 

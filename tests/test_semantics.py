@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from json_edits import DELETE, set_key  # noqa: F401
+from json_edits import DELETE, set_key
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
@@ -106,6 +106,22 @@ def spec_dir(test_bed, tmp_path_factory):
                                 num_layers=2, sliding_window=3, sliding_layers=1)
 
 
+@pytest.fixture(scope="module")
+def deepspec_dir(test_bed, tmp_path_factory):
+    """A two-layer full-attention drafter written as DeepSpec writes one (testing/checkpoint_writer.save_deepspec)."""
+    from dflash_eval.testing.checkpoint_writer import save_deepspec
+    from dflash_eval.testing.testbed import random_state_dict, tiny_target_tables
+
+    zlab = write_random_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("k") / "dz", "zlab", block_size=4, num_layers=2)
+    spec, _, _ = read_spec(zlab)
+    embed, head = tiny_target_tables(test_bed["qwen3"])
+    return save_deepspec(tmp_path_factory.mktemp("k") / "deepspec", spec, random_state_dict(spec, seed=5),
+                         test_bed["qwen3"], target_embed=embed, target_lm_head=head)
+
+
+FORMAT_DIRS = {"zlab": "zlab_dir", "speculators": "spec_dir", "deepspec": "deepspec_dir"}
+
+
 def edited(src: Path, tmp_path: Path, edit) -> Path:
     out = tmp_path / src.name
     shutil.copytree(src, out)
@@ -135,12 +151,22 @@ HONOURED = [
     ("transformer_layer_config.sliding_window", "speculators", 7, lambda s: s.layers[0].window == 7),
     ("transformer_layer_config.input_embedding_scale", "speculators", 1.5,
      lambda s: s.embedding_scale == 1.0 and s.scales.input_embedding_scale == 1.5 and s.config_notes),
+    # slot 0 drafts: a block of 4 drafts 4 tokens, read as B = 5 (core/spec.py)
+    ("sample_from_anchor", "speculators", True,
+     lambda s: s.sample_from_anchor and (s.block_size, s.network_block_size) == (5, 4)),
+    ("block_size", "deepspec", 6, lambda s: (s.block_size, s.network_block_size, s.sample_from_anchor) == (7, 6, True)),
+    ("target_layer_ids", "deepspec", [0, 2, 4], lambda s: s.taps == (0, 2, 4)),
+    ("mask_token_id", "deepspec", 7, lambda s: s.mask_token_id == 7),
+    ("num_target_layers", "deepspec", 12, lambda s: s.num_target_layers == 12),
+    ("num_anchors", "deepspec", 256, lambda s: any("num_anchors=256" in n for n in s.config_notes)),
+    ("markov_rank", "deepspec", 0, lambda s: s.format == "deepspec"),
+    ("enable_confidence_head", "deepspec", False, lambda s: s.format == "deepspec"),
 ]
 
 
 @pytest.mark.parametrize("key, fmt, value, check", HONOURED, ids=[f"{f}:{k}" for k, f, _, _ in HONOURED])
-def test_config_key_is_honoured(key, fmt, value, check, zlab_dir, spec_dir, tmp_path):
-    folder = edited(zlab_dir if fmt == "zlab" else spec_dir, tmp_path, set_key(key, value))
+def test_config_key_is_honoured(key, fmt, value, check, request, tmp_path):
+    folder = edited(request.getfixturevalue(FORMAT_DIRS[fmt]), tmp_path, set_key(key, value))
     spec, _, _ = read_spec(folder)
     assert check(spec), spec
 
@@ -168,20 +194,34 @@ def test_zlab_defaults_when_keys_are_absent(zlab_dir, tmp_path):
         read_spec(edited(zlab_dir, tmp_path / "block", no_block))
 
 
+def test_other_deepspec_models_are_refused_by_name(deepspec_dir, tmp_path):
+    for arch in ("Gemma4DSparkModel", "Qwen3Eagle3Model"):
+        with pytest.raises(InputError, match=f"'architectures'='{arch}'"):
+            read_spec(edited(deepspec_dir, tmp_path / arch, set_key("architectures", [arch])))
+
+
 REFUSED = [
     ("conv_kernel_size", "zlab", 4), ("dflash_config.conv_group_size", "zlab", 8), ("selector_rank", "zlab", 8),
     ("dflash_config.selector_top_k", "zlab", 8), ("dflash_config.use_swa", "zlab", True),
     ("attention_sinks", "zlab", True), ("dflash_config.causal_unknown_switch", "zlab", 1),
     ("transformer_layer_config.conv_kernel_size", "speculators", 4),
     ("transformer_layer_config.model_type", "speculators", "llama"),
-    ("sample_from_anchor", "speculators", True), ("layer_types", "zlab", ["chunked_attention", F]),
+    ("sample_from_anchor", "speculators", "yes"), ("layer_types", "zlab", ["chunked_attention", F]),
     ("sliding_window", "zlab", -3), ("is_causal", "zlab", "yes"), ("input_embedding_scale", "zlab", "big"),
+    # DeepSpec (formats/deepspec.py): DSpark's heads, its evaluator's tap rules, another format's keys
+    ("markov_rank", "deepspec", 4), ("markov_head_type", "deepspec", "vanilla"),
+    ("enable_confidence_head", "deepspec", True), ("confidence_head_with_markov", "deepspec", True),
+    ("target_layer_ids", "deepspec", [1, 5]), ("target_layer_ids", "deepspec", [-1, 2]),
+    ("target_layer_ids", "deepspec", [3, 1]), ("layer_types", "deepspec", [S, F]),
+    ("tie_word_embeddings", "deepspec", True), ("dflash_config", "deepspec", {"block_size": 4}),
+    ("sample_from_anchor", "deepspec", True), ("is_causal", "deepspec", False), ("block_size", "deepspec", DELETE),
+    ("model_type", "deepspec", "llama"),
 ]
 
 
 @pytest.mark.parametrize("key, fmt, value", REFUSED, ids=[f"{f}:{k}" for k, f, _ in REFUSED])
-def test_config_key_is_refused_by_name(key, fmt, value, zlab_dir, spec_dir, tmp_path):
-    folder = edited(zlab_dir if fmt == "zlab" else spec_dir, tmp_path, set_key(key, value))
+def test_config_key_is_refused_by_name(key, fmt, value, request, tmp_path):
+    folder = edited(request.getfixturevalue(FORMAT_DIRS[fmt]), tmp_path, set_key(key, value))
     with pytest.raises(InputError) as error:
         read_spec(folder)
     assert key.split(".")[-1] in str(error.value) and "config.json" in str(error.value)

@@ -25,6 +25,8 @@ NOT_DECLARED = {
     "pyarrow": "the hf extra (large): formats/hf_cache.py and training_data.py import it where "
                "parquet / arrow files are read, and refuse them by name without it",
     "datasets": "dflash_eval/testing writes trainer data as speculators does (the test and conformance extras)",
+    "gguf": "--serving-target FILE.gguf only (transformers' GGUF loader needs it), refused by name when missing "
+            "(core/options_inputs.ServingTarget); testing/quantised.py writes the tests' GGUF copies (test extra)",
 }
 
 

@@ -10,11 +10,11 @@ from typing import Optional
 import typer
 
 from ..core.settings.execution import Doctor, Placement, Replay
-from ..core.settings.inputs import InputSettings
+from ..core.settings.inputs import InputSettings, ServingTarget
 from ..core.settings.output import Output
 from ..core.settings.run_settings import RunSettings
 from ..core.settings.sections import Use
-from ..core.settings.work import Breakdown, Sampling
+from ..core.settings.work import Breakdown, Sampling, Trees
 from .common import claims_out, reports_input_errors, safe_line, stdout_console
 from .options import takes
 from .progress import reporter_for
@@ -27,7 +27,7 @@ OUT_HELP = ("Write doctor.json here; when it is a run folder, doctor uses that r
 @claims_out()
 @takes(Use(InputSettings, without=("responses",)), Use(Replay, only=("final_block",)),
        Use(Output, only=("cache_dir",)), Use(Sampling, help=Sampling.OFFLINE_HELP), Doctor,
-       Use(Breakdown, help=Breakdown.DOCTOR_HELP), Use(Placement, only=("device", "dtype")))
+       Use(Breakdown, help=Breakdown.DOCTOR_HELP), Trees, Use(Placement, only=("device", "dtype")), ServingTarget)
 def doctor(
     settings: RunSettings,
     drafter: str = typer.Option(..., "--drafter", "-d", help="The drafter checkpoint to examine."),

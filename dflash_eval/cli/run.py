@@ -8,16 +8,16 @@ import os
 from rich.console import Console
 
 from ..core.settings.execution import Doctor, Explanation, Numerics, Placement, Replay
-from ..core.settings.inputs import Drafters, InputSettings
+from ..core.settings.inputs import Drafters, InputSettings, ServingTarget
 from ..core.settings.output import Output
 from ..core.settings.run_settings import RunSettings
-from ..core.settings.work import Batching, Breakdown, LongContext, Sampling, Serving
+from ..core.settings.work import Batching, Breakdown, LongContext, Sampling, Serving, Trees
 from .common import claims_out, fail, program, reports_input_errors, safe_line, stdout_console
 from .options import takes
 from .progress import reporter_for
 
 RUN_SECTIONS = (Drafters, Explanation, InputSettings, Output, Replay, Batching, Numerics, Placement, Sampling, Serving,
-                Breakdown, LongContext)
+                Breakdown, LongContext, Trees, ServingTarget)
 assert Doctor not in RUN_SECTIONS  # doctor's own flags are not run's
 
 

@@ -1,5 +1,6 @@
 """`dflash-eval served`: what a server measured (vLLM /metrics dumps, a `vllm bench serve` result, SGLang's
-gauge), optionally beside an offline run of the same drafter."""
+gauge), optionally beside an offline run of the same drafter. Its flags are its section's
+(commands/served_settings.ServedSettings, through cli/options.takes)."""
 
 from __future__ import annotations
 
@@ -9,45 +10,39 @@ from typing import List, Optional
 
 import typer
 
+from ..commands.served_settings import ServedSettings
 from .common import fail, reports_input_errors, safe_line, stdout_console
+from .options import takes
 
 
 @reports_input_errors
+@takes(served=ServedSettings)
 def served(
+    served: ServedSettings,
     dumps: Optional[List[Path]] = typer.Argument(None, help="A /metrics dump, two dumps BEFORE AFTER (subtracted), or "
                                                             "a `vllm bench serve` result JSON."),
-    model: Optional[str] = typer.Option(None, "--model", help="The served model (model_name label) to read, when "
-                                                              "the server serves several."),
-    run: Optional[str] = typer.Option(None, "--run", help="RUN_DIR or RUN_DIR:DRAFTER: an offline run of the same "
-                                                          "drafter, shown beside the served numbers."),
-    per_request: Optional[Path] = typer.Option(None, "--per-request", help="A JSONL of server responses, one request "
-                                               "a line (vLLM metrics.speculative_decoding, CompletionOutput dumps, "
-                                               "SGLang meta_info), reconciled prompt by prompt with --run."),
-    non_speculative: Optional[Path] = typer.Option(
-        None, "--non-speculative", help="With --per-request: the same server's greedy responses to the same prompts "
-        "with speculative decoding off (a JSONL as --per-request's); each speculative text is judged lossless or "
-        "changed against it."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document (tau, per_position, ...)."),
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write a self-contained HTML page."),
 ) -> None:
-    """Served tau and per-position acceptance from the server's own counters, and the gap to an offline run."""
+    """Served tau and per-position acceptance from the server's own counters (vLLM, SGLang, llama.cpp, AIPerf's
+    exports), and the gap to an offline run."""
     from ..commands.diff import side_folder
     from ..commands.served import served as compose
     from ..core.paths import output_path
     from ..render.served import render_served, render_served_html
 
+    run, per_request, non_speculative = served.run, served.per_request, served.non_speculative
     if html is not None:
         output_path(html, "--html-file", reads=[*(dumps or []), *([per_request] if per_request else []),
                                            *([non_speculative] if non_speculative else []),
                                            *([side_folder(run)] if run else [])])
+    served.check()  # which flags pair with --per-request (commands/served_settings.py)
     if per_request is not None:
-        _per_request(per_request, dumps, run, as_json, html, non_speculative)
+        _per_request(per_request, dumps, run, as_json, html, non_speculative, served.logit_gap)
         return
-    if non_speculative is not None:
-        raise fail("--non-speculative pairs with --per-request FILE --run RUN: it judges each speculative request")
     if not dumps:
         raise fail("give a /metrics dump (or two, or a bench result), or --per-request FILE with --run RUN")
-    result = compose(list(dumps), model=model, run=run)
+    result = compose(list(dumps), model=served.model, run=run)
     page = render_served_html(result) if html is not None else None
     if as_json:
         typer.echo(json.dumps(result, indent=1))
@@ -61,17 +56,15 @@ def served(
             stdout_console().print(safe_line(f"written: {path}"))
 
 
-def _per_request(path: Path, dumps, run: Optional[str], as_json: bool, html: Optional[Path],
-                 non_speculative: Optional[Path] = None) -> None:
+def _per_request(path: Path, dumps, run: str, as_json: bool, html: Optional[Path],
+                 non_speculative: Optional[Path] = None, logit_gap: bool = False) -> None:
     """served --per-request FILE --run RUN (commands/served_requests.py composes, render/served_requests.py shows)."""
     from ..commands.served_requests import reconcile
     from ..render.served_requests import render_requests, render_requests_html
 
     if dumps:
         raise fail("--per-request reads a file of responses; give the /metrics dumps in another call")
-    if run is None:
-        raise fail("--per-request needs --run RUN: the offline run of the same prompts and target")
-    result = reconcile(path, run, non_speculative)
+    result = reconcile(path, run, non_speculative, logit_gap=logit_gap)
     page = render_requests_html(result) if html is not None else None
     if as_json:
         typer.echo(json.dumps(result, indent=1))

@@ -15,7 +15,7 @@ from ..core.settings.inputs import InputSettings
 from ..core.settings.output import Output
 from ..core.settings.run_settings import RunSettings
 from ..core.settings.sections import Use
-from ..core.settings.work import Batching, Breakdown, Sampling, Serving
+from ..core.settings.work import Batching, Breakdown, Sampling, Serving, Trees
 from ..pipeline.track_folder import TRACK_LOCK
 from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
 from .options import takes
@@ -30,7 +30,7 @@ REFERENCE_HELP = ("The line to beat: 'z-lab' (published drafter for the target, 
 @takes(Use(InputSettings, without=("responses",)), Use(Output, help=Output.TRACK_HELP),
        Use(Replay, without=("mode",)), Batching, Use(Placement, only=("device", "dtype")),
        Use(Sampling, help=Sampling.OFFLINE_HELP), Use(Serving, only=("draft_lengths",)),
-       Use(Breakdown, only=("depth_buckets",)), tracking=Tracking)
+       Use(Breakdown, only=("depth_buckets",)), Trees, tracking=Tracking)
 def track(
     settings: RunSettings,
     tracking: Tracking,

@@ -20,6 +20,7 @@ from ..core.documents.results import drafter_named, read_run_document
 from ..core.documents.run_document import DrafterDocument, RunDocument
 from ..core.documents.run_rows import run_rows
 from ..core.errors import InputError
+from ..core.implausible import drafter_flags, flag_lines
 from ..core.samples import BlockView, walk_blocks
 
 
@@ -212,6 +213,28 @@ def draft_length_diff(a: Side, b: Side, common: list[str], seed: int) -> dict[st
     return {"pairs": pairs, "speedup": speed} if pairs or speed else None
 
 
+def tree_diff(a: Side, b: Side, common: list[str], seed: int, chain: dict[str, Any]) -> dict[str, Any] | None:
+    """--tree-budgets on both sides: tau paired over prompts at each budget both measured (each side's own tree
+    walk, core/tree.py), beside the chain's difference (`chain`: delta_tau_macro), or None."""
+    def counts(side: Side, budget: int) -> M.AcceptanceCounts | None:
+        total = M.AcceptanceCounts(block_size=side.drafter["spec"]["block_size"])
+        for pid in common:
+            walk = ((side.rows[pid].get("tree") or {}).get("walks") or {}).get(str(budget))
+            if walk is None:
+                return None
+            total = total + M.AcceptanceCounts.from_dict(walk["counts"])
+        return total
+
+    budgets = set((a.drafter.get("tree") or {}).get("budgets") or []) & set((b.drafter.get("tree") or {}).get("budgets") or [])
+    pairs = []
+    for budget in sorted(budgets):
+        ca, cb = counts(a, budget), counts(b, budget)
+        row = C.paired_row(ca.per_prompt, cb.per_prompt, seed=seed) if ca is not None and cb is not None else None
+        if row is not None:
+            pairs.append({"budget": budget, **{key: row[key] for key in ("tau_macro_a", "tau_macro_b", "delta_tau_macro")}})
+    return {"pairs": pairs, "chain": chain} if pairs else None
+
+
 def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float = 0.001, top: int = 3,
          seed: int = 0, partial: bool = False) -> dict[str, Any]:
     a, b = load_side(a_value, partial), load_side(b_value, partial)
@@ -247,8 +270,11 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
     elif a.drafter.get("fingerprint") and a.drafter.get("fingerprint") == b.drafter.get("fingerprint"):
         warnings.append("A and B have identical checkpoint weights (same fingerprint)")
     warnings += snapshot_warnings(a, b)
+    # what should not be (core/implausible.py): each side's drafter, said with what it usually means
+    flags = [{**f, "where": f"{side}: {f['where']}"} for side, s in (("A", a), ("B", b)) for f in drafter_flags(s.drafter)]
+    warnings += flag_lines(flags)
     return {
-        "warnings": warnings,
+        "warnings": warnings, "flags": flags,
         "a": {"label": a_value, "name": a.name, "run": str(a.run_dir), "tau_macro": M.tau_macro(ca), "tau_micro": M.tau_micro(ca),
               "incomplete": a.run.get("incomplete")},
         "b": {"label": b_value, "name": b.name, "run": str(b.run_dir), "tau_macro": M.tau_macro(cb), "tau_micro": M.tau_micro(cb),
@@ -261,6 +287,7 @@ def diff(a_value: str, b_value: str, *, force: bool = False, max_mismatch: float
         "regressed": [e for e in examples if e["delta"] < 0], "improved": [e for e in examples if e["delta"] > 0],
         "verdict": C.verdict(macro, *_display_names(a, b)),
         "draft_lengths": draft_length_diff(a, b, common, seed),
+        "trees": tree_diff(a, b, common, seed, macro.to_dict()),  # --tree-budgets on both sides: per budget
         "by_depth": depth_diff(a, b, common, seed),  # where acceptance is lost (core/breakdown.py)
     }
 

@@ -65,6 +65,9 @@ def evaluate_launched(settings, reporter=None):
     placement = settings.placement
     if placement.shard is not None:
         raise InputError(None, "--shard and torchrun both split the prompts: use one of them")
+    if settings.second_target.serving_target is not None:
+        raise InputError(None, "--serving-target splits the drop over all the run's prompts in one process: run it "
+                               "without torchrun")
     if placement.device_map is not None:
         raise InputError(None, "--device-map and torchrun: one target split over GPUs per rank is not supported; "
                                "use one of them")

@@ -289,6 +289,9 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
     variants = build_variants(spec, info.num_layers)
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
     variants += rope_variants(spec, target_rope) + table_variant(spec)
+    from .doctor_defects import defect_variants, fc_range, fc_variant  # checks engines added after their own bugs
+
+    variants += defect_variants(spec, info.num_layers)
     lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
     layers = sorted({t for v in variants for t in (v.taps or spec.taps)} | set(lens_layers)
                     | set(reference.spec.taps if reference else ()))
@@ -326,13 +329,17 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
     tables = compare_tables(drafter, target)
+    fc_facts = fc_range(drafter, trajectories, str(target.dtype).removeprefix("torch."))  # doctor_defects.py
+    if not sampled:
+        variants += fc_variant(fc_facts)
     final_norm = target.model.model.norm
     reporter.phase("variants", len(variants))
     results = []
     for variant in variants:
         results.extend(evaluate_variants(drafter, [variant], trajectories, final_norm, info.hidden_size,
                                          settings.scoring,
-                                         settings.sampling if sampled else None, target.lm_head))
+                                         settings.sampling if sampled else None, target.lm_head,
+                                         tree_budgets=settings.trees.budgets))
         reporter.advance("variants", variant.name)
     summary = summarize(results, seed=settings.seed)
     lens_check = None
@@ -379,7 +386,8 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
         ref_drafter = load_drafters([reference], target)[reference.name]
         (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
                                           info.hidden_size, settings.scoring,
-                                          settings.sampling if sampled else None, target.lm_head)
+                                          settings.sampling if sampled else None, target.lm_head,
+                                          tree_budgets=settings.trees.budgets)
         candidates = [(r.variant.name, r.per_prompt(), r.variant.bug, check_for(r.variant.name))
                       for r in results[1:] if r.variant.zero_tap is None]
         base, ref = _with_every_prompt(results[0].per_prompt(), prompts), _with_every_prompt(ref_result.per_prompt(), prompts)
@@ -390,6 +398,12 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
             summary["gap"]["context"] = explain_gap(
                 base, ref, [(c["variant"], _with_every_prompt(c["per_prompt"], prompts), c["bug"], c["check"])
                             for c in contexts], base_name=entry.name, reference_name=reference.name, seed=settings.seed)
+    from .doctor_trees import tree_section  # --tree-budgets: every variant under DDTree's tree too
+
+    trees = tree_section(results, ref_result, trajectories, settings.trees.budgets,
+                         reference.name if reference is not None else None)
+    if trees:
+        summary["trees"] = trees
     windows = window_section(drafter, trajectories, results, ref_result, settings, final_norm, info.hidden_size,
                              reporter, reference.name if reference is not None else None)  # by depth
     if windows:
@@ -402,6 +416,14 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
         before = target.tap_passes
         trained_taps_section(summary, entry, target, settings, reporter)
         trained_passes = {"trained taps": target.tap_passes - before}
+    if settings.second_target.serving_target is not None:  # the drop to the copy served, split (commands/serving_target.py)
+        from .serving_target import serving_target_section
+
+        summary["serving_target"] = serving_target_section(settings, inputs, target, {entry.name: drafter}, reporter)
+        split = summary["serving_target"]["drafters"][0]
+        drop = split.get("drop") or {}
+        if drop and (drop["low"] > 0 or drop["high"] < 0):  # a drop beyond noise joins the one verdict
+            summary["verdict"] = f"{summary['verdict']}; also {split['verdict']}"
     if sampled:
         from ..core.estimates import DEFINITION
 
@@ -412,7 +434,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:
             "tap_passes": target.tap_passes,
             "passes": {"variants": len(trajectories), **{c["variant"]: c["target_passes"] for c in contexts},
                        **trained_passes},
-            "mask_row": mask_row, "tables": tables, "kernels": kernels, "warnings": warnings,
+            "mask_row": mask_row, "tables": tables, "fc_range": fc_facts, "kernels": kernels, "warnings": warnings,
             "thinking": thinking, "max_new_tokens": settings.inputs.max_new_tokens, **summary}
 
 

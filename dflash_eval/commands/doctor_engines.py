@@ -21,77 +21,13 @@ never scored. Greedy only (the engines' sampled verification is not modelled for
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from ..core import compare as C
+from ..core.engine_readings import NAMES, RULES, describe_rule, engine_specs, rule_values, switched
 from ..core.errors import InputError
-from ..core.semantics import SEMANTICS, apply_semantics, rotary_dim, shorter_final_block
 from ..core.spec import DrafterSpec
 from .doctor_variants import Variant, check_taps, evaluate_variants
-
-ENGINES = SEMANTICS  # zlab, speculators, vllm, sglang, llamacpp
-NAMES = {"zlab": "z-lab", "speculators": "speculators", "vllm": "vLLM 0.33", "sglang": "SGLang 0.5.23",
-         "llamacpp": "llama.cpp"}
-RULES = ("in-block causality", "window", "logit scales", "RoPE", "final block")
-
-
-def _rope_rules(spec: DrafterSpec) -> str:
-    return spec.rotary_semantics or spec.semantics
-
-
-def rule_values(spec: DrafterSpec) -> dict[str, Any]:
-    """What each rule of RULES sets for this spec (equal values: the rule does not differ)."""
-    return {"in-block causality": tuple(x.causal_in_block for x in spec.layers),
-            "window": tuple((x.window, x.window_from if x.window is not None else None) for x in spec.layers),
-            "logit scales": (spec.embedding_scale, spec.output_multiplier, spec.logit_softcap),
-            "RoPE": rotary_dim(spec.rope, spec.head_dim, _rope_rules(spec), spec.partial_rotary_top_level),
-            "final block": shorter_final_block(spec.semantics, True)}
-
-
-def switched(base: DrafterSpec, other: DrafterSpec, rule: str) -> DrafterSpec:
-    """`base` with only `rule` taken from `other`."""
-    if rule == "in-block causality":
-        return replace(base, layers=tuple(replace(b, causal_in_block=o.causal_in_block)
-                                          for b, o in zip(base.layers, other.layers)))
-    if rule == "window":
-        return replace(base, layers=tuple(replace(b, window=o.window, window_from=o.window_from)
-                                          for b, o in zip(base.layers, other.layers)))
-    if rule == "logit scales":
-        return replace(base, embedding_scale=other.embedding_scale, output_multiplier=other.output_multiplier,
-                       logit_softcap=other.logit_softcap)
-    if rule == "RoPE":
-        return replace(base, rotary_semantics=_rope_rules(other))
-    if rule == "final block":  # the final-block rule follows `semantics`; the rotary stays base's
-        return replace(base, semantics=other.semantics, rotary_semantics=_rope_rules(base))
-    raise ValueError(f"unknown rule {rule!r}")
-
-
-def describe_rule(spec: DrafterSpec, rule: str) -> str:
-    """One phrase: what this engine's reading sets for `rule`."""
-    values = rule_values(spec)[rule]
-    if rule == "in-block causality":
-        return spec.causality_source
-    if rule == "window":
-        parts = [f"layer {i}: " + ("no window" if w is None else f"W={w} from the " + origin.replace("_", " "))
-                 for i, (w, origin) in enumerate(values)]
-        return "; ".join(parts)
-    if rule == "logit scales":
-        return f"embedding x {values[0]:g}, logits x {values[1]:g}, softcap {values[2]}"
-    if rule == "RoPE":
-        return f"rotates {values} of {spec.head_dim} dims"
-    return "shorter final block (z-lab)" if values else "full blocks up to the length cap (vLLM)"
-
-
-def engine_specs(base: DrafterSpec) -> dict[str, DrafterSpec | str]:
-    """Engine -> its reading of the checkpoint, or the reason it is refused."""
-    out: dict[str, DrafterSpec | str] = {}
-    for engine in ENGINES:
-        try:
-            out[engine] = apply_semantics(base, engine, f"doctor --engines: {NAMES[engine]}'s rules")
-        except InputError as exc:
-            out[engine] = exc.problem
-    return out
 
 
 def _paired(base, result, seed: int) -> dict[str, Any]:
@@ -174,8 +110,9 @@ def run_engines(settings, reporter=None, *, write: bool = True) -> dict[str, Any
     from ..pipeline.run_folder import claimed, write_recorded
 
     out = settings.output.out if write else None
-    if settings.doctor.trained_taps is not None:
-        raise InputError(None, "--engines and --trained-taps are two doctors: run them one at a time")
+    if settings.doctor.trained_taps is not None or settings.second_target.serving_target is not None:
+        raise InputError(None, "--engines and --trained-taps (or --serving-target) are two doctors: run them one "
+                               "at a time")
     with claimed(out):
         result = _engines(settings, reporter)
         if out is not None:

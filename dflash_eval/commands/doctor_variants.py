@@ -51,6 +51,8 @@ class Variant:
     check: str = ""  # what to look at in the training code when this variant closes a gap
     rope: dict | None = None  # RoPE parameters to use instead of the drafter's
     target_tables: bool = False  # the target's embedding and lm_head instead of the checkpoint's copies
+    normed_layers: tuple[int, ...] = ()  # these target layers' taps through the target's final norm (doctor_defects.py)
+    fc_dtype: str | None = None  # fc computed in this dtype (doctor_defects.py: an fp16 server's overflow)
 
 
 CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
@@ -72,6 +74,10 @@ CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
             "rope_parameters); an engine that applies scaling the training did not see collapses acceptance",
     "target's embedding": "the embedding and lm_head copies the checkpoint carries: export them from the very "
                           "target weights the drafter was trained against",
+    "final-layer tap": "where the served taps come from: an engine reading HF output_hidden_states[-1] feeds the "
+                       "final layer after the target's final norm; tap an earlier layer, or capture the raw output",
+    "block_size": "which block_size level each engine reads: write the trained block at one level only",
+    "fc computed": "the dtype the server computes fc in: fp16 overflows this fc; serve in bf16 or rescale fc",
 }
 
 
@@ -176,7 +182,10 @@ def build_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
         for rules in VARIANT_SEMANTICS:
             if rules == spec.semantics:
                 continue
-            other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            try:
+                other = apply_semantics(spec, rules, f"doctor variant: evaluated with {rules} rules")
+            except InputError:  # rules that cannot read this checkpoint (engine_rules.refusal): no variant
+                continue
             if (other.layers, other.embedding_scale, other.output_multiplier, other.logit_softcap,
                     rotary_dim(spec.rope, spec.head_dim, rules)) != (
                     spec.layers, spec.embedding_scale, spec.output_multiplier, spec.logit_softcap,
@@ -220,17 +229,13 @@ def check_mask_row(embed: torch.Tensor, mask_id: int) -> dict[str, Any]:
     """The MASK row: present, non-zero, and not an untrained row (near-zero norm or a copy of many rows)."""
     if not 0 <= mask_id < embed.shape[0]:
         return {"ok": False, "detail": f"mask_token_id {mask_id} is outside the embedding table ({embed.shape[0]} rows)"}
+    from ..core.checkpoint_defects import mask_row
+
     norms = embed.float().norm(dim=-1)
     row = embed[mask_id].float()
-    median = float(norms.median())
-    norm = float(norms[mask_id])
     duplicates = int((embed.float() == row).all(dim=-1).sum()) - 1
-    if norm == 0:
-        return {"ok": False, "detail": "the MASK embedding row is all zero"}
-    if norm < 0.1 * median or duplicates >= 2:
-        return {"ok": False, "detail": f"the MASK row looks untrained (norm {norm:.3g} vs median {median:.3g}, "
-                                       f"{duplicates} identical rows)"}
-    return {"ok": True, "detail": f"norm {norm:.3g} (median row {median:.3g}), unique"}
+    ok, detail = mask_row(float(norms[mask_id]), float(norms.median()), duplicates)  # inspect's rule too
+    return {"ok": ok, "detail": detail}
 
 
 @dataclass
@@ -272,16 +277,19 @@ def walk_repetition(replayed, trajectory) -> tuple[int, int]:
 
 
 def evaluate_variants(drafter, variants: list[Variant], trajectories: list, final_norm: Callable, hidden: int,
-                      scoring: Scoring, sampling=None, lm_head=None) -> list[VariantResult]:
+                      scoring: Scoring, sampling=None, lm_head=None, *,
+                      tree_budgets: tuple[int, ...] = ()) -> list[VariantResult]:
     """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
     temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead.
-    `scoring`: the run's cap, --final-block and anchors per forward (RunSettings.scoring), as its own replay."""
+    `scoring`: the run's cap, --final-block and anchors per forward (RunSettings.scoring), as its own replay;
+    `tree_budgets`: each replay also walks DDTree's tree at those budgets (commands/doctor_trees.py)."""
     from ..core.estimates import EstimateSums
 
     results = []
     configured = drafter.spec
     for variant in variants:
-        counts = M.AcceptanceCounts(block_size=configured.block_size)
+        block = (variant.spec or configured).block_size  # a block-size variant counts its own slots
+        counts = M.AcceptanceCounts(block_size=block)
         sums = EstimateSums(configured.block_size)
         drafts, replays = [], []
         drafter.spec = variant.spec or configured
@@ -297,6 +305,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                 feats = [traj.layers[t] for t in layers]
                 if variant.final_norm:
                     feats = [final_norm(f) for f in feats]
+                feats = [final_norm(f) if t in variant.normed_layers else f for t, f in zip(layers, feats)]
                 if variant.zero_tap is not None:
                     feats[variant.zero_tap] = torch.zeros_like(feats[variant.zero_tap])
                 taps = torch.cat(feats, dim=-1)
@@ -310,13 +319,12 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
                     sums = sums.pooled(EstimateSums.from_anchors(traj.id, configured.block_size, alphas,
                                                                  int(traj.tokens.shape[0]), traj.prompt_len))
                     continue
-                result = replay(drafter, taps, traj.tokens, traj.prompt_len, scoring,
-                                anchor_in_context=variant.anchor_in_context, block_offset=variant.block_offset)
+                result = _replay(drafter, taps, traj, scoring, variant, tree_budgets)
                 drafts.append(result.drafts)
                 replays.append(result)
                 walk = [n - 1 for n in result.walk_accept_lengths]
                 if walk:
-                    counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, configured.block_size, result.walk_drafted)
+                    counts = counts + M.AcceptanceCounts.from_walk(traj.id, walk, block, result.walk_drafted)
         finally:
             drafter.spec = configured
             drafter.rotary = saved_rotary
@@ -328,3 +336,12 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
         else:
             results.append(VariantResult(variant, None, drafts, sums))
     return results
+
+
+def _replay(drafter, taps, traj, scoring: Scoring, variant, tree_budgets=()):
+    ctx = None
+    if variant.fc_dtype is not None:  # fc at that dtype (inf past its range), the rest as configured
+        low = getattr(torch, variant.fc_dtype)
+        ctx = drafter.hidden_norm((taps.to(low) @ drafter.fc.weight.to(low).T).to(taps.dtype))
+    return replay(drafter, taps, traj.tokens, traj.prompt_len, scoring, anchor_in_context=variant.anchor_in_context,
+                  block_offset=variant.block_offset, tree_budgets=tree_budgets, ctx=ctx)

@@ -120,7 +120,8 @@ def _evaluate(settings: RunSettings, reporter: "Progress", inputs: Inputs, title
 
     out, overwrite = settings.out, settings.output.overwrite
     serving = serving_inputs(settings, inputs)  # draft lengths per drafter, step times: refused before any write
-    folder = RunFolder(out, {**inputs.settings(settings), **serving.settings})
+    folder = RunFolder(out, {**inputs.settings(settings), **serving.settings, **settings.trees.provenance(),
+                             **settings.second_target.provenance()})
     folder.check(overwrite)  # a foreign folder, other settings, a writer in it: refused before loading
     finished = None if overwrite else folder.finished_document()
     if finished is not None:  # the same command again on its finished run: the record stays as it is
@@ -300,6 +301,10 @@ def _evaluate_loaded(settings: RunSettings, reporter: Reporter, inputs: Inputs, 
         pause_after_prompt()
         reporter.advance("prompts", prompt.id)
     run = document()
+    if settings.second_target.serving_target is not None:  # the drop to the copy served, split (serving_target.py)
+        from .serving_target import serving_target_section
+
+        run["serving_target"] = serving_target_section(settings, inputs, target, drafters, reporter)
     page = report_page(settings, run, all_rows, title)
     folder.finish(run, {"report.html": page} if page is not None else None)
     return Evaluation(run, all_rows)

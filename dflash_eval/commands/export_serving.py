@@ -74,7 +74,10 @@ def measured_at(drafter: DrafterDocument, run_dir: Path, k: int | None) -> tuple
         best = [b for b in (drafter.get("speedup") or {}).get("best", []) if b["batch"] == 1 and b["k"] is not None]
         k = best[0]["k"] if best else B - 1
     if k > B - 1:
-        raise InputError(run_dir, f"--k {k}: drafter {drafter['name']} drafts at most B - 1 = {B - 1} tokens")
+        from ..core.checkpoint_defects import draft_length
+
+        raise InputError(run_dir, f"--k {k}: drafter {drafter['name']} drafts at most B - 1 = {B - 1} tokens; "
+                                  + draft_length(k, B - 1, "--k")[1])
     if k not in measured:
         raise InputError(run_dir, f"drafter {drafter['name']} was not measured at draft length k = {k} (measured: "
                                   f"{', '.join(map(str, sorted(measured)))}); rerun with --draft-lengths {k}: the "

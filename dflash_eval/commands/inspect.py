@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.inspection import Inspection
+from ..core.inspection import Check, Inspection
 from ..core.spec import DrafterSpec
 from ..formats.checkpoints import read_spec
 from ..formats.files import resolve_local_or_cached
@@ -31,7 +31,38 @@ def _recorded_target(spec: DrafterSpec) -> Path | None:
         return None
 
 
-def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: str | None = None) -> Inspection:
+PROBE_PROMPTS = 4  # demo prompts the fc probe runs the target over (`inspect --probe`)
+
+
+def probe_fc(spec: DrafterSpec, weights_folder: Path, target_path: Path, dtype: str) -> Check:
+    """`inspect --probe`: the target (CPU, fp32) over the first demo prompts' text, the drafter's taps captured,
+    fc computed at `dtype` and its overflow counted (model/probe_checks.py)."""
+    import torch
+    from safetensors import safe_open
+
+    from ..formats.files import weight_files
+    from ..model.probe_checks import fc_check, fc_range
+    from ..model.target import capture_taps, load_target
+    from ..pipeline.prompts import DEMO_PROMPTS
+
+    target = load_target(str(target_path), device="cpu", dtype="float32")
+    ids = target.tokenizer("\n".join(DEMO_PROMPTS[:PROBE_PROMPTS]), return_tensors="pt")["input_ids"][0]
+    taps = capture_taps(target, ids, list(spec.taps)).taps
+    fc = None
+    for file in weight_files(weights_folder):
+        with safe_open(str(file), "pt") as handle:
+            names = [n for n in handle.keys() if n in ("fc.weight", "encoder.fc.weight")]
+            if names:
+                fc = handle.get_tensor(names[0])
+    if fc is None:
+        raise InputError(weights_folder, "no fc.weight in the checkpoint to probe")
+    facts = fc_range(fc, taps, getattr(torch, dtype))
+    return fc_check(facts, f"{len(ids)} probe tokens (the first {PROBE_PROMPTS} demo prompts) through the target")
+
+
+def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: str | None = None, *,
+                    base: str | None = None, probe: bool = False, probe_dtype: str = "float16",
+                    draft_window: int | None = None, engines: bool = False) -> Inspection:
     from ..core.semantics import SEMANTICS, apply_semantics
     from ..model.target import target_info
 
@@ -72,6 +103,39 @@ def inspect_drafter(drafter: str | Path, target: str | None = None, semantics: s
         if name not in spec.ignored_weights and name not in ("d2t",):
             counts[group] += math.prod(meta.shape)
     from ..core.snapshots import snapshot_of
+    from ..formats.defect_checks import config_of, defect_checks
 
-    return Inspection(spec, validate(spec, weights, info), info, note, mask_text, counts,
-                      snapshot_of(path.resolve()), snapshot_of(target_path.resolve()) if target_path else None)
+    config = config_of(path)
+    defects = defect_checks(spec, config, info, serving_window=draft_window)
+    if probe and target_path is None:
+        raise InputError(None, "--probe runs the target over a probe text: give --target (or a drafter that records "
+                               "its verifier)")
+    checks = validate(spec, weights, info)
+    if not [c for c in checks if not c.ok]:  # tensors read only from a checkpoint that passed its own checks
+        from ..model.probe_checks import mask_row_checks
+
+        owner = path if spec.embedding_source == "checkpoint" else target_path
+        base_path = resolve_local_or_cached(base) if base is not None else None
+        if owner is not None:
+            defects += mask_row_checks(owner, spec.mask_token_id, base_path)
+        elif base_path is not None:
+            raise InputError(None, "--base compares the MASK row of the target's table: give --target")
+        if probe:
+            defects.append(probe_fc(spec, path, target_path, probe_dtype))
+    readings = None
+    if engines:  # how each engine reads it (core/engine_readings.py), with the teacher's norm for speculators
+        from ..core.engine_readings import engine_readings
+
+        norm = None
+        if spec.format == "speculators" and target_path is not None:
+            from ..core.errors import read_json_object
+            from .doctor_norm import norm_case
+
+            target_config = read_json_object(target_path / "config.json", missing="no config.json")
+            text = target_config.get("text_config") or target_config
+            norm = norm_case(config.get("speculators_version"), text.get("model_type") or target_config.get("model_type"))
+        readings = engine_readings(spec, config, verifier_norm=norm,
+                                   mask_override=(path / "mask_embedding.pt").exists())
+    return Inspection(spec, checks, info, note, mask_text, counts,
+                      snapshot_of(path.resolve()), snapshot_of(target_path.resolve()) if target_path else None,
+                      defects, readings)

@@ -55,9 +55,10 @@ def run_summary(run_dir: Path, run: RunDocument, *, partial: bool = False, seed:
         verdicts.append({"a": drafters[0]["name"], "b": other["name"], "verdict": result["verdict"],
                          "delta_tau_macro": result.get("delta_tau_macro"), "prompts": result.get("prompts")})
     from ..core.verdict import verdict_block
+    from ..formats.published import bands_for
 
     return {
-        "verdict": verdict_block(run, str(run_dir)),  # first: what the run says (core/verdict.py)
+        "verdict": verdict_block(run, str(run_dir), bands=bands_for(run)),  # first: what the run says (core/verdict.py)
         "run": str(run_dir), "incomplete": run.get("incomplete"),
         "settings": {"target": prov["target"]["name"], "prompts": prov["prompts"]["count"],
                      "prompt_source": prov["prompts"].get("source"), "max_new_tokens": prov["max_new_tokens"],

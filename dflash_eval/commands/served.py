@@ -18,12 +18,14 @@ from ..core import served as S
 from ..core import served_sglang as sglang_counters
 from ..core.attention import AttentionConfig
 from ..core.errors import InputError, loads, read_text_file
+from ..core.implausible import position_flags, tau_flags
 from ..core.semantics import layers_under
 from ..core.served_gap import gap_to_offline
+from ..formats import served_aiperf, served_llamacpp
 
 
 def _text(path: Path) -> str:
-    return read_text_file(path, "a /metrics dump or a `vllm bench serve` result")  # a regular file (a FIFO refused)
+    return read_text_file(path, "a /metrics dump, a `vllm bench serve` result or an AIPerf export")  # a regular file (a FIFO refused)
 
 
 def _bench(path: Path, text: str, model: str | None) -> S.Served:
@@ -40,6 +42,11 @@ def _bench(path: Path, text: str, model: str | None) -> S.Served:
                     raise InputError(path, f"invalid JSON: {whole}") from None
     if not all(isinstance(r, dict) for r in results) or not results:
         raise InputError(path, "is not a `vllm bench serve` result (expected a JSON object)")
+    if len(results) == 1 and served_aiperf.is_summary(results[0]):  # AIPerf's profile_export_aiperf.json
+        try:
+            return served_aiperf.served_from_summary(results[0], str(path))
+        except ValueError as exc:
+            raise InputError(path, str(exc)) from None
     if model is not None:
         results = [r for r in results if r.get("model_id") == model]
         if not results:
@@ -74,22 +81,29 @@ def read_served(paths: list[Path], model: str | None) -> S.Served:
         is_vllm = [bool(S.vllm_series(p)) for p in parsed]
         is_counters = [sglang_counters.has_counters(p) for p in parsed]
         is_sglang = [any(s.name == S.SGLANG_TAU for s in p) for p in parsed]
+        is_llamacpp = [served_llamacpp.has_counters(p) for p in parsed]  # formats/served_llamacpp.py
         if len(paths) == 2:
             if all(is_vllm):
                 return S.served_between(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
+            if all(is_llamacpp):
+                return served_llamacpp.served_between_scrapes(parsed[0], parsed[1], f"{paths[1]} - {paths[0]}")
             if all(is_counters):
                 return sglang_counters.served_between_counters(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
             raise InputError(where, "two dumps are subtracted only for vLLM's or SGLang's counters "
                                     + ("(SGLang's acceptance length is a gauge: read one dump)" if any(is_sglang)
-                                       else "(a dump without vllm:spec_decode_* or sglang:spec_verify_calls_total "
-                                            "counters, or the two dumps hold different ones)"))
+                                       else "(a dump without vllm:spec_decode_*, llamacpp:spec_decode_* or "
+                                            "sglang:spec_verify_calls_total counters, or the two dumps hold "
+                                            "different ones)"))
         if is_vllm[0]:
             return S.served_from_dump(parsed[0], model, str(paths[0]))
+        if is_llamacpp[0]:
+            return served_llamacpp.served_from_scrape(parsed[0], str(paths[0]))
         if is_counters[0]:
             return sglang_counters.served_from_counters(parsed[0], model, str(paths[0]))
         if is_sglang[0]:
             return S.served_from_sglang(parsed[0], model, str(paths[0]))
-        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total counters nor SGLang's "
+        raise InputError(paths[0], "holds neither vllm:spec_decode_*_total nor llamacpp:spec_decode_* counters nor "
+                                   "SGLang's "
                                    "sglang:spec_verify_calls_total / sglang:spec_accept_length (speculative decoding "
                                    "off, or not a server's /metrics)")
     except ValueError as exc:
@@ -131,6 +145,11 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
         if changed:
             causes.append(f"the run scored the drafter under {spec.get('semantics')} rules; vLLM's rules differ on "
                           f"{', '.join(changed)}: rerun with --semantics vllm")
+    elif engine == "llamacpp":
+        causes.append("llama.cpp defaults a DFlash2 drafter to sample_from_anchor=true (vLLM refuses it, speculators "
+                      "trains with false), drafts on a GGUF conversion (its quantization and rope keys), and stops a "
+                      "draft early under --spec-draft-p-min; `doctor --engines` scores the drafter under llama.cpp's "
+                      "rules")
     else:
         causes.append("SGLang may truncate the drafter's context (--speculative-draft-window-size, whole pages of "
                       "--page-size) and may simulate acceptance (SGLANG_SIMULATE_ACC_LEN); neither is in its metrics; "
@@ -157,11 +176,18 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
 
 def served(paths: list[Path], *, model: str | None = None, run: str | None = None) -> dict[str, Any]:
     """The one document `served` prints (`--json`) and renders: at least `tau` and `per_position`."""
+    if len(paths) == 1 and _text(paths[0]).lstrip().startswith("Model,"):  # AIPerf's speed_bench_report.csv
+        from .served_speed_bench import speed_bench
+
+        return speed_bench(paths[0], _text(paths[0]), model, run)
     measured = read_served(paths, model)
     summary = S.summary(measured)
     result: dict[str, Any] = {"kind": "dflash-eval served", "tau": summary["tau"],
                               "per_position": summary["per_position"], "served": summary}
+    # what should not be (core/implausible.py): every position exactly 0 or 1, a reported tau out of [1, B]
+    result["flags"] = position_flags(summary["per_position"], measured.drafts, "served per-position acceptance")
     if run is None:
+        result["flags"] += tau_flags(measured.reported_tau, None, "the source's own acceptance length")
         return result
     from .diff import load_side
 
@@ -175,6 +201,11 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     result["offline"] = {"run": str(side.run_dir), "drafter": side.name, "steps": counts.steps,
                          "block_size": counts.block_size,
                          "semantics": (side.drafter.get("spec") or {}).get("semantics")}
+    result["flags"] += tau_flags(measured.reported_tau, counts.block_size, "the source's own acceptance length")
     result["gap"] = gap_to_offline(measured, counts.steps, counts.reach_counts, counts.accept_length_histogram)
     result["likely_causes"] = likely_causes(result, side.drafter, side.run.get("provenance") or {})
+    category = next((n.removeprefix("AIPerf dataset category: ") for n in measured.notes
+                     if n.startswith("AIPerf dataset category: ")), None)
+    if category:  # AIPerf's spec_al_* prompts beside the run's (formats/served_aiperf.harness_parity)
+        result["parity"] = served_aiperf.harness_parity(category, side.run.get("provenance") or {})
     return result

@@ -28,8 +28,10 @@ from typing import Any
 from ..core import compare as C
 from ..core import served_requests as R
 from ..core.errors import InputError
+from ..core.implausible import MEANINGS, flag
 from ..core.samples import walk_blocks
-from ..formats.served_responses import read_plain_outputs, read_requests
+from ..formats.served_responses import read_plain_outputs, read_requests_noted
+from .served_divergence import divergence_fields, logit_gaps
 
 BLOCKS_SHOWN = 3  # offline blocks listed per prompt that falls short
 
@@ -38,7 +40,20 @@ class _Prompts:
     """The run's prompts by exact text, messages and templated ids, loaded only when an id does not match."""
 
     def __init__(self, side):
-        self.side, self._index, self._tokenizer = side, None, None
+        self.side, self._index, self._tokenizer, self._prompts = side, None, None, None
+
+    def prompts(self) -> list:
+        """The run's prompts (its own source, reloaded), those the run holds rows for."""
+        if self._prompts is None:
+            from ..pipeline.prompts import load_prompts
+
+            try:
+                self._prompts = [p for p in load_prompts(self.side.run["provenance"]["prompts"]["source"])
+                                 if p.id in self.side.rows]
+            except InputError as exc:
+                raise InputError(self.side.run_dir, f"cannot reload the run's prompts ({exc.one_line()}): give each "
+                                                    "request the prompt's id") from None
+        return self._prompts
 
     def tokenizer(self):
         if self._tokenizer is None:
@@ -49,14 +64,10 @@ class _Prompts:
 
     def index(self) -> dict:
         if self._index is None:
-            from ..pipeline.prompts import chat_text, load_prompts, prompt_ids
+            from ..pipeline.prompts import chat_text, prompt_ids
 
             prov = self.side.run["provenance"]
-            try:
-                prompts = [p for p in load_prompts(prov["prompts"]["source"]) if p.id in self.side.rows]
-            except InputError as exc:
-                raise InputError(self.side.run_dir, f"cannot reload the run's prompts to match requests by text "
-                                                    f"({exc.one_line()}): give each request the prompt's id") from None
+            prompts = self.prompts()
             texts, chats, ids = {}, {}, {}
             thinking = bool(prov["enable_thinking"])
             for p in prompts:
@@ -109,7 +120,8 @@ def _text_against(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str,
             return {"status": "greedy", "detail": "the served text is the offline greedy text (compared as text)",
                     "compared": common}
         return {"status": "differs", "detail": f"the served text differs from the offline greedy text at character "
-                                               f"{at}", "character": at}
+                                               f"{at}", "character": at, "means": MEANINGS["text_not_greedy"],
+                "rest_on_different_text": True}
     else:
         return {"status": "unknown", "detail": "the response holds no output text or token ids"}
     at = R.first_token_difference(served, offline)
@@ -119,7 +131,8 @@ def _text_against(r: R.ServedRequest, row: dict, prompts: _Prompts) -> dict[str,
                 "compared": min(len(served), len(offline))}
     return {"status": "differs", "token": at, "served_token": served[at], "offline_token": offline[at],
             "detail": f"the served text differs from the offline greedy text at token {at} (served id {served[at]}, "
-                      f"offline id {offline[at]})"}
+                      f"offline id {offline[at]})", "means": MEANINGS["text_not_greedy"],
+            **divergence_fields(served, offline, at)}
 
 
 def _against_plain(r: R.ServedRequest, plain: R.ServedOutput | None, prompts: _Prompts) -> dict[str, Any] | None:
@@ -207,13 +220,14 @@ def _pair_plain(plain_path: Path | None, prompts: _Prompts) -> tuple[dict[str, R
     return by_prompt, unmatched
 
 
-def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict[str, Any]:
+def reconcile(path: Path, run: str, non_speculative: Path | None = None, logit_gap: bool = False) -> dict[str, Any]:
     """The one document `served --per-request` prints (`--json`) and renders. `non_speculative`: the same
     server's responses to the same prompts with speculative decoding off, the reference that judges
-    losslessness (the offline text differs from any server's for kernel reasons alone)."""
+    losslessness (the offline text differs from any server's for kernel reasons alone). `logit_gap`: load the
+    run's target and give its logit gap at each first differing token (commands/served_divergence.py)."""
     from .diff import load_side
 
-    requests = read_requests(path)
+    requests, read_notes = read_requests_noted(path)  # a file of responses, or AIPerf's records
     side = load_side(run)
     if side.drafter.get("counts") is None:
         raise InputError(side.run_dir, f"drafter {side.name!r} holds sampled estimates, not walks: reconcile against a "
@@ -272,6 +286,11 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
             entry["notes"].append(f"{r.draft_tokens} drafted tokens in {r.steps} steps of k = {r.num_spec_tokens}: the "
                                   "draft length varied (dynamic speculation) or grammar invalidated drafts")
         entry["delta"] = None if r.tau is None or entry["offline"]["tau"] is None else r.tau - entry["offline"]["tau"]
+        if text["status"] == "differs" and "token" in text and r.per_step_accepted is not None:
+            # the steps wholly before the first differing token: both sides on the same text
+            mine, theirs = R.within_tokens(r, text["token"]), R.walk_within(walk, text["token"])
+            text["before_divergence"] = {"served_tau": mine.tau, "offline_tau": R.tau(len(theirs), sum(theirs)),
+                                         "steps": [mine.steps, len(theirs)]}
         gap = R.below_offline(served_hist, offline_hist) if served_hist is not None else None
         entry["gap"] = gap
         if gap is not None and gap["below"]:
@@ -281,6 +300,13 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
         if walk:
             offline_pp[pid] = (len(walk), len(walk) + sum(walk))
         rows.append(entry)
+    differing = {e["prompt"]: e["text"]["token"] for e in rows if e["text"]["status"] == "differs" and "token" in e["text"]}
+    if logit_gap:
+        gaps = logit_gaps(side, prompts, differing, {e["prompt"]: e["text"]["served_token"] for e in rows
+                                                     if e["prompt"] in differing})
+        for e in rows:
+            if e["prompt"] in gaps:
+                e["text"]["logit_gap"] = gaps[e["prompt"]]
     both = sorted(served_pp.keys() & offline_pp.keys())
     paired = None
     if both:
@@ -291,6 +317,7 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
     notes = [f"the server drafts {', '.join(map(str, drafted))} tokens per step, the offline run {k_offline}: a DFlash "
              "block of another length is not a prefix of this one, so tau and the walks are not comparable"] if drafted else []
     notes.extend(_span_notes(cut, excluded, unknown_length, len(matched)))
+    notes.extend(read_notes)
     return {"kind": "dflash-eval served --per-request", "file": str(path), "run": str(side.run_dir),
             "drafter": side.name, "block_size": k_offline + 1, "engines": engines, "requests": len(requests),
             "matched": len(matched), "unmatched": unmatched,
@@ -299,6 +326,8 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None) -> dict
             "histogram_shift": R.histogram_shift([pooled_served.get(n, 0) for n in range(max(pooled_served) + 1)],
                                                  pooled_offline) if pooled_served else None,
             "differs_from_offline": [e["prompt"] for e in rows if e["text"]["status"] == "differs"],
+            "flags": [flag("text_not_greedy", f"prompt {e['prompt']}", e["text"]["detail"]) for e in rows
+                      if e["text"]["status"] == "differs"],
             "non_speculative": None if non_speculative is None else {
                 "file": str(non_speculative), "matched": len(plain), "unmatched": plain_unmatched,
                 "requests_without_reference": [e["prompt"] for e in rows if e.get("plain") is None],

@@ -22,6 +22,7 @@ from ..core.settings.run_settings import RunSettings
 def check_options(run: RunSettings, reference_block: int | None) -> None:
     """Refused by name before the track folder is touched: the syntax of --draft-lengths, its range for the
     reference, and --draft-lengths at temperature > 0 (offline estimate)."""
+    run.trees.check_with(run.sampling.temperature, "trajectory")  # --tree-budgets: syntax, temperature 0 (Trees)
     text = run.serving.draft_lengths
     if text is None:
         return
@@ -46,9 +47,10 @@ def track_settings(run: RunSettings) -> dict[str, Any]:
     """What the curve's extra views depend on, only when set (a track made without them keeps its digest)."""
     edges = depth_edges(run)
     return {**({"draft_lengths": run.serving.draft_lengths} if run.serving.draft_lengths is not None else {}),
-            **({"depth_edges": list(edges)} if edges != DEFAULT_DEPTH_EDGES else {})}
+            **({"depth_edges": list(edges)} if edges != DEFAULT_DEPTH_EDGES else {}), **run.trees.provenance()}
 
 
 def run_settings(run: RunSettings) -> dict[str, Any]:
-    """What `run` adds to a run folder's settings for --draft-lengths (evaluate.serving_inputs)."""
-    return run.serving.provenance()
+    """What `run` adds to a run folder's settings for --draft-lengths (evaluate.serving_inputs) and
+    --tree-budgets."""
+    return {**run.serving.provenance(), **run.trees.provenance()}

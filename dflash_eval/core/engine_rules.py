@@ -42,6 +42,25 @@ llama.cpp (ggml-org/llama.cpp `common/speculative.cpp` `common_speculative_impl_
 - scales: DFlash logits reach the sampler unscaled (argmax unchanged by a positive multiplier or a cap).
 - refused: DFlash2 (its candidate lattice is built by a CPU-side selector not read), `partial_rotary_factor`
   (n_rot comes from the GGUF's rope.dimension_count, written by the converter), sampling (T > 0).
+
+DeepSpec (deepseek-ai/DeepSpec at afdfa7c: `deepspec/eval/dspark/evaluator.py` `Qwen3DSparkEvaluator`,
+`deepspec/eval/dspark/draft_ops.py` `forward_dspark_draft_block`, `deepspec/eval/base_evaluator.py`
+`generate_decoding_sample`, `deepspec/modeling/dspark/qwen3/modeling.py` `Qwen3DSparkAttention`), the evaluator
+its DFlash drafters were measured with:
+- format: its own layout only (`eval.py` picks the evaluator by `architectures[0]`: Qwen3DSparkModel), read
+  by formats/deepspec.py; any other format is refused under these rules.
+- attention: every layer full and bidirectional in the block (`is_causal=False` on every call, no mask: the
+  context cache holds rows before the anchor only); `build_draft_config` writes every layer full, so a
+  sliding layer is refused.
+- drafts: slot 0 drafts (`build_dspark_proposal` reads logits at slots 0..B-1): `sample_from_anchor`.
+- final block: the full block every step, the output trimmed at max_new_tokens (`generate_decoding_sample`:
+  `max_proposal_tokens` drafts whatever is left), as vLLM.
+- scales: none (no `input_embedding_scale`, `output_multiplier`, softcap); RoPE: transformers'
+  `Qwen3RotaryEmbedding` (the whole head).
+
+A drafter whose slot 0 drafts (`sample_from_anchor`) is refused under vLLM's, SGLang's and llama.cpp's DFlash
+rules: vLLM's `DFlashProposer.set_inputs_first_pass` samples the k slots after the anchor only, SGLang reads the
+z-lab layout without the key, llama.cpp's DFlash draft reads mask slots 1..n_max.
 """
 
 from __future__ import annotations
@@ -53,19 +72,24 @@ from .attention import AttentionConfig, LayerAttention
 if TYPE_CHECKING:
     from .spec import DrafterSpec
 
-ENGINE_RULES = ("sglang", "llamacpp")
+ENGINE_RULES = ("sglang", "llamacpp", "deepspec")
 SOURCES = {
     "sglang": "SGLang 0.5.23 srt/models/dflash.py (_get_dflash_attention_type, DFlashAttention.__init__), "
               "srt/speculative/dflash_utils.py (get_dflash_attention_sliding_window_size), "
               "srt/layers/attention/flashattention_backend.py (window_size)",
     "llamacpp": "llama.cpp common/speculative.cpp (common_speculative_impl_draft_dflash: causal_attn, n_max clamp, "
                 "draft), src/models/dflash.cpp (llama_model_dflash: sliding window pattern)",
+    "deepspec": "DeepSpec afdfa7c deepspec/eval/dspark/draft_ops.py (forward_dspark_draft_block: is_causal=False, "
+                "build_dspark_proposal: slots 0..B-1), deepspec/eval/base_evaluator.py (generate_decoding_sample)",
 }
 
 
 def layers_under(config: AttentionConfig, semantics: str) -> tuple[tuple[LayerAttention, ...], str]:
     """Per-layer attention as SGLang or llama.cpp derives it (refusals: `refusal`)."""
     layers = []
+    if semantics == "deepspec":  # refusal() refuses a sliding layer: every layer full and bidirectional
+        return (tuple(LayerAttention("full", None, False, window_from="query") for _ in config.layer_types),
+                "DeepSpec rules: every layer full and bidirectional in the block (is_causal=False on every call)")
     for kind in config.layer_types:
         sliding = kind == "sliding_attention"
         window = config.sliding_window if sliding else None
@@ -86,6 +110,17 @@ def layers_under(config: AttentionConfig, semantics: str) -> tuple[tuple[LayerAt
 def refusal(spec: "DrafterSpec", semantics: str, temperature: float = 0.0) -> str | None:
     """Why these rules cannot be reproduced for this checkpoint (None: they can)."""
     config = spec.attention_config
+    if spec.sample_from_anchor and semantics in ANCHOR_DRAFT_REFUSALS:
+        return ANCHOR_DRAFT_REFUSALS[semantics]
+    if semantics == "deepspec":
+        if spec.format != "deepspec":
+            return ("DeepSpec's evaluator loads its own layout only (eval.py picks the evaluator by architectures[0]: "
+                    "Qwen3DSparkModel); a DeepSpec-format copy is read under these rules")
+        if config is not None and "sliding_attention" in config.layer_types:
+            return "DeepSpec's build_draft_config writes every layer full_attention; a sliding layer is not its model"
+        if spec.is_dflash2:
+            return "DeepSpec has no DFlash2 drafter"
+        return None
     if semantics == "sglang":
         if spec.format != "zlab":
             return ("SGLang 0.5.23 reads the z-lab layout only (srt/speculative/dflash_utils.py: dflash_config; no "
@@ -114,6 +149,16 @@ def refusal(spec: "DrafterSpec", semantics: str, temperature: float = 0.0) -> st
     return None
 
 
+ANCHOR_DRAFT_REFUSALS = {  # a drafter whose slot 0 drafts (sample_from_anchor), under engines that never read it
+    "vllm": ("slot 0 drafts (sample_from_anchor): vLLM's DFlash proposer samples the num_speculative_tokens slots "
+             "after the anchor only (v1/spec_decode/dflash.py DFlashProposer.set_inputs_first_pass)"),
+    "sglang": ("slot 0 drafts (sample_from_anchor): SGLang's DFlash reads the z-lab layout, which has no such key, and "
+               "drafts the mask slots after the anchor (srt/models/dflash.py)"),
+    "llamacpp": ("slot 0 drafts (sample_from_anchor): llama.cpp's DFlash draft reads mask slots 1..n_max "
+                 "(common/speculative.cpp common_speculative_impl_draft_dflash; the key moves DSpark only)"),
+}
+
+
 def sglang_rotary_dim(rope: dict, head_dim: int, declared_top_level: bool) -> int:
     """SGLang's rotary dims: `rope_dim` if given, else int(head_dim x f) for a top-level
     partial_rotary_factor f (transformers 5.19 keeps it as an attribute), else the whole head."""
@@ -130,4 +175,5 @@ NOTES = {
               "--speculative-draft-window-size with page size 1 (a page size P keeps up to P - 1 more rows)",
     "llamacpp": "llama.cpp serving: drafts of n_max = B - 1 greedy tokens, --draft-p-min not modelled (0); the GGUF "
                 "conversion is assumed to carry taps, window and block size unchanged",
+    "deepspec": "DeepSpec's evaluator: the full block every step (trimmed at max_new_tokens), slot 0 drafting",
 }

@@ -4,7 +4,7 @@ render/terminal_inspect.py shows it). Pure data, so the renderers read it withou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .spec import DrafterSpec
 
@@ -26,6 +26,9 @@ class Check:
     name: str
     ok: bool
     detail: str
+    # "error": the checkpoint cannot be evaluated as it is (loading refuses it); "warning": it can, and what the
+    # check names changes how some engine serves it (formats/defect_checks.py, model/probe_checks.py)
+    severity: str = "error"
 
 
 @dataclass
@@ -38,7 +41,14 @@ class Inspection:
     parameters: dict[str, int]  # body / embedding / lm_head parameter counts
     snapshot: dict[str, str] | None = None  # {"repo", "revision"} when read from the HF cache (core/snapshots.py)
     target_snapshot: dict[str, str] | None = None
+    # the checks engines added after their own bugs (formats/defect_checks.py, model/probe_checks.py): warnings
+    defects: list[Check] = field(default_factory=list)
+    engines: dict | None = None  # `inspect --engines` (core/engine_readings.py)
 
     @property
     def failed(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
+        return [c for c in self.checks if not c.ok and c.severity == "error"]
+
+    @property
+    def warned(self) -> list[Check]:
+        return [c for c in (*self.checks, *self.defects) if not c.ok and c.severity == "warning"]

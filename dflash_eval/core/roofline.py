@@ -168,6 +168,13 @@ class DrafterShape:
     draft_vocab_size: int  # lm_head rows (a reduced draft vocabulary with d2t)
     own_embedding: bool  # embed_tokens stored in the checkpoint (speculators' frozen copy) or the target's
     own_lm_head: bool  # likewise lm_head (draft_vocab_size rows)
+    # slot 0 drafts (speculators' sample_from_anchor, DeepSpec): a block of B slots as counted (core/spec.py)
+    # runs B - 1 network slots
+    anchor_drafts: bool = False
+
+    def network_slots(self, block_size: int | None = None) -> int:
+        """Slots the network runs for a block of `block_size` (default B) as counted."""
+        return (block_size or self.block_size) - int(self.anchor_drafts)
 
     @property
     def table_parameters(self) -> int:
@@ -178,12 +185,17 @@ class DrafterShape:
 def drafter_shape(config: dict, *, own_tables: bool | None = None) -> DrafterShape:
     """From a drafter's config.json. `own_tables` None: the format's convention (speculators checkpoints
     carry frozen copies of the target's embedding and lm_head, z-lab ones use the target's)."""
+    anchor_drafts = False
     if config.get("speculators_model_type") == "dflash":
         body_config, fmt = config.get("transformer_layer_config"), "speculators"
         if not isinstance(body_config, dict):
             raise InputError(None, "config key 'transformer_layer_config' is missing or not an object")
         taps = config.get("aux_hidden_state_layer_ids")
         block = config.get("block_size")
+        anchor_drafts = config.get("sample_from_anchor") is True
+    elif "Qwen3DSparkModel" in (config.get("architectures") or []):  # DeepSpec (formats/deepspec.py)
+        body_config, fmt, anchor_drafts = config, "deepspec", True
+        taps, block = config.get("target_layer_ids"), config.get("block_size")
     else:
         body_config, fmt = config, "zlab"
         dflash = config.get("dflash_config") or {}
@@ -192,13 +204,14 @@ def drafter_shape(config: dict, *, own_tables: bool | None = None) -> DrafterSha
     if not isinstance(taps, list) or not taps:
         raise InputError(None, "drafter config has no tap list (aux_hidden_state_layer_ids / dflash_config.target_layer_ids)")
     body = model_shape({**body_config, "model_type": "qwen3", "layer_types": None})
-    tables = (fmt == "speculators") if own_tables is None else own_tables
+    tables = (fmt in ("speculators", "deepspec")) if own_tables is None else own_tables
     own = config if fmt == "speculators" else {}  # z-lab: the target's width and vocabulary
+    block = _int({"block_size": block}, "block_size", "dflash_config." if fmt == "zlab" else "")
     return DrafterShape(
-        format=fmt, body=body, n_taps=len(taps), block_size=_int({"block_size": block}, "block_size", "dflash_config." if fmt == "zlab" else ""),
+        format=fmt, body=body, n_taps=len(taps), block_size=block + int(anchor_drafts),
         target_hidden_size=_int({"v": own.get("target_hidden_size") or body.hidden_size}, "v", "target_hidden_size"),
         draft_vocab_size=_int({"v": own.get("draft_vocab_size") or body.vocab_size}, "v", "draft_vocab_size"),
-        own_embedding=tables, own_lm_head=tables)
+        own_embedding=tables, own_lm_head=tables, anchor_drafts=anchor_drafts)
 
 
 def drafter_shape_from_spec(spec) -> DrafterShape:
@@ -211,7 +224,8 @@ def drafter_shape_from_spec(spec) -> DrafterShape:
         intermediate_size=spec.intermediate_size, tie_word_embeddings=False)
     return DrafterShape(format=spec.format, body=body, n_taps=len(spec.taps), target_hidden_size=spec.target_hidden_size,
                         block_size=spec.block_size, draft_vocab_size=spec.draft_vocab_size,
-                        own_embedding=spec.embedding_source == "checkpoint", own_lm_head=spec.lm_head_source == "checkpoint")
+                        own_embedding=spec.embedding_source == "checkpoint", own_lm_head=spec.lm_head_source == "checkpoint",
+                        anchor_drafts=spec.sample_from_anchor)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -376,9 +390,9 @@ def drafter_flops(d: DrafterShape, blocks: int, visible_context: int, new_contex
     `drafter_context_flops(new_context_tokens)`; P_layers = the layers' matmul weights per slot, the scores
     against every visible context row (the block path computes them all, then masks), lm_head over every
     slot (slot 0 included, as the engine computes it)."""
-    b, slots = d.body, blocks * (block_size or d.block_size)
+    b, slots = d.body, blocks * d.network_slots(block_size)
     per_slot = 2 * matmul_parameters_per_token(b) + b.num_layers * 4 * b.num_attention_heads * b.head_dim * \
-        (visible_context + (block_size or d.block_size)) + 2 * b.hidden_size * d.draft_vocab_size
+        (visible_context + d.network_slots(block_size)) + 2 * b.hidden_size * d.draft_vocab_size
     return slots * per_slot + drafter_context_flops(d, new_context_tokens)
 
 
@@ -386,7 +400,7 @@ def drafter_bytes(d: DrafterShape, blocks: int, visible_context: int, dtype_byte
                   block_size: int | None = None) -> float:
     """The body's weights, fc and lm_head (the target's when not its own) read once; the context's keys and
     values (GQA-expanded to every head, as the engine keeps them) read once per forward; logits written."""
-    b, slots = d.body, blocks * (block_size or d.block_size)
+    b, slots = d.body, blocks * d.network_slots(block_size)
     body = parameters(d) - d.table_parameters
     context = visible_context * b.num_layers * 2 * b.num_attention_heads * b.head_dim
     return (body + d.draft_vocab_size * b.hidden_size + context + slots * d.draft_vocab_size) * dtype_bytes

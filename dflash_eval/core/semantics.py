@@ -52,7 +52,7 @@ from .attention import AttentionConfig, LayerAttention, Scales
 if TYPE_CHECKING:
     from .spec import DrafterSpec
 
-Semantics = Literal["zlab", "speculators", "vllm", "sglang", "llamacpp"]
+Semantics = Literal["zlab", "speculators", "vllm", "sglang", "llamacpp", "deepspec"]
 SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm", *engine_rules.ENGINE_RULES)
 # the rule sets doctor's variants try (a trainer or vLLM); the other engines: `doctor --engines`
 VARIANT_SEMANTICS: tuple[str, ...] = ("zlab", "speculators", "vllm")
@@ -67,7 +67,7 @@ RULE_SOURCES = {
 }
 SCALE_SOURCE = "dflash 0.1.0 dflash/model.py (_draft_value, dflash_generate, DFlashDraftModel.compute_logits)"
 
-FORMAT_SEMANTICS = {"zlab": "zlab", "speculators": "speculators"}
+FORMAT_SEMANTICS = {"zlab": "zlab", "speculators": "speculators", "deepspec": "deepspec"}
 
 
 def layers_under(config: AttentionConfig, semantics: str) -> tuple[tuple["LayerAttention", ...], str]:
@@ -207,8 +207,9 @@ VLLM_NOTE = ("vLLM serving: full blocks up to the length cap (--final-block not 
 
 def shorter_final_block(semantics: str, requested: bool) -> bool:
     """Whether the block near the length cap is shortened to min(B, remaining + 1) slots: z-lab's loop does
-    (the run's `--final-block`, default shorter); vLLM never does (VLLM_SERVING_RULES["final block"])."""
-    return False if semantics == "vllm" else requested
+    (the run's `--final-block`, default shorter); vLLM never does (VLLM_SERVING_RULES["final block"]), nor
+    DeepSpec's evaluator (engine_rules.py)."""
+    return False if semantics in ("vllm", "deepspec") else requested
 
 
 def draft_top_filters(semantics: str) -> bool:
@@ -233,7 +234,8 @@ def apply_semantics(spec: "DrafterSpec", semantics: str, why: str) -> "DrafterSp
     return replace(spec, layers=layers, causality_source=causality, semantics=semantics, semantics_source=why,
                    embedding_scale=embed_scale, output_multiplier=multiplier, logit_softcap=cap,
                    config_notes=tuple(n for n in _rotary_checked(spec, semantics)
-                                      if not n.startswith(("vLLM serving:", "SGLang serving:", "llama.cpp serving:")))
+                                      if not n.startswith(("vLLM serving:", "SGLang serving:", "llama.cpp serving:",
+                                                               "DeepSpec's evaluator:")))
                    + ((VLLM_NOTE,) if semantics == "vllm" else ())
                    + ((engine_rules.NOTES[semantics],) if semantics in engine_rules.NOTES else ()),
                    rotary_semantics=None)

@@ -46,7 +46,14 @@ SOURCES = {"vllm": "vLLM 0.33.0 v1/spec_decode/metrics.py (SpecDecodingProm), v1
            "bench": "vLLM 0.33.0 benchmarks/serve.py (fetch_spec_decode_metrics, spec_decode_* result fields)",
            "sglang": "SGLang 0.5.23 srt/observability/metrics_collector.py (sglang:spec_accept_length gauge)",
            "sglang_counters": "SGLang 0.5.23 srt/observability/metrics_collector.py (sglang:spec_verify_calls_total, "
-                              "sglang:generation_tokens_total, sglang:num_requests_total; counted at request finish)"}
+                              "sglang:generation_tokens_total, sglang:num_requests_total; counted at request finish)",
+           "llamacpp": "llama.cpp tools/server/server-task.cpp (server_task_result_metrics::to_metrics, #26389), "
+                       "server-context.cpp (slot stats summed at request finish)",
+           "aiperf": "AIPerf profile_export_aiperf.json (metrics/types/spec_decode_metrics.py totals, "
+                     "pooled_spec_decode_acceptance_histogram)"}
+# which definition (core/tau_definitions.py) each source's tau is
+TAU_DEFINITION = {"vllm": "vllm", "bench": "vllm", "llamacpp": "llamacpp", "aiperf": "aiperf_token_weighted",
+                  "sglang_counters": "ours_micro", "sglang": "sglang_gauge"}
 DIFFUSION = "vllm:diffusion_"
 Z95 = 1.959963984540054
 
@@ -129,6 +136,7 @@ class Served:
     notes: tuple[str, ...] = field(default=())
     # each engine (label set) alone: (labels, drafts, draft_tokens, accepted, accepted_per_pos or None)
     per_engine: tuple[tuple[str, int, int, int, tuple[int, ...] | None], ...] = field(default=())
+    histogram: tuple[int, ...] | None = None  # steps by accepted drafts, when the source gives it (AIPerf's pool)
 
 
 def _counter_int(value: float, what: str) -> int:
@@ -365,6 +373,8 @@ def served_from_sglang(samples: Sequence[Sample], model: str | None, source: str
 def served_histogram(s: Served) -> list[int] | None:
     """Steps by accepted length 0..k, when the counts determine it: per-position counts present and every
     draft of full length k (then n >= i+1 for exactly accepted_per_pos[i] drafts)."""
+    if s.histogram is not None:
+        return list(s.histogram)
     a = s.accepted_per_pos
     if not a or s.drafts is None or s.draft_tokens != s.drafts * len(a) or sum(a) != s.accepted:
         return None
@@ -387,7 +397,24 @@ def summary(s: Served) -> dict[str, Any]:
             "per_engine": [{"series": name, "tau": 1 + a / d if d else None, "drafts": d, "draft_tokens": t,
                             "accepted": a, "per_position": None if pos is None or not d else [n / d for n in pos]}
                            for name, d, t, a, pos in s.per_engine],
-            "reference": SOURCES[("sglang_counters" if s.drafts is not None else "sglang") if s.engine == "sglang"
-                                 else ("bench" if s.series == ("all engines",) else "vllm")]}
+            "reference": SOURCES[_source_key(s)],
+            **_definition(s)}
+
+
+def _source_key(s: Served) -> str:
+    if s.engine == "sglang":
+        return "sglang_counters" if s.drafts is not None else "sglang"
+    if s.engine == "vllm":
+        return "bench" if s.series == ("all engines",) else "vllm"
+    return s.engine
+
+
+def _definition(s: Served) -> dict[str, Any]:
+    """The served tau's definition and its conversion to ours (core/tau_definitions.py)."""
+    from .tau_definitions import DEFINITIONS, conversion
+
+    key = TAU_DEFINITION[_source_key(s)]
+    return {"tau_definition": DEFINITIONS[key].to_dict(),
+            "conversion": conversion(key, steps=s.drafts, accepted=s.accepted, reported=s.reported_tau)}
 
 

@@ -60,6 +60,8 @@ def gap_to_offline(s: Served, steps: int, reach_counts: Sequence[int], histogram
     if served_tau is not None:
         tau["gap"] = served_tau - offline_tau
     hist = served_histogram(s)
+    if hist is not None and s.histogram is not None and len(hist) < len(histogram):
+        hist = hist + [0] * (len(histogram) - len(hist))  # a pooled histogram stops at the longest accept seen
     if hist is not None and len(hist) == len(histogram):
         tau["gap"], tau["low"], tau["high"] = mean_gap(hist, histogram)
     why = []

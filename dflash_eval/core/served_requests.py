@@ -28,6 +28,9 @@ DEFINITIONS = {
             "denominator only); the last step counts drafts accepted past max_tokens or the stop token",
     "sglang": "SGLang: steps = spec_verify_ct, accepted = spec_num_correct_drafts, tau = 1 + accepted / steps; its "
               "spec_accept_length = completion_tokens / spec_verify_ct counts the prefill token and is not ours",
+    "aiperf": "AIPerf records (SpecDecodeAcceptanceRecord): steps = num_spec_steps, accepted = "
+              "num_accepted_draft_tokens, tau = mean_acceptance_length = 1 + accepted / steps (ours); AIPerf's run "
+              "Acceptance Length averages it over requests (ours macro when a prompt is one request)",
 }
 
 
@@ -35,7 +38,7 @@ DEFINITIONS = {
 class ServedRequest:
     """One request's speculative decoding as the server reported it, in its own fields' terms converted."""
 
-    engine: str  # "vllm" or "sglang"
+    engine: str  # "vllm", "sglang" or "aiperf" (AIPerf's record of some server)
     line: int  # 1-based line of the file
     steps: int  # verify steps
     accepted: int  # accepted draft tokens (bonus excluded)

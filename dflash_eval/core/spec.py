@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from .attention import AttentionConfig, LayerAttention, Scales
 
-Format = Literal["zlab", "speculators"]
+Format = Literal["zlab", "speculators", "deepspec"]
 Source = Literal["target", "checkpoint"]
 
 
@@ -41,7 +41,7 @@ class DrafterSpec:
     draft_vocab_size: int  # rows of the drafter's lm_head (== vocab_size unless a d2t map exists)
     taps: tuple[int, ...]  # output-of-layer indices (z-lab numbering), in fc input order
     num_target_layers: int | None  # as recorded in the checkpoint, when it records it
-    block_size: int  # B: slot 0 is the anchor, slots 1..B-1 are drafted
+    block_size: int  # B: slot 0 is the anchor, slots 1..B-1 are drafted (with sample_from_anchor: see below)
     mask_token_id: int
     layers: tuple[LayerAttention, ...]
     causality_source: str  # why layers[i].causal_in_block is what it is
@@ -76,6 +76,19 @@ class DrafterSpec:
     conv_group_size: int | None = None
     selector_rank: int | None = None
     selector_top_k: int | None = None
+    # slot 0's output is the first draft (speculators' `sample_from_anchor`, DeepSpec's DFlash: position j of
+    # a block predicts anchor + j + 1). `block_size` then counts the block as every consumer reads it, the
+    # anchor and the drafted slots: the checkpoint's block_size + 1, so B - 1 drafts, a walk's steps commit
+    # 1..B tokens and every count keeps its meaning; the network runs `network_block_size` = B - 1 slots
+    # ([anchor, MASK x B - 2]) and its slot j - 1 drafts slot j (model/drafting.py)
+    sample_from_anchor: bool = False
+    # the draft length k the checkpoint records for servers (speculators' proposal_methods[0].speculative_tokens)
+    speculative_tokens: int | None = None
+
+    @property
+    def network_block_size(self) -> int:
+        """Slots the drafter's network runs per block: the checkpoint's own block_size."""
+        return self.block_size - 1 if self.sample_from_anchor else self.block_size
 
     @property
     def is_dflash2(self) -> bool:

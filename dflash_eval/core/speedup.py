@@ -290,3 +290,44 @@ def live_throughput(drafter: dict) -> dict[str, Any] | None:
         if row is not None and table["batches"] and table["batches"][0] == 1:
             out["measured_speedup"] = row["speedup"][0]
     return out
+
+
+def tree_speedup_table(chain: Mapping[int, float], trees: Mapping[int, float], block_size: int,
+                       times: StepTimes) -> dict[str, Any]:
+    """Chains and trees in one table, per batch: a chain at draft length k verifies k + 1 tokens after a
+    drafter pass over k + 1 slots; a DDTree step at budget b verifies 1 + b tokens (the root and b nodes) after
+    one drafter pass over the checkpoint's block (B slots: the tree reads every depth), so
+
+        speedup(tree b, batch) = tau_micro(b) x t_target(1, batch) / (t_target(1 + b, batch) + t_drafter(B, batch))
+
+    chain: {k: tau_micro at draft length k}; trees: {b: tau_micro of the tree walk at budget b}. The tree's
+    host work (building the tree, its attention mask) is not in the model. Best per batch over both kinds."""
+    one = {b: times.target(1, b) for b in times.batches}
+    rows = []
+    for kind, size, verify, drafted, tau in (
+            [("chain", k, k + 1, k + 1, chain[k]) for k in sorted(chain)]
+            + [("tree", b, 1 + b, block_size, trees[b]) for b in sorted(trees)]):
+        cells, t_targets, t_drafters = [], [], []
+        for batch in times.batches:
+            tt, td = times.target(verify, batch), times.drafter(drafted, batch)
+            t_targets.append(tt)
+            t_drafters.append(td)
+            known = None not in (one[batch], tt, td)
+            cells.append(speedup(tau, one[batch], tt, td) if known else None)
+        rows.append({"verification": kind, "size": size, "verify_tokens": verify, "drafter_slots": drafted,
+                     "tokens_per_step": tau, "speedup": cells, "target_seconds": t_targets,
+                     "drafter_seconds": t_drafters})
+    best = []
+    for i, batch in enumerate(times.batches):
+        known = [(r["speedup"][i], -r["verify_tokens"], r) for r in rows if r["speedup"][i] is not None]
+        if known:
+            value, _, row = max(known, key=lambda t: (t[0], t[1]))
+            best.append({"batch": batch, "verification": row["verification"], "size": row["size"], "speedup": value})
+        else:
+            best.append({"batch": batch, "verification": None, "size": None, "speedup": None})
+    return {
+        "model": "chain k: tau_micro(k) x t_target(1) / (t_target(k + 1) + t_drafter(k + 1)); tree b: tau_micro(b) x "
+                 "t_target(1) / (t_target(1 + b) + t_drafter(B)); per batch; the tree's host work not modelled",
+        "source": times.source, "label": times.label, "batches": list(times.batches),
+        "target_seconds_one_token": [one[b] for b in times.batches], "rows": rows, "best": best,
+    }

@@ -8,6 +8,11 @@ and `--markdown` (commands/report.py, render/markdown.py) and report.html (templ
   in `compare.verdict`'s words: better, worse or indistinguishable, with interval, p and prompts paired;
 - the doctor's verdict and the share of the gap it closes, when there is one: the run's own explanation
   (core/explanation.py) or the `doctor` section `doctor --out RUN` added;
+- beside each drafter that is a published pair with its target, the band of published tau per prompt set and
+  where the run falls (`bands`: formats/published.py finds them, the caller passes them in);
+- the numbers that should not be (core/implausible.py): a tau outside [1, B], every position exactly 0 or 1,
+  a reach that rises with the slot, each with what it usually means;
+- the drop to the serving target and its split (`--serving-target`: core/serving_split.py), when the run has one;
 - the next commands, every drafter named as `RUN:NAME` the way `diff` reads it back (shell-quoted).
 
 Pure: nothing is measured here that run.json does not hold, except the paired deltas (compare.py).
@@ -64,9 +69,12 @@ def _closing(explanation: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def verdict_block(run: dict[str, Any], run_dir: str | None = None,
-                  program: tuple[str, ...] = PROGRAM) -> dict[str, Any]:
+                  program: tuple[str, ...] = PROGRAM, bands: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The verdict view of `run` (module docstring); `run_dir`: the folder as the user names it (default: as the
-    run was given its --out), `program`: the words that call dflash-eval (the next commands)."""
+    run was given its --out), `program`: the words that call dflash-eval (the next commands), `bands`: drafter
+    name -> its published bands (formats/published.bands_for), shown beside its tau."""
+    from .implausible import drafter_flags
+
     drafters = run.get("drafters") or []
     prov = run.get("provenance") or {}
     run_dir = run_dir or prov.get("out")
@@ -77,12 +85,14 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
     base = reference or (names[0] if len(names) > 1 else None)
     by_name = {d["name"]: d for d in drafters}
     explained = _explained(run)
+    served = {r["drafter"]: r["verdict"] for r in (run.get("serving_target") or {}).get("drafters") or []}
     rows = []
     for d in drafters:
         m = d.get("metrics") or {}
         row: dict[str, Any] = {"name": d["name"], "tau_macro": m.get("tau_macro"), "tau_macro_ci": m.get("tau_macro_ci"),
                                "estimate": bool(m.get("estimate")), "reference": d["name"] == reference,
-                               "flagged_share": (d.get("repetition") or {}).get("flagged_share")}
+                               "flagged_share": (d.get("repetition") or {}).get("flagged_share"),
+                               "bands": list((bands or {}).get(d["name"]) or []), "flags": drafter_flags(d)}
         if base is not None and d["name"] != base:
             try:
                 delta = delta_tau_per_prompt(_per_prompt(by_name[base]), _per_prompt(d), seed=0, common_only=True)
@@ -90,6 +100,8 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
                 row["line"] = verdict(delta, base, d["name"])
             except ValueError as exc:  # no prompt with steps on both sides
                 row["delta"], row["line"] = None, f"{d['name']} vs {base}: {exc}"
+        if d["name"] in served:
+            row["serving"] = served[d["name"]]
         if d["name"] in explained:
             e = explained[d["name"]]
             row["explanation"] = {"source": e["source"], "reference": e.get("reference"), "behind": e.get("behind"),
@@ -99,7 +111,10 @@ def verdict_block(run: dict[str, Any], run_dir: str | None = None,
     compared = [n for n in names if n != base]
     title = (f"{', '.join(compared)} vs {base}" if base is not None and compared else
              ", ".join(names) or "no drafters")
+    from .tau_definitions import DEFINITIONS
+
     return {"title": title, "reference": reference, "compared_to": base, "prompts": (prov.get("prompts") or {}).get("count"),
+            "tau_definition": DEFINITIONS["zlab"].to_dict(),  # every tau carries its definition
             "drafters": rows, "next": next_commands(run, run_dir, base, explained, program)}
 
 

@@ -10,6 +10,8 @@ Formats (primer section 4):
   the target's embedding and lm_head are used.
 - speculators: `speculators_model_type: "dflash"`, nested `transformer_layer_config`; body weights plus
   frozen copies of embedding and lm_head, optional `d2t`/`t2d` for a reduced draft vocabulary.
+- deepspec: DeepSpec's `Qwen3DSparkModel` (the target's Qwen3 config plus DeepSpec's keys, checked in
+  formats/deepspec.py); body weights plus frozen copies of embedding and lm_head; slot 0 drafts.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..core.attention import AttentionConfig, Scales
 from ..core.errors import InputError
 from ..core.semantics import FORMAT_SEMANTICS, apply_semantics
 from ..core.spec import DrafterSpec
-from . import dflash2, muse_glimmer
+from . import deepspec, dflash2, muse_glimmer
 from .files import CONFIG_NAME, TensorMeta, read_config, read_weight_metadata
 from .validation import TargetInfo, check_rope, first_failure, number, validate
 
@@ -59,6 +61,8 @@ def _architectures(config: dict[str, Any], path: Path) -> list:
 
 
 def detect_format(config: dict[str, Any], path: Path) -> str:
+    if deepspec.is_deepspec(config):
+        return "deepspec"
     if config.get("speculators_model_type") is not None:
         if config["speculators_model_type"] != "dflash":
             dflash2.refuse_other_type(config["speculators_model_type"], path)
@@ -290,8 +294,9 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     unknown = sorted(set(config) - SPECULATORS_KEYS)
     if unknown:
         raise InputError(path, f"config key {unknown[0]!r} is not implemented by dflash-eval")
-    if config.get("sample_from_anchor"):
-        raise InputError(path, "config key 'sample_from_anchor'=true is not implemented (slot 0 would be a prediction)")
+    anchor_drafts = config.get("sample_from_anchor")
+    if anchor_drafts is not None and not isinstance(anchor_drafts, bool):
+        raise InputError(path, f"config key 'sample_from_anchor'={anchor_drafts!r} is not true/false")
     body = _require(config, "transformer_layer_config", path)
     if not isinstance(body, dict):
         raise InputError(path, "config key 'transformer_layer_config' is not an object")
@@ -319,8 +324,10 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     spec_tokens = methods[0].get("speculative_tokens")
     if spec_tokens is not None:
         number(spec_tokens, "speculators_config.proposal_methods[0].speculative_tokens", path, integer=True, low=1)
-    if spec_tokens is not None and spec_tokens not in (block_size - 1, block_size):
-        raise InputError(path, f"speculators_config speculative_tokens={spec_tokens} matches neither block_size-1 nor block_size ({block_size})")
+    # speculators' from_training_args writes B - 1 (B with sample_from_anchor); older versions wrote B either way,
+    # which a server reading it as num_speculative_tokens takes past the trained block (a check: checks.py)
+    if spec_tokens is not None and spec_tokens > block_size:
+        raise InputError(path, f"speculators_config speculative_tokens={spec_tokens} exceeds block_size ({block_size})")
     verifier_section = speculators.get("verifier") or {}
     if not isinstance(verifier_section, dict):
         raise InputError(path, "config key 'speculators_config.verifier' is not an object")
@@ -333,6 +340,9 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
     notes = [f"transformer_layer_config.{key}={body[key]!r}: read by z-lab's code only, ignored under speculators rules"
              for key in ("is_causal", "input_embedding_scale", "output_multiplier", "final_logit_softcapping")
              if body.get(key) is not None]
+    if anchor_drafts:  # speculators 0.9.0 models/dflash/core.py: targets at the anchored block indices, slot 0 drafts
+        notes.append(f"sample_from_anchor=true: slot 0 drafts (speculators' targets at anchor + j + 1), so the block "
+                     f"of {block_size} drafts {block_size} tokens (block size B = {block_size + 1} as read here)")
     has_d2t = "d2t" in weights
     draft_vocab = int(config.get("draft_vocab_size") or fields["vocab_size"])
     ignored = tuple(name for name in TRAINING_ONLY_WEIGHTS if name in weights)
@@ -342,14 +352,37 @@ def spec_from_speculators(config: dict[str, Any], directory: Path, weights: dict
         draft_vocab_size=draft_vocab,
         taps=tuple(int(k) - 1 for k in aux),
         num_target_layers=None,
-        block_size=block_size, mask_token_id=int(_require(config, "mask_token_id", path)),
+        block_size=block_size + 1 if anchor_drafts else block_size, sample_from_anchor=bool(anchor_drafts),
+        mask_token_id=int(_require(config, "mask_token_id", path)),
         layers=(), causality_source="",
         embedding_source="checkpoint" if "embed_tokens.weight" in weights else "target",
         lm_head_source="checkpoint" if "lm_head.weight" in weights else "target",
-        has_d2t=has_d2t, verifier=verifier, ignored_weights=ignored,
+        has_d2t=has_d2t, verifier=verifier, ignored_weights=ignored, speculative_tokens=spec_tokens,
         attention_config=attention,
         # a converted z-lab checkpoint carries z-lab's keys in its body: kept, applied only under z-lab rules
         scales=_scales(body, {}, path), config_notes=tuple(notes),
+    )
+    return _format_default(spec)
+
+
+def spec_from_deepspec(config: dict[str, Any], directory: Path, weights: dict[str, TensorMeta]) -> DrafterSpec:
+    """DeepSpec's layout (formats/deepspec.py checks its keys): the target's Qwen3 config as the body, the taps
+    in z-lab numbering, slot 0 drafting, the checkpoint's own embedding and lm_head."""
+    path = directory / CONFIG_NAME
+    keys = deepspec.checked_keys(config, path)
+    _refuse_architectures(config, path=path)
+    _refuse_unimplemented(config, path)
+    fields = _body_spec_fields(config, path, "")
+    attention = attention_config(config, fields["num_layers"], path, "deepspec")
+    spec = DrafterSpec(
+        format="deepspec", path=str(directory), **fields,
+        target_hidden_size=fields["hidden_size"], draft_vocab_size=fields["vocab_size"],
+        taps=keys["taps"], num_target_layers=keys["num_target_layers"],
+        block_size=keys["block_size"] + 1, sample_from_anchor=True, mask_token_id=keys["mask_token_id"],
+        layers=(), causality_source="",
+        embedding_source="checkpoint" if "embed_tokens.weight" in weights else "target",
+        lm_head_source="checkpoint" if "lm_head.weight" in weights else "target", has_d2t=False,
+        attention_config=attention, config_notes=tuple(keys["notes"]),
     )
     return _format_default(spec)
 
@@ -371,7 +404,8 @@ def typed_like_the_reference(config: dict[str, Any], fmt: str, path: Path) -> No
         from huggingface_hub.errors import StrictDataclassFieldValidationError
     except ImportError:  # a hub without strict dataclasses: transformers validates nothing either
         return
-    body, where = (config, "") if fmt == "zlab" else (config.get("transformer_layer_config") or {}, "transformer_layer_config.")
+    body, where = ((config, "") if fmt in ("zlab", "deepspec") else
+                   (config.get("transformer_layer_config") or {}, "transformer_layer_config."))
     skip = {"dflash_config", "speculators_config", "transformer_layer_config", "architectures", "auto_map", "model_type"}
     try:
         Qwen3Config(**{k: v for k, v in body.items() if k not in skip})
@@ -413,7 +447,7 @@ def read_spec(directory: str | Path) -> tuple[DrafterSpec, dict[str, TensorMeta]
     weights, owners = read_weight_metadata(directory)
     if muse:
         weights, owners = muse_glimmer.renamed(weights), muse_glimmer.renamed(owners)
-    builder = spec_from_zlab if fmt == "zlab" else spec_from_speculators
+    builder = {"zlab": spec_from_zlab, "speculators": spec_from_speculators, "deepspec": spec_from_deepspec}[fmt]
     try:
         spec = builder(config, directory, weights)
         if dflash2_settings is not None:

@@ -110,6 +110,9 @@ def finish_spec(spec: DrafterSpec, settings: dict[str, Any], path: Path) -> Draf
     """The DFlash spec the readers built, made DFlash2: the four keys checked against it, speculators'
     vocabulary rule, and (vLLM layout) vLLM's rules and scales."""
     values = settings["values"]
+    if spec.sample_from_anchor:  # speculators 0.9.0 dflash2/core.py reads it; vLLM's DFlash2 walk starts at slot 1
+        raise InputError(path, "config key 'sample_from_anchor'=true in a DFlash2 checkpoint is not implemented "
+                               "(vLLM 0.33's DFlash2 walk drafts the slots after the anchor)")
     if spec.has_d2t or spec.draft_vocab_size != spec.vocab_size:
         raise InputError(path, f"config key 'draft_vocab_size'={spec.draft_vocab_size} (vocab_size {spec.vocab_size}): "
                                "DFlash2 requires the full target vocabulary (speculators 0.9.0 and vLLM 0.33)")

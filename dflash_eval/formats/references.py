@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dflash_eval.core.errors import InputError
 
-from .benchmark_sets import PAPER_ROWS, paper_difference
+from .published import settings_differ
 
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub accepts as true
 
@@ -220,7 +220,6 @@ def published_comparison(provenance: dict, block_sizes: list[int]) -> list[str]:
     2048 new tokens, B = 16, z-lab's loop sampling its drafts at temperature > 0)."""
     target = provenance.get("target") or {}
     temperature = float(provenance.get("temperature") or 0)
-    sampling = provenance.get("sampling") or {}
     lines = []
     for prompt_set in (provenance.get("prompts") or {}).get("sets") or {}:
         tau = None
@@ -230,23 +229,7 @@ def published_comparison(provenance: dict, block_sizes: list[int]) -> list[str]:
                 break
         if tau is None:
             continue
-        differs = []
-        if provenance.get("enable_thinking"):
-            differs.append("thinking on (paper: off)")
-        if provenance.get("max_new_tokens") != 2048:
-            differs.append(f"max_new_tokens {provenance.get('max_new_tokens')} (paper: 2048)")
-        if any(b != 16 for b in block_sizes):
-            differs.append(f"block size {sorted(set(block_sizes))} (paper: 16)")
-        if temperature > 0 and sampling.get("draft_policy") not in (None, "sample"):
-            differs.append(f"draft policy {sampling.get('draft_policy')} (paper: z-lab's loop samples drafts)")
-        if sampling.get("top_p", 1.0) != 1.0 or sampling.get("top_k", 0):
-            differs.append("top-p/top-k set (paper: plain temperature)")
-        if provenance.get("estimate"):
-            differs.append("offline estimate (paper: the live loop)")
-        rows = paper_difference(provenance.get("prompts") or {}, next(
-            (n for n in PAPER_ROWS if _norm_dataset(n) == _norm_dataset(prompt_set)), prompt_set))
-        if rows:
-            differs.append(rows)
+        differs = settings_differ(provenance, block_sizes, "paper", prompt_set)  # formats/published.py
         lines.append(f"paper tau for {prompt_set} at temperature {temperature:g} (z-lab drafter): {tau:.2f}; "
                      + ("settings that differ: " + "; ".join(differs) if differs else "same settings"))
     return lines

@@ -13,7 +13,9 @@ write:
   `spec_decode_metrics` either `RequestSpecDecodeMetrics` as a dict (`num_spec_tokens`, `histogram`,
   `num_draft_tokens`, `per_step_accepted`, `per_step_drafted`) or its `to_dict()`.
 - SGLang 0.5.23 `/generate` (`{"text", "output_ids", "meta_info": {...}}`, ORJSONResponse) and its OpenAI
-  endpoints (`sglext.spec_tokens_details`, `return_spec_tokens_details`).
+  endpoints (`sglext.spec_tokens_details`, `return_spec_tokens_details`); with sglang #34814's detailed stats
+  (`speculative_decoding_stats.verify_lengths` / `accept_lengths`), the walk step by step
+  (formats/served_sglang_details.py).
 
 `--non-speculative` reads the same kinds of lines from the server without speculation
 (`read_plain_outputs`: output text or ids and the prompt; a body that counts verify steps is refused).
@@ -30,6 +32,8 @@ from typing import Any
 from ..core import served_checks as checks
 from ..core.errors import InputError, loads, read_text_file
 from ..core.served_requests import ServedOutput, ServedRequest, check_request
+from .served_sglang_details import FIELD as DETAILS_FIELD
+from .served_sglang_details import detailed_fields, stats_of
 
 
 def _ints(value, what: str) -> tuple[int, ...] | None:
@@ -96,16 +100,27 @@ def _vllm_metrics(m: dict, where: str) -> dict[str, Any]:
             "per_step_drafted": _ints(m.get("per_step_drafted") or None, f"{where}.per_step_drafted")}
 
 
-def _sglang_metrics(m: dict, where: str) -> dict[str, Any]:
-    """SGLang's meta_info (or SpecTokensDetails) into our fields; its acceptance length converted."""
+def _sglang_metrics(m: dict, where: str, stats: tuple[dict | None, str] = (None, "")) -> dict[str, Any]:
+    """SGLang's meta_info (or SpecTokensDetails) into our fields; its acceptance length converted; `stats`: the
+    request's #34814 ordered lengths and where they were found (formats/served_sglang_details.py)."""
+    if "spec_verify_ct" not in m and stats[0] is not None:  # the #34814 stats alone
+        detail = detailed_fields(stats[0], stats[1], None)
+        if not detail:
+            raise ValueError(f"{stats[1]} has no verify_lengths / accept_lengths")
+        ragged = detail.pop("ragged")
+        return {**detail, "num_spec_tokens": None if ragged or detail["per_step_drafted"] is None else
+                max(detail["per_step_drafted"], default=None), "histogram": None, "reported_length": None}
     steps = checks.count(m.get("spec_verify_ct"), f"{where}.spec_verify_ct")
     accepted = checks.count(m.get("spec_num_correct_drafts"), f"{where}.spec_num_correct_drafts")
     proposed = m.get("spec_num_proposed_drafts")
     proposed = None if proposed is None else checks.count(proposed, f"{where}.spec_num_proposed_drafts")
+    detail = detailed_fields(stats[0], stats[1], {"steps": steps, "accepted": accepted, "draft_tokens": proposed}) \
+        if stats[0] is not None else {}
+    ragged = detail.pop("ragged", False)
     if proposed is not None:
         checks.check_counts(f"{where}.spec_num_correct_drafts / spec_num_proposed_drafts", steps, proposed, accepted)
-    k = proposed // steps if proposed is not None and steps and proposed % steps == 0 else None
-    if proposed is not None and steps and proposed % steps:
+    k = proposed // steps if proposed is not None and steps and proposed % steps == 0 and not ragged else None
+    if proposed is not None and steps and proposed % steps and not ragged:
         raise ValueError(f"{where}.spec_num_proposed_drafts = {proposed} is not spec_verify_ct ({steps}) x the "
                          "drafted tokens per step")
     length = m.get("spec_accept_length")
@@ -124,11 +139,17 @@ def _sglang_metrics(m: dict, where: str) -> dict[str, Any]:
     if hist is not None:
         hist = tuple(checks.check_histogram(hist, steps, accepted, f"{where}.spec_correct_drafts_histogram"))
     completion = m.get("completion_tokens")
-    return {"steps": steps, "accepted": accepted, "draft_tokens": proposed, "num_spec_tokens": k,
-            "histogram": hist, "reported_length": length if steps else None,
-            "output_tokens": None if completion is None else checks.count(completion, f"{where}.completion_tokens"),
-            "notes": ("SGLang's spec_accept_length counts the prefill token (completion_tokens / spec_verify_ct); "
-                      "tau here is 1 + spec_num_correct_drafts / spec_verify_ct",)}
+    fields = {"steps": steps, "accepted": accepted, "draft_tokens": proposed, "num_spec_tokens": k,
+              "histogram": hist, "reported_length": length if steps else None,
+              "output_tokens": None if completion is None else checks.count(completion, f"{where}.completion_tokens"),
+              "notes": ("SGLang's spec_accept_length counts the prefill token (completion_tokens / spec_verify_ct); "
+                        "tau here is 1 + spec_num_correct_drafts / spec_verify_ct",)}
+    if detail:  # the ordered lengths: the walk step by step; under ragged verification no drafted count
+        fields.update(per_step_accepted=detail["per_step_accepted"], per_step_drafted=detail["per_step_drafted"],
+                      notes=fields["notes"] + detail["notes"])
+        if ragged:
+            fields.update(draft_tokens=None, num_spec_tokens=None)
+    return fields
 
 
 def _speculation_in(body: dict) -> str | None:
@@ -139,6 +160,10 @@ def _speculation_in(body: dict) -> str | None:
     ext = body.get("sglext")
     if isinstance(ext, dict) and ext.get("spec_tokens_details"):
         return "sglext.spec_tokens_details"
+    for holder, name in ((meta, "meta_info"), (ext, "sglext")):  # sglang #34814's ordered lengths
+        stats = holder.get(DETAILS_FIELD) if isinstance(holder, dict) else None
+        if isinstance(stats, dict) and stats.get("verify_lengths"):
+            return f"{name}.{DETAILS_FIELD}.verify_lengths"
     metrics = body.get("metrics")
     if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict) \
             and metrics["speculative_decoding"].get("num_spec_steps"):
@@ -182,10 +207,10 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
     """A response body's engine, metrics, output and prompt ids (ValueError naming the field when broken)."""
     if isinstance(body.get("meta_info"), dict):  # SGLang /generate
         meta = body["meta_info"]
-        if "spec_verify_ct" not in meta:
+        if "spec_verify_ct" not in meta and meta.get(DETAILS_FIELD) is None:
             raise ValueError("meta_info has no spec_verify_ct (speculative decoding off, or the request did not "
                              "finish)")
-        return {"engine": "sglang", **_sglang_metrics(meta, "meta_info"),
+        return {"engine": "sglang", **_sglang_metrics(meta, "meta_info", stats_of(body)),
                 "output_ids": _ints(body.get("output_ids"), "output_ids"),
                 "output_text": body.get("text") if isinstance(body.get("text"), str) else None,
                 "prompt_ids": _ints(body.get("prompt_token_ids"), "prompt_token_ids"),
@@ -204,12 +229,12 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
         choice = body
     source = choice if choice is not None and "spec_decode_metrics" in choice else body
     ext = body.get("sglext") if isinstance(body.get("sglext"), dict) else None
-    if ext is not None and ext.get("spec_tokens_details") is not None:  # SGLang's OpenAI endpoints
-        details = ext["spec_tokens_details"]
+    if ext is not None and (ext.get("spec_tokens_details") is not None or ext.get(DETAILS_FIELD) is not None):
+        details = ext.get("spec_tokens_details") or {}  # SGLang's OpenAI endpoints (and #34814's stats)
         details = details[0] if isinstance(details, list) and len(details) == 1 else details
         if not isinstance(details, dict):
             raise ValueError("sglext.spec_tokens_details is not one object")
-        fields = {"engine": "sglang", **_sglang_metrics(details, "sglext.spec_tokens_details")}
+        fields = {"engine": "sglang", **_sglang_metrics(details, "sglext.spec_tokens_details", stats_of(body))}
     elif isinstance(source.get("spec_decode_metrics"), dict):
         fields = {"engine": "vllm", **_vllm_metrics(source["spec_decode_metrics"], "spec_decode_metrics")}
     elif isinstance(body.get("metrics"), dict) and isinstance(body["metrics"].get("speculative_decoding"), dict):
@@ -258,6 +283,24 @@ def _with_request(fields: dict[str, Any], row: dict, body: dict, wrapped: bool) 
             fields[name] = value
     key = row.get("id") if wrapped and isinstance(row.get("id"), (str, int)) else None
     return {"key": None if key is None else str(key), **{k: v for k, v in fields.items() if v is not None}}
+
+
+def read_requests_noted(path: Path) -> tuple[list[ServedRequest], list[str]]:
+    """The file's requests and what was left out of them: AIPerf's records export (formats/served_aiperf.py,
+    recognised by its first line) or a file of server responses (read_requests)."""
+    from .served_aiperf import is_record_line, read_records
+
+    first = next((line for line in read_text_file(path, "a JSONL of server responses").splitlines() if line.strip()),
+                 "")
+    try:
+        row = loads(first) if first else None
+    except ValueError:
+        row = None
+    if is_record_line(row):
+        requests, left = read_records(path)
+        return requests, [f"AIPerf records left out: {len(left)} ({'; '.join(left[:3])}"
+                          + ("; ..." if len(left) > 3 else "") + ")"] if left else []
+    return read_requests(path), []
 
 
 def read_requests(path: Path) -> list[ServedRequest]:

@@ -88,10 +88,12 @@ class CandidateSelector(nn.Module):
         return context @ self.successor_codebook[candidates].transpose(-1, -2)
 
 
-def candidates(drafter, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def candidates(drafter, hidden: torch.Tensor, observe=None) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [..., H] -> (candidate ids [..., K], unary logits [..., K]): the top-K of the raw logits,
     their values after output_multiplier and then the softcap (vLLM's `get_top_k_tokens`). The raw logits
-    are computed a row piece at a time (model/lm_head.py `row_pieces`), never for a whole chunk at once."""
+    are computed a row piece at a time (model/lm_head.py `row_pieces`), never for a whole chunk at once;
+    `observe(rows, 0, logits)` sees each piece's whole-vocabulary logits after the multiplier and softcap
+    (model/tree_scoring.py: the unary tree from the same product)."""
     from .lm_head import row_pieces
 
     spec = drafter.spec
@@ -101,6 +103,8 @@ def candidates(drafter, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     values = torch.empty(flat.shape[0], spec.selector_top_k, dtype=torch.float32, device=flat.device)
     for part in row_pieces(flat.shape[0], head, flat):
         raw = head(flat[part])
+        if observe is not None:
+            observe(part, 0, drafter.logit_transform(raw))
         top = raw.topk(spec.selector_top_k, dim=-1).indices
         ids[part], values[part] = top.to(ids.device), raw.gather(-1, top).float().to(values.device)
     shape = (*hidden.shape[:-1], spec.selector_top_k)
@@ -112,10 +116,10 @@ def candidates(drafter, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return ids, values
 
 
-def edge_scores(drafter, hidden: torch.Tensor, anchor_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def edge_scores(drafter, hidden: torch.Tensor, anchor_ids: torch.Tensor, observe=None) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden [A, S, H] of the drafted slots 1..S, anchor_ids [A] -> (candidates [A, S, K],
     scores [A, S, K previous, K current]); slot 1's rows all hold the anchor as predecessor."""
-    ids, unary = candidates(drafter, hidden)
+    ids, unary = candidates(drafter, hidden, observe)
     K = ids.shape[-1]
     previous = torch.cat([anchor_ids[:, None, None].expand(-1, 1, K), ids[:, :-1]], dim=1)
     edge = drafter.candidate_selector.transition(hidden, previous, ids)
@@ -149,10 +153,10 @@ def serving_walk(ids: torch.Tensor, scores: torch.Tensor, temperature: float = 0
 
 
 def walk_drafts(drafter, hidden: torch.Tensor, anchor_ids: torch.Tensor, temperature: float = 0.0,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                generator: torch.Generator | None = None, observe=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """hidden [A, L, H] of whole blocks (slot 0 = the anchor's), anchor_ids [A] -> (drafts [A, L - 1],
     candidates [A, L - 1, K], realized scores [A, L - 1, K]) for slots 1..L-1."""
-    ids, scores = edge_scores(drafter, hidden[:, 1:], anchor_ids)
+    ids, scores = edge_scores(drafter, hidden[:, 1:], anchor_ids, observe)
     tokens, realized = serving_walk(ids, scores, temperature, generator)
     return tokens, ids, realized
 
@@ -163,10 +167,12 @@ def candidate_probs(candidates: torch.Tensor, realized: torch.Tensor, temperatur
     return torch.zeros(*probs.shape[:-1], vocab, dtype=probs.dtype, device=probs.device).scatter_add(-1, candidates, probs)
 
 
-def flat_greedy_drafts(drafter, hidden: torch.Tensor, valid: torch.Tensor, anchor_ids: torch.Tensor) -> torch.Tensor:
+def flat_greedy_drafts(drafter, hidden: torch.Tensor, valid: torch.Tensor, anchor_ids: torch.Tensor,
+                       observe=None) -> torch.Tensor:
     """The greedy walk over blocks from `drafting.draft_hidden`, laid out as `drafter.logits(...).argmax`
-    would be: [N] in block order, slot 0 = the anchor token (not a prediction), then the drafts."""
-    tokens, _, _ = walk_drafts(drafter, hidden, anchor_ids)
+    would be: [N] in block order, slot 0 = the anchor token (not a prediction), then the drafts; `observe`
+    sees the logits of slots 1..L-1 of every block, [A x (L - 1)] rows in block order (`candidates`)."""
+    tokens, _, _ = walk_drafts(drafter, hidden, anchor_ids, observe=observe)
     return torch.cat([anchor_ids[:, None].to(tokens.dtype), tokens], 1)[valid]
 
 

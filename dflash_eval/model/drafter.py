@@ -268,14 +268,15 @@ class DFlashDrafter(nn.Module):
             logits = torch.tanh(logits / self.spec.logit_softcap) * self.spec.logit_softcap
         return logits
 
-    def greedy_ids(self, hidden: torch.Tensor) -> torch.Tensor:
+    def greedy_ids(self, hidden: torch.Tensor, observe=None) -> torch.Tensor:
         """[N, H] final hidden states -> [N] drafted target ids: `to_target_ids(logits(hidden).argmax(-1))`,
-        with the lm_head in cache-sized pieces (model/lm_head.py: the logits are never held whole)."""
+        with the lm_head in cache-sized pieces (model/lm_head.py: the logits are never held whole); `observe`
+        sees each piece of logits (model/tree_scoring.py)."""
         from .lm_head import greedy_ids
 
         transform = (self.logit_transform if self.spec.output_multiplier != 1.0 or self.spec.logit_softcap is not None
                      else None)
-        return self.to_target_ids(greedy_ids(hidden, self._table("lm_head", "lm_head"), transform))
+        return self.to_target_ids(greedy_ids(hidden, self._table("lm_head", "lm_head"), transform, observe=observe))
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids: target = draft + d2t[draft] (speculators' convention)."""

@@ -3,6 +3,12 @@
 Both the trajectory engine (every continuation position an anchor) and the live loop (one block per
 step) call `draft_rows` (or `draft_hidden`, for DFlash2's walk), so the two can only differ in *which*
 anchors and context they pass, never in how a block is built.
+
+A drafter whose slot 0 drafts (`DrafterSpec.sample_from_anchor`: speculators' key, DeepSpec's DFlash) is laid
+out here and only here: callers ask for blocks of L slots as for any drafter (slot 0 the anchor, slots 1..L-1
+drafted), the network runs L - 1 slots ([anchor, MASK, ...] at anchor + 0..L-2, DeepSpec's
+`forward_dspark_draft_block`), and its slot j - 1 is returned as slot j (it predicts anchor + j); the row
+returned for slot 0 is the network's slot 0 again, which every caller drops as the anchor's.
 """
 
 from __future__ import annotations
@@ -14,6 +20,26 @@ import torch
 from .dflash2 import candidate_probs, walk_drafts
 from .drafter import DFlashDrafter
 from .masks import block_positions, layer_block_masks, layer_masks
+
+
+def network_lengths(drafter: DFlashDrafter, block_lengths: Sequence[int]) -> list[int]:
+    """The slots the network runs for blocks of these lengths: the same, or one fewer (at least one) for a
+    drafter whose slot 0 drafts (module docstring)."""
+    if not drafter.spec.sample_from_anchor:
+        return list(block_lengths)
+    return [max(1, length - 1) for length in block_lengths]
+
+
+def as_block_slots(hidden: torch.Tensor, block_lengths: Sequence[int], drafter: DFlashDrafter) -> tuple[torch.Tensor,
+                                                                                                        torch.Tensor]:
+    """The network's [A, Ln, H] rows laid out as the callers' blocks of `block_lengths` slots: unchanged, or, for
+    a drafter whose slot 0 drafts, network slot j - 1 as slot j and network slot 0 again as slot 0 (dropped)."""
+    if drafter.spec.sample_from_anchor:
+        hidden = torch.cat([hidden[:, :1], hidden], dim=1)
+    L = hidden.shape[1]
+    valid = (torch.arange(L, device=hidden.device)[None, :]
+             < torch.as_tensor(list(block_lengths), device=hidden.device)[:, None])
+    return hidden, valid
 
 
 def block_token_ids(tokens: torch.Tensor, anchors: Sequence[int], block_lengths: Sequence[int], mask_token_id: int) -> torch.Tensor:
@@ -41,14 +67,21 @@ def dense_draft_logits(
     """`draft_logits` in the flattened training layout (queries x [context | all blocks], one dense mask):
     the cost grows with the square of the anchors; kept as the oracle the block path is tested against."""
     device = ctx.device
-    ids = block_token_ids(tokens, anchors, block_lengths, drafter.spec.mask_token_id).to(device)
-    masks = layer_masks(drafter.spec.layers, anchors, block_lengths, ctx.shape[0],
+    lengths = network_lengths(drafter, block_lengths)
+    ids = block_token_ids(tokens, anchors, lengths, drafter.spec.mask_token_id).to(device)
+    masks = layer_masks(drafter.spec.layers, anchors, lengths, ctx.shape[0],
                         anchor_in_context=anchor_in_context, device=device)
     # block_offset moves the block's positions relative to the context's (doctor's position variant);
     # position_offset moves both, which RoPE cannot see (kept for completeness of the layout)
-    positions = block_positions(anchors, block_lengths).to(device) + position_offset + block_offset
+    positions = block_positions(anchors, lengths).to(device) + position_offset + block_offset
     ctx_positions = torch.arange(ctx.shape[0], device=device) + position_offset
     hidden = drafter(ctx, ctx_positions, drafter.embed(ids).to(ctx.dtype), positions, masks)
+    if drafter.spec.sample_from_anchor:  # back to the callers' slots, block by block (module docstring)
+        rows, start = [], 0
+        for length, net in zip(block_lengths, lengths):
+            rows += [hidden[start:start + 1], hidden[start:start + length - 1]]
+            start += net
+        hidden = torch.cat(rows)
     return drafter.logits(hidden)
 
 
@@ -90,6 +123,8 @@ def draft_hidden(
     otherwise). Each slot attends to the context and its own block only (linear in the number of blocks);
     blocks shorter than the longest are padded with MASK slots that no real slot can see."""
     device = ctx.device
+    slots = block_lengths
+    block_lengths = network_lengths(drafter, slots)  # the network's own blocks (module docstring)
     A, L = len(anchors), max(block_lengths)
     ids = torch.full((A, L), drafter.spec.mask_token_id, dtype=torch.long, device=device)
     ids[:, 0] = tokens[torch.as_tensor(list(anchors), device=tokens.device)].to(device)
@@ -107,8 +142,7 @@ def draft_hidden(
     positions = (torch.as_tensor(list(anchors), device=device)[:, None] + torch.arange(L, device=device)[None, :]
                  + position_offset + block_offset)
     hidden = drafter.forward_blocks(context_kv, drafter.embed(ids).to(ctx.dtype), positions, masks)
-    valid = torch.arange(L, device=device)[None, :] < torch.as_tensor(list(block_lengths), device=device)[:, None]
-    return hidden, valid
+    return as_block_slots(hidden, slots, drafter)
 
 
 @torch.inference_mode()

@@ -47,6 +47,7 @@ class DrafterOnPrompt:
     walk_accept_lengths: list[int] = field(default_factory=list)  # tokens committed per step: min(n + 1, left)
     walk_drafted: list[int] = field(default_factory=list)  # slots that could count at that step
     anchor_batch: int = 0  # anchors per drafter forward this prompt ran (the rule's, or the one given)
+    tree: object = None  # core.tree.TreeOnPrompt with tree budgets (model/tree_scoring.py), else None
 
 
 def block_length(anchor: int, cap_end: int, block_size: int, shorter_final_block: bool) -> int:
@@ -120,6 +121,7 @@ def replay(
     block_offset: int = 0,
     ctx: torch.Tensor | None = None,
     labels: torch.Tensor | None = None,
+    tree_budgets: tuple[int, ...] = (),
 ) -> DrafterOnPrompt:
     """All-anchor drafting over one trajectory, then the walk.
 
@@ -128,7 +130,8 @@ def replay(
     taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T);
     ctx: precomputed drafter.context(taps) (the doctor reuses it across variants); labels: [T] the ids slot j
     of anchor a is scored against at a + j (default `tokens`; trained-taps scores against a training sample's
-    teacher while its blocks are anchored on the stored text)."""
+    teacher while its blocks are anchored on the stored text); tree_budgets: DDTree's tree at each budget,
+    from the same drafter pass (model/tree_scoring.py reads the lm_head's pieces), walked into `result.tree`."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
     ctx = drafter.context(taps) if ctx is None else ctx
@@ -139,14 +142,22 @@ def replay(
         anchor_batch = drafter_anchor_batch(drafter, T)
     result.anchor_batch = anchor_batch
     token_list = (tokens if labels is None else labels).tolist()
+    trees = None
+    if tree_budgets:
+        from .tree_scoring import TreeReplay
+
+        trees = TreeReplay(drafter, tree_budgets, token_list, T)
     for chunk, lengths, rows in anchor_chunks(drafter, ctx, tokens, prompt_len, max_new_tokens,
                                                 shorter_final_block=shorter_final_block, anchor_batch=anchor_batch,
                                                 anchor_in_context=anchor_in_context, block_offset=block_offset,
                                                 hidden=drafter.spec.is_dflash2):
+        observe = trees.chunk(chunk, lengths, rows) if trees else None
         if drafter.spec.is_dflash2:  # the serving walk over the candidate selector's scores (model/dflash2.py)
-            drafted = flat_greedy_drafts(drafter, *rows, tokens[chunk].to(ctx.device)).tolist()
+            drafted = flat_greedy_drafts(drafter, *rows, tokens[chunk].to(ctx.device), observe=observe).tolist()
         else:
-            drafted = drafter.greedy_ids(rows).tolist()
+            drafted = (drafter.greedy_ids(rows, observe=observe) if observe else drafter.greedy_ids(rows)).tolist()
+        if trees:
+            trees.finish_chunk()
         offset = 0
         for a, length in zip(chunk, lengths):
             block = drafted[offset + 1: offset + length]  # slot 0 is the anchor, not a prediction
@@ -166,6 +177,8 @@ def replay(
             result.slot_correct.append(correct)
             result.accepted.append(n)
     walk(result, T)
+    if trees:
+        result.tree = trees.walked(result.anchors, prompt_len)
     return result
 
 

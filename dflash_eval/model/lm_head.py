@@ -56,12 +56,16 @@ def row_pieces(rows: int, head: nn.Module, like: torch.Tensor) -> Iterator[slice
 
 @torch.inference_mode()
 def greedy_ids(hidden: torch.Tensor, head: nn.Module, transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-               *, pieces: tuple[int, int] | None = None, sparse: bool | None = None) -> torch.Tensor:
+               *, pieces: tuple[int, int] | None = None, sparse: bool | None = None,
+               observe: Callable[[slice, int, torch.Tensor], None] | None = None) -> torch.Tensor:
     """[N, H] rows -> [N] long: `transform(head(hidden)).argmax(-1)`, a piece at a time. `transform` is
     element-wise (the drafter's output multiplier and softcap); `pieces` (rows, vocabulary) overrides the
     rule (tests and benchmarks); `sparse` (default: on the CPU) takes each later piece's row maxima first
     and its indices only for the rows it improves (a handful of the pieces per row), the accelerator's way
-    (False) every row's index with a select, never waiting on the device."""
+    (False) every row's index with a select, never waiting on the device; `observe(rows, vocab_start, logits)`
+    sees every piece of (transformed) logits once, in the same loop (model/tree_scoring.py: the tree's numbers
+    come from the chain's own product) and may return the piece's row maxima, which the sparse update then
+    reads instead of taking them again (equal values: NaN where a row holds one, as `amax`)."""
     n = int(hidden.shape[0])
     out = torch.empty(n, dtype=torch.long, device=hidden.device)
     if n == 0:
@@ -69,7 +73,10 @@ def greedy_ids(hidden: torch.Tensor, head: nn.Module, transform: Callable[[torch
     if not sliceable(head, hidden):
         for part in row_pieces(n, head, hidden):
             logits = head(hidden[part])
-            out[part] = (transform(logits) if transform else logits).max(-1).indices.to(out.device)
+            logits = transform(logits) if transform else logits
+            if observe is not None:
+                observe(part, 0, logits)
+            out[part] = logits.max(-1).indices.to(out.device)
         return out
     weight, bias = head.weight, head.bias
     vocab = int(weight.shape[0])
@@ -85,12 +92,14 @@ def greedy_ids(hidden: torch.Tensor, head: nn.Module, transform: Callable[[torch
             logits = F.linear(hidden[r0:r0 + rows], w, b)
             if transform is not None:
                 logits = transform(logits)
+            # the observer may hand back the piece's row maxima (the same values, from its own pass)
+            seen = observe(slice(r0, r0 + logits.shape[0]), v0, logits) if observe is not None else None
             held, ids = best[r0:r0 + rows], out[r0:r0 + rows]
             if v0 == 0:
                 value, index = logits.max(-1)
                 held.copy_(value), ids.copy_(index)
             elif sparse:  # the piece's maxima (a vectorised reduction), the index only where a row improves
-                value = logits.amax(-1)
+                value = logits.amax(-1) if seen is None else seen.to(logits.dtype)  # exact: bf16 values
                 better = ((value > held) | (value.isnan() & ~held.isnan())).nonzero()[:, 0]
                 if better.numel():
                     held[better] = value[better]

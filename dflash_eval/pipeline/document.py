@@ -214,6 +214,24 @@ def speedup_document(by_k: list[dict[str, Any]] | None, metrics: dict[str, Any],
     return speedup_table(taus, times) if taus else None
 
 
+def add_tree(obj: dict[str, Any], entry, rows, block_size: int, by_k, times, seed: int) -> None:
+    """A drafter's `tree` (core/tree.py `tree_document`) from its rows, with the chain-and-tree speedup table
+    when step times are known; nothing without --tree-budgets."""
+    from ..core.speedup import tree_speedup_table
+    from ..core.tree import DFLASH2_NOTE, tree_document
+
+    dflash2 = entry.spec.to_dict().get("selector_top_k") is not None
+    tree = tree_document(rows, block_size, lambda c: R.metrics_summary(c, seed=seed), obj["metrics"],
+                         [DFLASH2_NOTE] if dflash2 else [])
+    if tree is None:
+        return
+    if times is not None and obj["counts"]["steps"]:
+        chain = {d["k"]: d["metrics"]["tau_micro"] for d in by_k} if by_k else {block_size - 1: obj["metrics"]["tau_micro"]}
+        taus = {e["budget"]: e["metrics"]["tau_micro"] for e in tree["by_budget"] if e["metrics"].get("tau_micro")}
+        tree["speedup"] = tree_speedup_table({k: t for k, t in chain.items() if t is not None}, taus, block_size, times)
+    obj["tree"] = tree
+
+
 def drafter_documents(settings, entries, rows, fingerprints, block_sizes, step_times=None,
                       device: str = "", breakdown: bool = True) -> list[dict[str, Any]]:
     """Each drafter's run.json object from its rows (sorted in prompt order): counts merged exactly,
@@ -254,8 +272,19 @@ def drafter_documents(settings, entries, rows, fingerprints, block_sizes, step_t
             measured_step_times(mine, block_sizes[entry.name], device) if live else None)
         if times is not None and merged.steps:
             obj["speedup"] = speedup_document(by_k, obj["metrics"], block_sizes[entry.name], times)
+        add_tree(obj, entry, mine, block_sizes[entry.name], by_k, times, settings.seed)  # --tree-budgets
         drafter_objects.append(obj)
     return drafter_objects
+
+
+def tree_provenance(settings, text_config) -> dict[str, Any]:
+    """run.json's `tree_budgets` and `tree_note` (core/tree.py `hybrid_note`), only with --tree-budgets."""
+    from ..core.tree import hybrid_note
+
+    if not settings.trees.budgets:
+        return {}
+    return {"tree_budgets": settings.trees.tree_budgets,
+            "tree_note": hybrid_note(getattr(text_config, "model_type", None), getattr(text_config, "layer_types", None))}
 
 
 def batching_provenance(settings, drafters: dict, rows: list[dict[str, Any]], device: str) -> dict[str, Any]:
@@ -334,6 +363,7 @@ def assemble(settings, target, entries, drafters, rows, prompts, thinking, warni
                 e.name: ("shorter" if shorter_final_block(e.spec.semantics, settings.scoring.shorter_final_block)
                          else "full") for e in entries},
             "draft_lengths": settings.serving.draft_lengths,
+            **tree_provenance(settings, text),  # --tree-budgets, and what a hybrid target means for trees
             # SGLang's --speculative-draft-window-size: the last W context rows (masks.block_masks)
             "draft_window": settings.breakdown.draft_window,
             "continuations": (f"responses:{given.responses}" if given.responses else

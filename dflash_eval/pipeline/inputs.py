@@ -290,6 +290,10 @@ def prepare_inputs(settings: RunSettings, *, one_drafter: bool = False) -> Input
     if settings.sampling.draft_policy == "both":
         entries = split_draft_policies(entries)
     model_type = json.loads((target_path / "config.json").read_text()).get("model_type", "")
+    if settings.second_target.serving_target is not None:  # a copy of this target, checked before anything is written
+        from ..model.serving_target import check_copy
+
+        check_copy(settings.second_target.serving_target, model_type, info)
     thinking, _ = target_thinking(target_path, given.thinking)
     warnings.extend(thinking_warnings(entries, thinking, given.thinking is None, model_type))
     tokenizer = load_tokenizer(target_path)  # the target is validated like the drafters, before any write

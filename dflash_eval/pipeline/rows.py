@@ -9,6 +9,7 @@ from typing import Any
 
 from ..core import metrics as M
 from ..core.breakdown import slot_bits
+from ..core.tree import tree_row_entry
 from .prompts import Prompt
 
 
@@ -45,6 +46,8 @@ def trajectory_row(prompt: Prompt, name: str, B: int, result, p_len: int, cont: 
         "anchor_accepted": result.accepted, "anchor_slot_correct": slot_bits(result.slot_correct),
         "self_consistency": list(agree),
         "counts": row_counts(prompt.id, B, walk_n, result.walk_drafted, result.slot_correct).to_dict(),
+        **({"tree": tree_row_entry(prompt.id, result.tree, B, result.anchors[0] if result.anchors else p_len,
+                                   len(cont))} if result.tree is not None else {}),  # --tree-budgets: core/tree.py
     }
 
 

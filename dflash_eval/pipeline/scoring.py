@@ -92,7 +92,7 @@ def windowed(drafter, window: int | None):
 def score_on_trajectory(drafter, trajectory: Trajectory, settings: RunSettings) -> DrafterOnPrompt:
     drafter = windowed(drafter, settings.breakdown.draft_window)
     return replay(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.prompt_len,
-                  settings.scoring)
+                  settings.scoring, tree_budgets=settings.trees.budgets)
 
 
 def draft_lengths_of(drafter, settings: RunSettings) -> tuple[int, ...]:

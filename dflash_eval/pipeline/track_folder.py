@@ -150,9 +150,10 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: DrafterDo
 
 def breakdown_fields(drafter: DrafterDocument) -> dict[str, Any]:
     """What the curve shows beyond the totals, copied from the run folder's drafter object (the same
-    numbers): `by_draft_length` (--draft-lengths: tau at every k, each its own replay) and `depth_edges` /
+    numbers): `by_draft_length` (--draft-lengths: tau at every k, each its own replay), `tree` (--tree-budgets)
+    and `depth_edges` /
     `by_depth` (the latest checkpoint by context depth); absent where the run has none."""
-    keys = ("by_draft_length", "depth_edges", "by_depth")
+    keys = ("by_draft_length", "depth_edges", "by_depth", "tree")
     return {key: drafter[key] for key in keys if drafter.get(key)}
 
 
@@ -169,14 +170,18 @@ def track_csv(rows: list[TrackRow]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     parsed = list(csv.reader(lines))
     ks = sorted({e["k"] for r in rows for e in r.get("by_draft_length") or []})  # --draft-lengths: tau at each k
+    budgets = sorted({e["budget"] for r in rows for e in (r.get("tree") or {}).get("by_budget") or []})  # trees
     writer.writerow(["role", "step", "tau_macro_ci_low", "tau_macro_ci_high", "repetition_share", "fingerprint",
-                     "path", *parsed[0], *(f"tau_macro_at_k_{k}" for k in ks)])
+                     "path", *parsed[0], *(f"tau_macro_at_k_{k}" for k in ks),
+                     *(f"tau_macro_at_tree_{b}" for b in budgets)])
     for row, cells in zip(rows, parsed[1:]):
         ci = row["metrics"].get("tau_macro_ci") or [None, None]
         at_k = {e["k"]: e["metrics"].get("tau_macro") for e in row.get("by_draft_length") or []}
+        at_b = {e["budget"]: e["metrics"].get("tau_macro") for e in (row.get("tree") or {}).get("by_budget") or []}
         writer.writerow([row["role"], "" if row["step"] is None else row["step"],
                          *("" if v is None else f"{v:.6f}" for v in ci),
                          "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",
                          printable(row["fingerprint"]), printable(row["path"]), *cells,
-                         *("" if at_k.get(k) is None else f"{at_k[k]:.6f}" for k in ks)])
+                         *("" if at_k.get(k) is None else f"{at_k[k]:.6f}" for k in ks),
+                         *("" if at_b.get(b) is None else f"{at_b[b]:.6f}" for b in budgets)])
     return out.getvalue()

@@ -44,7 +44,7 @@ from ..core.documents.results import atomic_write
 from ..core.documents.row_documents import SampleRow
 from ..core.documents.run_document import DrafterDocument, RunDocument
 from ..core.samples import select_blocks, walk_blocks
-from ..formats import references
+from ..formats import published, references
 from .breakdown import breakdown_view
 from .charts import (
     PALETTE,
@@ -66,6 +66,7 @@ from .charts import (
 from .draft_lengths import SPEEDUP_NOTE, draft_length_diff_view, serving_view
 from .html_blocks import block_cells, natural, pair_block, view_block, visible_text
 from .terminal import ESTIMATE_PER_ANCHOR, SAMPLE_LEGEND, legend_for, walk_words
+from .tree import tree_diff_view, tree_view
 
 WORST_BLOCKS = 20  # worst blocks shown per drafter
 PROMPT_BLOCKS = 3  # first blocks per drafter in each prompt's collapsed section
@@ -261,7 +262,7 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None, run
     from ..core.verdict import verdict_block
 
     prov = run["provenance"]
-    verdict = verdict_block(run, run_dir)
+    verdict = verdict_block(run, run_dir, bands=published.bands_for(run))
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     names = [d["name"] for d in drafters]
     sets = list((prov.get("prompts") or {}).get("sets") or {})
@@ -354,6 +355,7 @@ def _run_context(run: RunDocument, rows: list[SampleRow], title: str | None, run
         "page_rows": PAGE_ROWS, "page_prompts": PAGE_PROMPTS, "worst_blocks": WORST_BLOCKS,
         "prompt_blocks": PROMPT_BLOCKS, "serving": serving_view(run),
         "serving_note": SPEEDUP_NOTE, "breakdown": breakdown_view(run),  # render/breakdown.py
+        "trees": tree_view(run),  # --tree-budgets: render/tree.py
     }
 
 
@@ -392,7 +394,7 @@ def render_estimate_html(run: RunDocument, *, title: str | None = None, run_dir:
     drafters = [{**d, "color": PALETTE[i % len(PALETTE)]} for i, d in enumerate(run["drafters"])]
     prov = run["provenance"]
     paper = published_comparison(prov, [(d.get("spec") or {}).get("block_size", 0) for d in drafters])
-    verdict = verdict_block(run, run_dir)
+    verdict = verdict_block(run, run_dir, bands=published.bands_for(run))
     return render_page("estimate.html.j2", title=title or page_title(run, verdict) + " (estimate at temperature > 0)",
                        verdict=verdict, run=run, prov=prov,
                  drafters=drafters, provenance=_provenance(run), chart=_estimate_chart(drafters), paper=paper,
@@ -429,4 +431,5 @@ def render_diff_html(result: dict) -> str:
                      else "same")
     return render_page("diff.html.j2", title=f"dflash-eval diff: {a['label']} vs {b['label']}", r=result, a=a, b=b,
                  examples=examples, slot_rows=slot_rows, charts=charts, verdict_class=verdict_class,
-                 sample_legend=_sample_legend(), draft_lengths=draft_length_diff_view(result))
+                 sample_legend=_sample_legend(), draft_lengths=draft_length_diff_view(result),
+                 trees=tree_diff_view(result))

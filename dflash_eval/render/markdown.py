@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.implausible import flag_lines
 from ..core.safe_text import printable
 
 
@@ -40,7 +41,13 @@ def verdict_markdown(view: dict[str, Any]) -> list[str]:
     rows = [[cell(d["name"]) + (" (reference)" if d["reference"] else ""), _tau(d), cell(d.get("line") or "")]
             for d in view["drafters"]]
     out += _table(["drafter", "tau macro [95% CI]", f"paired over prompts{versus}"], rows, {1})
+    for d in view["drafters"]:  # the published bands (formats/published.py) and implausible numbers
+        extra = [band["line"] for band in d.get("bands") or []] + flag_lines(d.get("flags") or [])
+        if extra:
+            out += ["", *(f"- **{cell(d['name'])}**: {cell(line)}" for line in extra)]
     for d in view["drafters"]:
+        if d.get("serving"):  # --serving-target: the drop to the copy served, split (core/serving_split.py)
+            out += ["", f"- {cell(d['serving'])}"]
         e = d.get("explanation")
         if not e:
             continue

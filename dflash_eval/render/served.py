@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.implausible import flag_lines
 from ..core.safe_text import safe
 
 
@@ -39,15 +40,26 @@ def served_lines(result: dict[str, Any]) -> list[str]:
     lines.append(tau)
     if s.get("reported_tau") is not None and counts["drafts"] is not None:
         lines.append(f"the source's own acceptance length: {_num(s['reported_tau'])}")
+    if s.get("tau_definition"):  # core/tau_definitions.py: every tau said with its definition
+        d, c = s["tau_definition"], s.get("conversion") or {}
+        lines.append(f"tau definition: {d['label']}: {d['formula']}, pooled over {d['pooled']} ({d['source']})")
+        lines.append(f"in ours: {c['formula']}" if c.get("formula") else f"in ours: not converted: {c.get('why')}")
     lines.append(f"reference: {s['reference']}")
     return lines
 
 
 def render_served(console: Console, result: dict[str, Any]) -> None:
+    if result.get("kind") == "dflash-eval served speed-bench":  # AIPerf's speed_bench_report.csv
+        from .served_speed_bench import render_speed_bench
+
+        render_speed_bench(console, result)
+        return
     for line in served_lines(result):
         console.print(safe(line))
     for note in result["served"]["notes"]:
         console.print(f"[yellow]note:[/] {safe(note)}")
+    for line in flag_lines(result.get("flags") or []):  # core/implausible.py
+        console.print(f"[bold red]{safe(line)}[/]")
     engines = result["served"].get("per_engine") or []
     if len(engines) > 1:  # each engine alone beside the pooled figure above
         table = Table(title="per engine (label set)")
@@ -83,6 +95,8 @@ def render_served(console: Console, result: dict[str, Any]) -> None:
     console.print(safe(f"interval: {gap['interval']}"))
     for caveat in gap["caveats"]:
         console.print(f"[yellow]caveat:[/] {safe(caveat)}")
+    if result.get("parity"):
+        console.print(safe(f"harness parity: {result['parity']}"))
     console.print("likely causes:")
     for cause in result["likely_causes"]:
         console.print(f"  - {safe(cause)}")
@@ -114,8 +128,14 @@ def render_served_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template, styles and legend)."""
     from .html import content_security_policy, run_legend, template_env
 
+    if result.get("kind") == "dflash-eval served speed-bench":
+        from .served_speed_bench import speed_bench_lines
+
+        return template_env().from_string(_TEMPLATE).render(
+            csp=content_security_policy(), legend=run_legend(), title="dflash-eval served", lines=speed_bench_lines(result),
+            notes=result["notes"], rows=[], caveats=[], causes=[])
     gap = result.get("gap")
-    lines = served_lines(result)
+    lines = served_lines(result) + flag_lines(result.get("flags") or [])
     if gap is not None:
         tau = gap["tau"]
         lines.append(f"offline: {result['offline']['run']} drafter {result['offline']['drafter']}; tau gap "

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.compare import paired_figure
+from ..core.implausible import MEANINGS
 from ..core.safe_text import printable, safe
 from ..core.samples import visible
 
@@ -45,7 +46,18 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"served - offline tau over prompts: {paired_figure(result['paired_delta'], 3)}")
     by_prompt = {e["prompt"]: e for e in result["prompts"]}
     for prompt in result["differs_from_offline"]:
-        lines.append(f"differs from the offline greedy text: prompt {prompt}: {by_prompt[prompt]['text']['detail']}")
+        text = by_prompt[prompt]["text"]
+        lines.append(f"differs from the offline greedy text: prompt {prompt}: {text['detail']}")
+        if text.get("after_detail"):  # commands/served_divergence.py: the rest is on another text
+            lines.append(f"  {text['after_detail']}")
+        before = text.get("before_divergence")
+        if before and before["served_tau"] is not None and before["offline_tau"] is not None:
+            lines.append(f"  before that token: served tau {before['served_tau']:.3f}, offline {before['offline_tau']:.3f} "
+                         f"({before['steps'][0]} and {before['steps'][1]} steps on the same text)")
+        if text.get("logit_gap"):
+            lines.append(f"  {text['logit_gap']['detail']}")
+    if result["differs_from_offline"]:
+        lines.append(f"usually: {MEANINGS['text_not_greedy']}")
     plain = result.get("non_speculative")
     if plain is None:
         if result["differs_from_offline"]:

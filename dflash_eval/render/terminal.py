@@ -303,20 +303,27 @@ def render_report(console: Console, run: RunDocument, rows: list[dict], *, sampl
     explanation, per-position table, repetition, a few blocks, legend."""
     from ..core.samples import select_blocks
     from ..core.verdict import verdict_block
+    from ..formats.published import bands_for
     from .terminal_verdict import render_explanation, render_verdict
 
-    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else [])))
+    render_verdict(console, verdict_block(run, run_dir, *([tuple(program)] if program else []), bands=bands_for(run)))
     if run["provenance"].get("estimate"):
         render_estimate_report(console, run)
         return
     render_run_summary(console, run)
     render_by_prompt_set(console, run)
     render_explanation(console, run)  # `run --reference`: doctor's variants on the run's trajectories
+    from .serving_target import render_serving_target
+
+    render_serving_target(console, run.get("serving_target"))  # --serving-target: the drop, split
     render_paper_comparison(console, run)  # the paper's tau beside these, when its table has target and set
     render_per_position(console, run)
     from .draft_lengths import render_draft_lengths
 
     render_draft_lengths(console, run)  # --draft-lengths and the expected speedup, when the run has them
+    from .tree import render_trees
+
+    render_trees(console, run)  # --tree-budgets: tau per budget beside the chain (render/tree.py)
     from .breakdown import render_breakdown
 
     render_breakdown(console, run)  # where acceptance is lost: by depth, segment, token class

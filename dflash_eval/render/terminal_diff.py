@@ -87,6 +87,9 @@ def render_diff(console: Console, result: dict) -> None:
     from .draft_lengths import render_draft_length_diff
 
     render_draft_length_diff(console, result)  # --draft-lengths / speedup on both sides
+    from .tree import render_tree_diff
+
+    render_tree_diff(console, result)  # --tree-budgets on both sides: tau B - A per budget
     from .breakdown import render_depth_diff
 
     render_depth_diff(console, result)  # paired by depth bucket

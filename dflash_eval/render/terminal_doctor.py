@@ -52,6 +52,9 @@ def render_doctor(console: Console, result: dict) -> None:
     console.print(table)
     for note in notes:
         console.print(safe(note))
+    from .tree import render_doctor_trees
+
+    render_doctor_trees(console, result)  # --tree-budgets: every variant under DDTree's tree (render/tree.py)
     mask = result["mask_row"]
     console.print(f"MASK embedding row: {'[green]ok[/]' if mask['ok'] else '[bold red]PROBLEM[/]'} ({safe(mask['detail'])})")
     kernels = result["kernels"]
@@ -86,6 +89,14 @@ def render_doctor(console: Console, result: dict) -> None:
         from .terminal_trained_taps import render_trained_taps
 
         render_trained_taps(console, result["trained_taps"])
+    for dtype, facts in (result.get("fc_range") or {}).items():  # doctor_defects.py: lmdeploy #4991
+        mark = "[bold red]OVERFLOW[/] " if facts["overflowed"] else ""
+        console.print(f"fc output at {dtype}: {mark}{facts['overflowed']} of {facts['values']} values past its range "
+                      f"(largest |fc| {facts['max_abs']:.4g})")
+    if result.get("serving_target"):  # --serving-target (render/serving_target.py)
+        from .serving_target import render_serving_target
+
+        render_serving_target(console, result["serving_target"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")
     gap = result.get("gap")
     if gap:

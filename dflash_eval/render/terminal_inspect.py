@@ -9,8 +9,10 @@ from ..core.inspection import Inspection
 from ..core.safe_text import safe
 
 
-def _yes(ok: bool) -> str:
-    return "[green]ok[/]" if ok else "[bold red]FAIL[/]"
+def _yes(ok: bool, severity: str = "error") -> str:
+    if ok:
+        return "[green]ok[/]"
+    return "[bold red]FAIL[/]" if severity == "error" else "[bold yellow]WARN[/]"
 
 
 def _snapshot(snapshot: dict | None) -> str:
@@ -69,5 +71,18 @@ def render_inspection(console: Console, result: Inspection) -> None:
     checks.add_column("result")
     checks.add_column("detail", overflow="fold")
     for check in result.checks:
-        checks.add_row(safe(check.name), _yes(check.ok), safe(check.detail))
+        checks.add_row(safe(check.name), _yes(check.ok, check.severity), safe(check.detail))
     console.print(checks)
+    if result.defects:
+        defects = Table(title="Checks engines added after their own bugs (WARN: how some engine serves this "
+                              "checkpoint differently; core/checkpoint_defects.py)", header_style="bold")
+        defects.add_column("check")
+        defects.add_column("result")
+        defects.add_column("detail", overflow="fold")
+        for check in result.defects:
+            defects.add_row(safe(check.name), _yes(check.ok, check.severity), safe(check.detail))
+        console.print(defects)
+    if result.engines is not None:
+        from .inspect_engines import render_engine_readings
+
+        render_engine_readings(console, result.engines)

@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from ..core.compare import Delta
+from ..core.implausible import flag_lines
 from ..core.safe_text import printable, safe
 from .terminal_gap import flagged_cell, render_gap, short_labels
 
@@ -29,6 +30,12 @@ def verdict_lines(view: dict) -> list[str]:
                      + (" (estimate)" if row.get("estimate") else ""))
         if row.get("line"):
             lines.append(f"  {safe(row['line'])}")
+        for band in row.get("bands") or []:  # formats/published.py: the published band of each prompt set
+            lines.append(f"  {safe(band['line'])}")
+        for line in flag_lines(row.get("flags") or []):  # core/implausible.py
+            lines.append(f"  [bold red]{safe(line)}[/]")
+        if row.get("serving"):
+            lines.append(f"  {safe(row['serving'])}")
         e = row.get("explanation")
         if not e:
             continue

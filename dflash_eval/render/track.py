@@ -81,6 +81,9 @@ def render_track(console: Console, rows: list[TrackRow], present: dict[str, bool
     from .track_breakdown import render_track_breakdown
 
     render_track_breakdown(console, c)  # tau per draft length k, the latest checkpoint by depth
+    from .tree import render_track_trees
+
+    render_track_trees(console, c)  # --tree-budgets: tau per budget per checkpoint
     for path, status, detail in pending or []:
         console.print(safe(f"not evaluated yet: {path}: {status} ({detail})"))
     return c
@@ -212,6 +215,7 @@ def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, set
                       seed: int = 0) -> str:
     from .html import render_page
     from .track_breakdown import track_breakdown_view
+    from .tree import track_tree_view
 
     c = curve(rows, present=present, seed=seed)
     table = [{"step": p.row.get("step"), "name": p.row["name"], "m": p.row["metrics"], "best": p.is_best,
@@ -234,5 +238,5 @@ def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, set
     training = training_section(c.points)
     return render_page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,
                  vs_reference=vs_reference, charts=charts, context=context, training=training,
-                 reference=c.reference, notes=c.notes, breakdown=track_breakdown_view(c),
+                 reference=c.reference, notes=c.notes, breakdown=track_breakdown_view(c), trees=track_tree_view(c),
                  estimate=any(p.row["metrics"].get("estimate") for p in c.points))

@@ -101,6 +101,8 @@ def _body_config(spec: DrafterSpec) -> dict[str, Any]:
 
 
 def zlab_config(spec: DrafterSpec) -> dict[str, Any]:
+    if spec.sample_from_anchor:
+        raise ValueError("the z-lab layout has no key for a drafter whose slot 0 drafts (sample_from_anchor)")
     return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **_body_config(spec),
             "num_target_layers": spec.num_target_layers,
             "dflash_config": {"mask_token_id": spec.mask_token_id, "target_layer_ids": list(spec.taps),
@@ -112,7 +114,8 @@ def speculators_config(spec: DrafterSpec, verifier: str | None = None) -> dict[s
     return {
         "speculators_model_type": "dflash", "architectures": ["DFlashDraftModel"],
         "transformer_layer_config": {"model_type": "qwen3", **_body_config(spec)},
-        "draft_vocab_size": spec.draft_vocab_size, "block_size": spec.block_size,
+        "draft_vocab_size": spec.draft_vocab_size, "block_size": spec.network_block_size,
+        **({"sample_from_anchor": True} if spec.sample_from_anchor else {}),
         "target_hidden_size": spec.target_hidden_size,
         "aux_hidden_state_layer_ids": list(spec.speculators_taps),
         "mask_token_id": spec.mask_token_id,
@@ -223,3 +226,49 @@ def write_muse_glimmer(zlab_dir: Path, out: Path, *, sliding_window: int | None 
     model.load_state_dict(state, strict=True)
     model.save_pretrained(str(out))
     return Path(out)
+
+
+def save_deepspec(out_dir: str | Path, spec: DrafterSpec, state_dict: dict[str, torch.Tensor], target_dir: str | Path,
+                  *, target_embed: torch.Tensor, target_lm_head: torch.Tensor, num_anchors: int = 512) -> Path:
+    """A DFlash drafter written as DeepSpec writes one (formats/deepspec.py): DeepSpec's `build_draft_config`
+    (a copy of the target's config with the drafter's keys; the body sizes and RoPE the drafter's own, as
+    its `Qwen3DSparkModel` reads them from that config), saved by transformers' `PretrainedConfig.
+    save_pretrained`, and the weights under `Qwen3DSparkModel`'s names with the frozen copies of the target's
+    embedding and lm_head. The network runs `spec.network_block_size` slots, DeepSpec's `block_size`; slot 0
+    drafts (DeepSpec's reading, whatever `spec` says)."""
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    attention = _attention(spec)
+    if any(kind != "full_attention" for kind in attention.layer_types):
+        raise ValueError("DeepSpec's build_draft_config writes every layer full_attention")
+    target = json.loads((Path(target_dir) / "config.json").read_text())
+    config = Qwen3Config.from_dict({k: v for k, v in target.items() if k not in ("architectures", "model_type")})
+    for key, value in {"hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+                       "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_key_value_heads,
+                       "head_dim": spec.head_dim, "rms_norm_eps": spec.rms_norm_eps,
+                       "attention_bias": spec.attention_bias, "vocab_size": spec.vocab_size,
+                       "max_position_embeddings": spec.max_position_embeddings,
+                       "rope_parameters": dict(spec.rope)}.items():
+        setattr(config, key, value)
+    # build_draft_config, step by step
+    config.architectures = ["Qwen3DSparkModel"]
+    config.num_target_layers = int(target.get("num_hidden_layers", spec.num_target_layers or 0))
+    config.num_hidden_layers = spec.num_layers
+    config.block_size = spec.network_block_size
+    config.tie_word_embeddings = False
+    config.layer_types = ["full_attention"] * spec.num_layers
+    config.mask_token_id = spec.mask_token_id
+    config.target_layer_ids = list(spec.taps)
+    config.num_anchors = num_anchors
+    config.enable_confidence_head = False
+    config.markov_rank = 0
+    config.save_pretrained(str(out))
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()
+               if k not in BODY_EXCLUDED and not k.startswith("rotary.")}
+    tensors["embed_tokens.weight"] = target_embed.detach().contiguous().cpu()
+    tensors["lm_head.weight"] = target_lm_head.detach().contiguous().cpu()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out

@@ -55,6 +55,42 @@ class GapDocument(TypedDict):
     variants: NotRequired[list[GapRow]]
 
 
+class ServingPart(TypedDict):
+    """One part of the drop to the serving target (core/serving_split.py): its estimate and percentile interval."""
+
+    estimate: float
+    low: float
+    high: float
+
+
+class ServingDrafterSplit(TypedDict):
+    """One drafter's drop from the target to the serving target and its two parts (core/serving_split.py)."""
+
+    drafter: str
+    verdict: str
+    prompts: int
+    paired_prompts: int
+    tau: dict[str, float] | None
+    drop: Delta | None
+    target_disagreement: ServingPart | None
+    drafter_inputs: ServingPart | None
+    orders: NotRequired[dict[str, dict[str, float]]]
+    prompt_ids: NotRequired[list[str]]
+
+
+class ServingTargetDocument(TypedDict):
+    """`--serving-target PATH` (commands/serving_target.py), in run.json and doctor.json: the serving target's
+    identity, its argmax disagreement with the target on the target's text, and each drafter's split."""
+
+    serving_target: dict[str, Any]
+    target: str
+    argmax_disagreement: dict[str, Any]
+    drafters: list[ServingDrafterSplit]
+    tap_passes: NotRequired[dict[str, int]]
+    generated: NotRequired[int]
+    cells: NotRequired[dict[str, str]]
+
+
 class DoctorDocument(TypedDict):
     """DIR/doctor.json: the drafter's variants, static checks and the verdict that names the mismatch."""
 
@@ -74,3 +110,6 @@ class DoctorDocument(TypedDict):
     logit_lens: NotRequired[dict[str, Any] | None]
     norm_convention: NotRequired[dict[str, Any] | None]
     trained_taps: NotRequired[dict[str, Any] | None]
+    trees: NotRequired[dict[str, Any] | None]
+    serving_target: NotRequired[ServingTargetDocument]
+    fc_range: NotRequired[dict[str, Any]]

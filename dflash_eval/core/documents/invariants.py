@@ -341,10 +341,36 @@ def _row_problem(row: dict, block_size: int | None) -> str | None:
                                             entry["walk_drafted"]) if entry["walk_anchors"] else M.AcceptanceCounts(int(k) + 1)
         if part.block_size != int(k) + 1 or any(part.to_dict()[f] != walk.to_dict()[f] for f in fields[:7]):
             return f"by_draft_length[{k}].counts are not what its walk gives"
+    problem = _tree_problem(row, pid, B, fields[:7])  # --tree-budgets: each budget's walk (core/tree.py)
+    if problem:
+        return problem
     agree = row.get("self_consistency")
     if agree is not None and not (isinstance(agree, list) and len(agree) == 2
                                   and 0 <= _int(agree[0], "self_consistency") <= _int(agree[1], "self_consistency")):
         return f"self_consistency {agree!r} is not [agreeing, total] with agreeing <= total"
+    return None
+
+
+def _tree_problem(row: dict, pid: str, B: int, fields: list[str]) -> str | None:
+    """A row's tree walks (--tree-budgets): each a walk as the chain's must be, its counts what it gives, one
+    failure kind per step."""
+    tree = row.get("tree")
+    if tree is None:
+        return None
+    walks = tree.get("walks") if isinstance(tree, dict) else None
+    if not isinstance(walks, dict) or sorted(walks, key=lambda k: int(k) if str(k).isdigit() else -1) != [
+            str(b) for b in tree.get("budgets") or []]:
+        return "tree.walks is not one walk per budget of tree.budgets"
+    for budget, entry in walks.items():
+        problem = _walk_problem({**row, **entry}, B, f"tree.walks[{budget}]: ")
+        if problem:
+            return problem
+        walk = M.AcceptanceCounts.from_walk(pid, [n - 1 for n in entry["walk_accept_lengths"]], B,
+                                            entry["walk_drafted"]) if entry["walk_anchors"] else M.AcceptanceCounts(B)
+        if any(counts_of(entry.get("counts")).to_dict()[f] != walk.to_dict()[f] for f in fields):
+            return f"tree.walks[{budget}].counts are not what its walk gives"
+        if sum((entry.get("failures") or {}).values()) != len(entry["walk_anchors"]):
+            return f"tree.walks[{budget}].failures do not count one kind per step"
     return None
 
 

@@ -14,6 +14,9 @@ DIR/run.json
         inputs           sha256 by content of what the numbers depend on besides the drafters and prompts:
                          target_config, target_weights, tokenizer_files, chat_template, responses_file
         draft_lengths    --draft-lengths as given ("3,7,15" or "all"), null without it
+        tree_budgets     (with --tree-budgets) the budgets as given ("16,32" or "ddtree")
+        tree_note        (with --tree-budgets) why a hybrid target's tree numbers hold offline though live tree
+                         verifiers refuse such targets; null for an attention-only target
         tokenizer_hash   sha256 of the tokenizer's serialized vocabulary and merges
         chat_template_hash  sha256 of the chat template string
         enable_thinking  the flag passed to the chat template
@@ -95,6 +98,18 @@ DIR/run.json
                         others), target_seconds_one_token (per batch), rows [{k, block, tokens_per_step
                         (tau_micro at k), speedup (per batch, null where a step time is unknown),
                         target_seconds, drafter_seconds}], best [{batch, k, speedup}]
+        tree            (with --tree-budgets) DDTree's tree verification at each budget, walked offline from
+                        the chain's own drafter pass (core/tree.py, docs/trees.md): policy (the rule, one line),
+                        budgets, by_budget [{budget, verify_tokens (1 + budget), metrics (as above, of the tree
+                        walks; marginal empty), counts, failures {candidate (the target's token outside the top
+                        min(budget, vocab) of its depth), budget (inside, but its prefix missed the best-first
+                        cut), complete (the step accepted all it could)}, candidate_share, gain_over_chain (tau
+                        macro minus the chain's)}], saturation {budget, rule}, recall_by_depth [{depth, anchors,
+                        recall {"1","4","16","64"}, counts per rank bucket 1, 2-4, 5-16, 17-64, >64, none}],
+                        deep_rows (rows computed whole for ranks past the kept 64), notes, and with step times
+                        speedup {model, rows [{verification chain|tree, size (k or budget), verify_tokens,
+                        drafter_slots, tokens_per_step, speedup per batch}], best [{batch, verification, size,
+                        speedup}]}
         depth_edges     the inner edges of the depth buckets (--depth-buckets; default 1K..32K, K = 1024)
         by_depth        where acceptance is lost (breakdown.py): one object per bucket of the anchor's absolute
                         position, every bucket even when empty (runs pair by bucket): bucket ("1K-2K", "32K+"),
@@ -122,6 +137,10 @@ DIR/run.json
                         configured"], gap (core/gap.explain_gap over the same prompts: gap, variants' shares);
                         not in run.partial.json (its rows hold the variants; the final document explains)
     doctor              (after `doctor --out RUN`) the doctor's findings, as doctor.json holds them
+    serving_target      (`--serving-target PATH`, commands/serving_target.py) the copy served (path, kind,
+                        fingerprint, its quantisation or GGUF tensor types), its argmax disagreement with the
+                        target on the target's text, and per drafter the four replays' tau (AA, AB, BA, BB:
+                        whose taps, whose text), the drop AA - BB and its two parts (core/serving_split.py)
     incomplete          (run.partial.json only) {"done", "total"}: prompts finished so far, of all
 
 DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") at temperature > 0;
@@ -147,6 +166,12 @@ DIR/samples.jsonl   one row per (prompt, drafter), and per sample k ("sample") a
     by_draft_length     (with --draft-lengths) {"k": {walk_anchors, walk_accept_lengths, walk_drafted,
                         anchor_accepted (trajectory) or step_seconds / draft_seconds / verify_seconds (live),
                         counts}} per shorter draft length k < B - 1
+    tree                (with --tree-budgets) {budgets, vocab (the draft vocabulary), first_anchor,
+                        anchor_path_nodes (per anchor: the pop index of each node of the target's path that the
+                        heap popped within the largest budget; the tree of budget b holds the nodes <= b),
+                        rank_counts (per depth, anchors per rank bucket), deep_rows, walks {"b": {walk_anchors,
+                        walk_accept_lengths, walk_drafted, walk_failures (0 candidate, 1 budget, 2 complete per
+                        step), failures, counts}}}
     draft_seconds, verify_seconds  (live) per step: the drafter's pass, the target's verify forward
     label_ids, training_sample, segment  (trained-taps rows) the ids each slot was scored against (the stored
                         teacher's or the target's greedy next tokens, or the data tokens), the training sample the row
@@ -180,6 +205,7 @@ DIR/track.jsonl     one row per evaluated checkpoint and one for the reference, 
     tau_macro_without_flagged_prompts   as in run.json's repetition summary
     counts              the merged AcceptanceCounts (per-prompt, so checkpoints compare paired)
     by_draft_length     (track --draft-lengths) run.json's by_draft_length of that run folder: tau at each k
+    tree                (track --tree-budgets) run.json's tree of that run folder (tau per budget, recall)
     depth_edges, by_depth   run.json's depth split of that run folder (track --depth-buckets: its edges)
     evaluated_at        UTC time the row was written
 DIR/track_log.jsonl one event per line: {"time", "event", ...}; "incomplete" / "waiting" / "invalid"
@@ -187,7 +213,7 @@ DIR/track_log.jsonl one event per line: {"time", "event", ...}; "incomplete" / "
     prompts, target_passes, continuations_generated) for each batch evaluated together
 DIR/track.csv       per_position.csv's columns, one row per track.jsonl row, after role, step,
     tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path; with --draft-lengths one
-    tau_macro_at_k_K column per draft length after them
+    tau_macro_at_k_K column per draft length after them, with --tree-budgets one tau_macro_at_tree_B per budget
 DIR/track_state.json  the track's settings (all but the checkpoints) and their digest
 """
 

@@ -9,7 +9,14 @@ TypedDict reads NotRequired from the real annotations.)
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .run_document import AcceptanceCountsDocument, DraftLengthEntry, Metrics, Part, RepetitionCountsDocument
+from .run_document import (
+    AcceptanceCountsDocument,
+    DraftLengthEntry,
+    Metrics,
+    Part,
+    RepetitionCountsDocument,
+    TreeDocument,
+)
 
 
 class ExplainedVariantCounts(TypedDict):
@@ -51,6 +58,7 @@ class SampleRow(TypedDict):
     repetition: NotRequired[RepetitionCountsDocument]
     counts: NotRequired[AcceptanceCountsDocument]
     by_draft_length: NotRequired[dict[str, dict[str, Any]]]
+    tree: NotRequired[dict[str, Any]]
     step_seconds: NotRequired[list[float]]
     draft_seconds: NotRequired[list[float]]
     verify_seconds: NotRequired[list[float]]
@@ -85,6 +93,7 @@ class TrackRow(TypedDict):
     counts: NotRequired[AcceptanceCountsDocument | None]
     estimate: NotRequired[dict[str, Any]]
     by_draft_length: NotRequired[list[DraftLengthEntry]]
+    tree: NotRequired[TreeDocument]
     depth_edges: NotRequired[list[int]]
     by_depth: NotRequired[list[Part]]
     evaluated_at: NotRequired[str]

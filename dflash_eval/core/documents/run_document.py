@@ -12,7 +12,7 @@ keys a class does not declare are passed through unchecked (nothing reads them a
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-from .doctor_document import Delta, DoctorDocument, GapDocument
+from .doctor_document import Delta, DoctorDocument, GapDocument, ServingTargetDocument
 
 Number = float  # an int is a number too (json_types)
 Ratio = float | None  # divided when written; null where the denominator is 0
@@ -156,6 +156,38 @@ class SpeedupDocument(TypedDict):
     inputs: NotRequired[dict[str, Any]]
 
 
+class TreeBudgetEntry(TypedDict):
+    """tree.by_budget: DDTree's tree at one budget (core/tree.py), its walks merged over prompts."""
+
+    budget: int
+    verify_tokens: int
+    metrics: Metrics
+    counts: AcceptanceCountsDocument
+    failures: dict[str, int]
+    candidate_share: Ratio
+    gain_over_chain: Ratio
+
+
+class TreeRecall(TypedDict):
+    depth: int
+    anchors: int
+    recall: dict[str, Ratio]
+    counts: list[int]
+
+
+class TreeDocument(TypedDict):
+    """A drafter's `tree` (with --tree-budgets): DDTree's tree at each budget beside the chain (core/tree.py)."""
+
+    policy: str
+    budgets: list[int]
+    by_budget: list[TreeBudgetEntry]
+    saturation: dict[str, Any]
+    recall_by_depth: list[TreeRecall]
+    deep_rows: NotRequired[int]
+    notes: NotRequired[list[str]]
+    speedup: NotRequired[dict[str, Any]]
+
+
 class LiveTimes(TypedDict):
     steps: int
     seconds: Number
@@ -178,6 +210,7 @@ class DrafterDocument(TypedDict):
     live: NotRequired[LiveTimes]
     by_draft_length: NotRequired[list[DraftLengthEntry]]
     speedup: NotRequired[SpeedupDocument]
+    tree: NotRequired[TreeDocument]
     depth_edges: NotRequired[list[int]]
     by_depth: NotRequired[list[Part]]
     by_segment: NotRequired[list[Part]]
@@ -245,6 +278,8 @@ class Provenance(TypedDict):
     target: NotRequired[TargetDocument]
     inputs: NotRequired[dict[str, str | None] | None]
     draft_lengths: NotRequired[Any]
+    tree_budgets: NotRequired[str]
+    tree_note: NotRequired[str | None]
     tokenizer_hash: NotRequired[str | None]
     chat_template_hash: NotRequired[str | None]
     enable_thinking: NotRequired[bool | None]
@@ -311,4 +346,5 @@ class RunDocument(TypedDict):
     drafters: list[DrafterDocument]
     explanation: NotRequired[list[ExplanationDocument]]
     doctor: NotRequired[DoctorDocument]
+    serving_target: NotRequired[ServingTargetDocument]
     incomplete: NotRequired[Incomplete]

@@ -23,7 +23,7 @@ PROMPTS = "demo"
 MAX_NEW_TOKENS = 256
 
 SEMANTICS_HELP = ("Attention and scale rules a drafter is evaluated under: zlab (dflash/model.py), speculators "
-                  "(its training mask), vllm, sglang or llamacpp (docs/engines.md); RULES for every drafter or "
+                  "(its training mask), vllm, sglang, llamacpp or deepspec (docs/engines.md); RULES for every drafter or "
                   "NAME=RULES for one; repeatable. "
                   "Default: each checkpoint's format decides (`dflash-eval inspect` shows the rule per layer).")
 
@@ -125,4 +125,54 @@ class InputSettings(Section):
                                    "its own prompts")
 
 
-INPUT_SECTIONS = (Drafters, InputSettings)
+SERVING_TARGET_HELP = ("A second copy of the target the drafters are served with (a quantised model folder, or a "
+                       ".gguf file read by transformers' GGUF loader): the drop from the target to it, split into the "
+                       "target's own disagreement and the drafter's inputs (greedy; docs/run.md).")
+
+
+@dataclass(frozen=True)
+class ServingTarget(Section):
+    """`--serving-target PATH` (commands/serving_target.py): the copy the drafters are served with. Checked here:
+    a model folder (config.json) or a regular .gguf file, and the `gguf` package for the latter; what it cannot
+    be combined with is refused by `refusal`."""
+
+    serving_target: Optional[str] = None
+
+    FLAGS = (setting("serving_target", "--serving-target", Optional[str], None, SERVING_TARGET_HELP, INPUTS),)
+
+    def check(self) -> None:
+        if self.serving_target is None:
+            return
+        path = Path(self.serving_target)
+        if str(path).lower().endswith(".gguf"):
+            if not path.is_file():
+                raise InputError(path, "--serving-target: no such GGUF file")
+            import importlib.util
+
+            if importlib.util.find_spec("gguf") is None:
+                raise InputError(path, "--serving-target: reading a GGUF needs the gguf package (pip install gguf), "
+                                       "which transformers' GGUF loader uses")
+        elif not (path / "config.json").is_file():
+            raise InputError(path, "--serving-target: not a model folder (no config.json) nor a .gguf file")
+
+    def refusal(self, *, temperature: float, mode: str, shard: str | None, responses: Any) -> str | None:
+        """Why --serving-target cannot be combined with the rest of the command (None: it can)."""
+        if self.serving_target is None:
+            return None
+        if temperature > 0:
+            return "--serving-target splits a greedy drop (temperature 0): a target verifies its greedy text"
+        if mode != "trajectory":
+            return "--serving-target replays trajectories: drop --mode live"
+        if shard is not None:
+            return ("--serving-target splits the drop over all the run's prompts in one process: drop --shard (or "
+                    "run without torchrun)")
+        if responses is not None:
+            return "--serving-target compares the two targets' own continuations: drop --responses"
+        return None
+
+    def provenance(self) -> dict[str, Any]:
+        """Recorded only when given (a run without it keeps its settings digest)."""
+        return {"serving_target": self.serving_target} if self.serving_target else {}
+
+
+INPUT_SECTIONS = (Drafters, InputSettings, ServingTarget)

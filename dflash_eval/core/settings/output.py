@@ -32,6 +32,7 @@ class Output(Section):
     cache_dir: Optional[Path] = None
     html: bool = True
     argv: tuple[str, ...] = ()  # the command line run.json records (no flag: the command's own words)
+    cached: bool = True  # no flag: False for continuations never cached (a GGUF serving target has no folder)
 
     FLAGS = (
         setting("out", ("--out", "-o"), Path, ..., "Output folder (created; an interrupted run in it is resumed).",
@@ -50,8 +51,11 @@ class Output(Section):
     }
 
     @property
-    def cache(self) -> Path:
-        """Where continuations are cached: --cache-dir, else the user's cache (`default_cache_dir`)."""
+    def cache(self) -> Path | None:
+        """Where continuations are cached: --cache-dir, else the user's cache (`default_cache_dir`); None when
+        they are not (`cached` False)."""
+        if not self.cached:
+            return None
         return Path(self.cache_dir) if self.cache_dir is not None else default_cache_dir()
 
     def check(self) -> None:

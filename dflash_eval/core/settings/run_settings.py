@@ -21,10 +21,10 @@ from typing import Any
 
 from ..errors import InputError
 from .execution import Doctor, Explanation, Numerics, Placement, Replay
-from .inputs import Drafters, InputSettings
+from .inputs import Drafters, InputSettings, ServingTarget
 from .output import Output, default_cache_dir  # noqa: F401  (default_cache_dir: where continuations are cached)
 from .sections import Section
-from .work import Batching, Breakdown, LongContext, Sampling, Serving
+from .work import Batching, Breakdown, LongContext, Sampling, Serving, Trees
 
 
 def is_long_source(source: str) -> bool:
@@ -56,6 +56,7 @@ class RunSettings:
 
     drafters: Drafters = Drafters()
     inputs: InputSettings = InputSettings()
+    second_target: ServingTarget = ServingTarget()
     output: Output = Output()
     replay: Replay = Replay()
     placement: Placement = Placement()
@@ -64,6 +65,7 @@ class RunSettings:
     serving: Serving = Serving()
     breakdown: Breakdown = Breakdown()
     long_context: LongContext = LongContext()
+    trees: Trees = Trees()
     numerics: Numerics = Numerics()
     explanation: Explanation = Explanation()
     doctor: Doctor = Doctor()
@@ -143,12 +145,18 @@ class RunSettings:
         self.replay.check()
         self.sampling.check()
         self.output.check()
+        self.trees.check_with(self.sampling.temperature, self.replay.mode)  # --tree-budgets
         self.placement.check()
         self.breakdown.check()
         self.inputs.check()
         temperature, inputs = self.sampling.temperature, self.inputs
         if temperature > 0 and inputs.responses is not None:
             raise InputError(None, "--responses are fixed continuations; they cannot be combined with --temperature > 0")
+        self.second_target.check()  # --serving-target: a model folder or a .gguf, and what it combines with
+        refused = self.second_target.refusal(temperature=temperature, mode=self.replay.mode,
+                                             shard=self.placement.shard, responses=inputs.responses)
+        if refused:
+            raise InputError(None, refused)
         engines = [v for v in inputs.semantics if v.rpartition("=")[2] in ("sglang", "llamacpp")]
         if engines and temperature > 0:  # core/engine_rules.py: greedy serving only
             raise InputError(None, f"--semantics {engines[0]}: that engine's verification at temperature > 0 is not "
@@ -198,7 +206,7 @@ class RunSettings:
                                         max_new_tokens=provenance.get("max_new_tokens", InputSettings.max_new_tokens)),
                    output=Output(out=out), replay=Replay(mode=provenance["mode"]),
                    sampling=Sampling.from_provenance(provenance), breakdown=Breakdown.from_edges(depth_edges),
-                   serving=Serving.from_provenance(provenance))
+                   serving=Serving.from_provenance(provenance), trees=Trees.from_provenance(provenance))
 
 
 def RunOptions(**values: Any) -> RunSettings:

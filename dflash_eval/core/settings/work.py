@@ -1,5 +1,5 @@
-"""The sections of the settings that shape the work of a run (core/settings/sections.py): batching, sampling, serving
-(draft lengths and step times), breakdown (depth buckets, draft window) and long contexts.
+"""The sections of the settings that shape the work of a run (core/settings/sections.py): batching, sampling,
+serving (draft lengths and step times), breakdown (depth buckets, draft window), long contexts and trees.
 
 Each section is declared once here; `RunOptions` (core/settings/run_settings.py) holds the values and hands each stage the
 section it reads (`options.serving.for_block(B, name)`, `options.breakdown.edges`), and every command's Typer
@@ -191,8 +191,10 @@ class Serving(Section):
         who = f" (drafter {name}, block size {block_size})" if name else f" (block size {block_size})"
         bad = [k for k in asked if not 1 <= k <= block_size - 1]
         if bad:
+            past = ("; past the trained block every position collapses (vllm-project/vllm #41834)"
+                    if bad[0] > block_size - 1 else "")
             raise InputError(None, f"--draft-lengths {self.draft_lengths!r}: k = {bad[0]} outside "
-                                   f"1..{block_size - 1}{who}")
+                                   f"1..{block_size - 1}{who}{past}")
         return tuple(sorted(set(asked)))
 
     def shorter(self, block_size: int, name: str = "") -> tuple[int, ...]:
@@ -302,4 +304,52 @@ class LongContext(Section):
         return cls(context_tokens=recorded.get("context_tokens"), max_context=recorded.get("max_context", "refuse"))
 
 
-WORK_SECTIONS = (Batching, Sampling, Serving, Breakdown, LongContext)
+TREES = "Tree verification (DDTree, temperature 0)"
+
+
+@dataclass(frozen=True)
+class Trees(Section):
+    """Tree verification (core/tree.py): DDTree's best-first tree at each budget, walked offline from the chain's
+    own drafter pass, beside the chain. Offline at temperature 0 only (refused by name otherwise)."""
+
+    tree_budgets: Optional[str] = None
+
+    FLAGS = (
+        setting("tree_budgets", "--tree-budgets", Optional[str], None,
+                "16,32,64,... or ddtree (16..1024): also score each drafter under DDTree's tree verification with "
+                "this many drafted nodes per tree (the root not counted), every budget from the chain's own drafter "
+                "pass; tau per budget beside the chain, recall by depth, why steps stop (docs/trees.md).", TREES),
+    )
+
+    @cached_property
+    def budgets(self) -> tuple[int, ...]:
+        """--tree-budgets parsed once: sorted distinct budgets, () without it (core/tree.parse_budgets)."""
+        from ..tree import parse_budgets
+
+        return parse_budgets(self.tree_budgets)
+
+    def check(self) -> None:
+        self.budgets
+
+    def check_with(self, temperature: float, mode: str) -> None:
+        """What the trees need of the other settings: temperature 0 (DDTree's sampled tree acceptance is not
+        implemented here) and the offline replay (there is no live tree loop in run)."""
+        if not self.budgets:
+            return
+        if temperature > 0:
+            raise InputError(None, "--tree-budgets at temperature > 0 is not implemented (DDTree's sampled "
+                                   "verification rule is not reproduced exactly yet); use --temperature 0")
+        if mode != "trajectory":
+            raise InputError(None, "--tree-budgets scores trees offline from the replay; --mode live runs chains "
+                                   "only (use --mode trajectory)")
+
+    def provenance(self) -> dict[str, Any]:
+        """What run.json's settings record: the budgets, only when given (a run without keeps its digest)."""
+        return {"tree_budgets": self.tree_budgets} if self.tree_budgets is not None else {}
+
+    @classmethod
+    def from_provenance(cls, recorded: dict[str, Any]) -> "Trees":
+        return cls(tree_budgets=recorded.get("tree_budgets"))
+
+
+WORK_SECTIONS = (Batching, Sampling, Serving, Breakdown, LongContext, Trees)
