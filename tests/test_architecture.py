@@ -118,6 +118,36 @@ def test_core_is_pure():
     assert not heavy, heavy
 
 
+def private_uses(source: str) -> list[str]:
+    """What a module takes of another module's private names: `from X import _name` from our package, and
+    `alias._name` on a module imported from it (`from . import metrics as M` ... `M._pool`)."""
+    tree = ast.parse(source)
+    found, modules = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dflash_eval")):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"line {node.lineno}: imports {alias.name}")
+                modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("dflash_eval"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: uses {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_takes_another_module_s_private_names():
+    """A `_name` is its module's own business: another module that needs it asks for a public name, so a
+    private helper can change without a caller elsewhere breaking (ARCHITECTURE.md's claim, checked)."""
+    caught = private_uses("from .scoring import _replay, windowed\nfrom . import metrics as M\nM._pool(1)\n")
+    assert caught == ["line 1: imports _replay", "line 3: uses M._pool"]  # the check itself finds both kinds
+    found = [f"{f.relative_to(PACKAGE)} {use}" for f in sorted(PACKAGE.rglob("*.py"))
+             for use in private_uses(f.read_text())]
+    assert not found, "\n".join(found)
+
+
 def test_no_module_runs_away():
     """Modules are split by idea, not by a line count; this only catches a file that grew without anyone
     deciding to (the largest module is about 400 lines)."""
