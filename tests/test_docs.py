@@ -146,3 +146,23 @@ def test_the_slug_is_githubs():
     assert slug("`dflash-eval show`: the blocks along the walk") == "dflash-eval-show-the-blocks-along-the-walk"
     assert slug("vLLM's serving rules (`--semantics vllm`)") == "vllms-serving-rules---semantics-vllm"
     assert slug("Cost (`benchmarks/trained_taps_cost.py`)") == "cost-benchmarkstrained_taps_costpy"
+
+
+def test_help_shows_the_commands_in_the_five_panels_of_the_one_list():
+    """`dflash-eval --help` groups the commands in the stories the README tells (Evaluate, Results, Training,
+    Serving, Setup), in that order; the commands are exactly cli.COMMANDS and cli.GROUPS, each under its panel
+    (one list registers them: a module that registers itself elsewhere fails here)."""
+    import typer
+
+    from dflash_eval.cli import COMMANDS, GROUPS
+
+    listed = {name: panel for panel, name, _ in (*COMMANDS, *GROUPS)}
+    registered = typer.main.get_command(app).commands
+    assert set(registered) == set(listed)
+    assert {name: registered[name].rich_help_panel for name in registered} == listed
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120", "TERM": "dumb"}).output
+    panels = re.findall(r"^╭─ (\w+) ─", shown, flags=re.M)
+    assert panels == ["Options", "Evaluate", "Results", "Training", "Serving", "Setup"]
+    blocks = dict(zip(panels, re.split(r"^╭─ \w+ ─.*$", shown, flags=re.M)[1:]))
+    for name, panel in listed.items():
+        assert re.search(rf"^│ {re.escape(name)} ", blocks[panel], flags=re.M), f"{name} not under {panel}"
