@@ -140,3 +140,11 @@ def test_the_roofline_counts_the_network_slots(deepspec_pair):
     assert (deepspec.format, deepspec.block_size, deepspec.anchor_drafts) == ("deepspec", 5, True)
     assert deepspec.network_slots() == zlab.network_slots() == 4 and deepspec.own_embedding
     assert drafter_flops(deepspec, 3, 100) == drafter_flops(zlab, 3, 100)
+
+
+def test_an_architectures_list_of_other_values_is_not_deepspec():
+    """A config's architectures holding a list or a number (a fuzzed or hand-edited config.json) is no
+    DeepSpec checkpoint: read as what else it may be, never an internal error (test_fuzz found it)."""
+    from dflash_eval.formats.deepspec import is_deepspec
+
+    assert not is_deepspec({"architectures": [["DFlashDraftModel"], 3, None]})

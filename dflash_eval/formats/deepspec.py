@@ -52,7 +52,8 @@ NOTE = ("DeepSpec DFlash: slot 0 drafts (position j of a block predicts anchor +
 
 def is_deepspec(config: dict[str, Any]) -> bool:
     archs = config.get("architectures")
-    return isinstance(archs, list) and any(a == ARCHITECTURE or a in OTHER_ARCHITECTURES for a in archs)
+    return isinstance(archs, list) and any(isinstance(a, str) and (a == ARCHITECTURE or a in OTHER_ARCHITECTURES)
+                                           for a in archs)
 
 
 def checked_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
