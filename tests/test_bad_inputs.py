@@ -170,7 +170,7 @@ CASES = {
     # prompts and responses
     "prompts file missing": (lambda w: run_args(w, "--prompts", str(w["root"] / "none.jsonl")), "none.jsonl"),
     "prompts line not JSON": (lambda w: run_args(w, "--prompts", str(text_file(w, "p1.jsonl", '{"id": "a"\n'))),
-                              "p1.jsonl: line 1: not valid JSON"),
+                              "p1.jsonl: line 1: not JSON"),
     "prompts row without id": (lambda w: run_args(w, "--prompts", str(text_file(w, "p2.jsonl", '{"prompt": "x"}\n'))),
                                "p2.jsonl: line 1: missing \"id\""),
     "unknown prompt set": (lambda w: run_args(w, "--prompts", "humaneval-plus"), "prompt sources: humaneval, mbpp, demo"),

@@ -304,9 +304,9 @@ CASES = {
     "--out a dangling symlink": (lambda w: run_args(w, out=dangling(w)), "is a symbolic link to"),
     # prompt and response lines that crashed the parser
     "a 5000-digit id in a prompts line": (lambda w: run_args(w, "--prompts", str(text_file(
-        w, "p-digits.jsonl", '{"id": ' + "9" * 5000 + ', "prompt": "x"}\n'))), "line 1: not valid JSON (a number"),
+        w, "p-digits.jsonl", '{"id": ' + "9" * 5000 + ', "prompt": "x"}\n'))), "line 1: not JSON (a number"),
     "deeply nested JSON in a prompts line": (lambda w: run_args(w, "--prompts", str(text_file(
-        w, "p-deep.jsonl", "[" * 100000 + "]" * 100000 + "\n"))), "line 1: not valid JSON (nested too deeply)"),
+        w, "p-deep.jsonl", "[" * 100000 + "]" * 100000 + "\n"))), "line 1: not JSON (nested too deeply)"),
     "a 5000-digit id in a responses line": (lambda w: run_args(w, "--responses", str(text_file(
         w, "r-digits.jsonl", '{"id": ' + "9" * 5000 + ', "response": "x"}\n'))), "line 1: not JSON (a number"),
     "deeply nested JSON in a responses line": (lambda w: run_args(w, "--responses", str(text_file(
@@ -321,7 +321,7 @@ CASES = {
                                        "--out", str(w["root"] / "new-out")], "'--settle': 1e30 is not <= 2.592e+06"),
     "an unpaired surrogate in a prompt": (lambda w: run_args(w, "--prompts", str(text_file(
         w, "p-surrogate.jsonl", '{"id": "s/0", "prompt": "Write \\ud800 a function."}\n'))),
-        "p-surrogate.jsonl: line 1: not valid JSON (a lone UTF-16 surrogate \\ud800 at character 6"),
+        "p-surrogate.jsonl: line 1: not JSON (a lone UTF-16 surrogate \\ud800 at character 6"),
     "an unpaired surrogate in a response": (lambda w: run_args(w, "--responses", str(text_file(
         w, "r-surrogate.jsonl", '{"id": "demo/0", "response": "x\\udc00"}\n'))), "r-surrogate.jsonl: line 1"),
     # issue 49 J: a result folder edited so that its rows contradict their own walk or run.json's settings
@@ -340,9 +340,9 @@ CASES = {
     "show: a missing row": (lambda w: ["show", str(run_copy(w, "cut", samples_edit(drop_last_row)))],
                             "holds rows for 1 prompts, run.json counts 2"),
     "show: a garbage line in the middle": (lambda w: ["show", str(run_copy(w, "garbage", samples_edit(garbage_in_middle)))],
-                                           "line 2 is not JSON"),
+                                           "line 2: not JSON"),
     "report: a torn last line": (lambda w: ["report", str(run_copy(w, "torn", samples_edit(lambda d: d[:-40])))],
-                                 "is torn (cut mid-write)"),
+                                 ": torn (cut mid-write)"),
     "show: samples.jsonl deleted": (lambda w: ["show", str(run_copy(w, "nosamples", lambda d: (d / "samples.jsonl").unlink()))],
                                     "samples.jsonl: is missing"),
     "report: samples.jsonl not UTF-8": (lambda w: ["report", str(run_copy(w, "latin", samples_edit(
@@ -555,7 +555,7 @@ def test_merge_refuses_a_torn_shard(world, shards):
     (torn / "samples.jsonl").write_bytes((torn / "samples.jsonl").read_bytes()[:-200])
     merged = fresh(world["root"] / "merged")
     refused(runner.invoke(app, ["merge", str(shards[0]), str(torn), "--out", str(merged), "--no-html"], env=ENV),
-            "is torn (cut mid-write)")
+            ": torn (cut mid-write)")
     assert not merged.exists()
     whole = runner.invoke(app, ["merge", *map(str, shards), "--out", str(merged), "--no-html"])
     assert whole.exit_code == 0, whole.output

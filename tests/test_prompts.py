@@ -160,7 +160,7 @@ def test_custom_jsonl_with_prompts_and_with_messages(tmp_path, tokenizer):
 
 
 @pytest.mark.parametrize("bad_line, problem", [
-    ('{"id": "x", "prompt": "ok"', "not valid JSON"),
+    ('{"id": "x", "prompt": "ok"', "not JSON"),
     ('["x", "a list"]', "expected a JSON object, got list"),
     ('{"prompt": "no id"}', 'missing "id"'),
     ('{"id": "x"}', 'missing "prompt" (one user message; "text" is an alias) or "messages"'),
@@ -311,3 +311,23 @@ def test_prompts_show_refuses_an_unknown_id_in_one_line():
     result = CliRunner().invoke(app, ["prompts", "show", "mbpp", "--id", "nope"])
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: mbpp: no prompt with id 'nope'"
+
+
+def test_every_jsonl_file_words_a_bad_line_the_same_way(tmp_path):
+    """One reader (core/jsonl.py) for every JSONL file: prompts, --responses, samples.jsonl, server responses and
+    AIPerf records each say `FILE: line N: not JSON (why)` / `FILE: line N: not a JSON object`."""
+    from dflash_eval.core.documents.results import read_samples
+    from dflash_eval.core.errors import InputError
+    from dflash_eval.formats.served_aiperf import read_records
+    from dflash_eval.formats.served_responses import read_requests
+    from dflash_eval.pipeline.prompts import read_prompts_file
+    from dflash_eval.pipeline.responses import read_responses
+
+    bad = tmp_path / "bad.jsonl"
+    readers = [read_prompts_file, lambda p: read_responses(p, None, 10), read_samples, read_requests, read_records]
+    for text, said in (("\n{oops\n", "line 2: not JSON (Expecting"), ("\n[1, 2]\n", "line 2: not a JSON object")):
+        bad.write_text(text)
+        for reader in readers[2:4] if "object" in said else readers:  # prompts, responses, AIPerf: their own words
+            with pytest.raises(InputError) as refused:
+                reader(bad)
+            assert refused.value.one_line().startswith(f"{bad}: {said}"), (reader, refused.value.one_line())

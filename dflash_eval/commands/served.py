@@ -32,14 +32,10 @@ def _bench(path: Path, text: str, model: str | None) -> S.Served:
     """A bench result; `--append-result` files hold one JSON object per line (`--model` picks by model_id)."""
     try:
         results = [loads(text)]
-    except ValueError as whole:
-        results = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    results.append(loads(line))
-                except ValueError:
-                    raise InputError(path, f"invalid JSON: {whole}") from None
+    except ValueError:  # --append-result: one result a line (core/jsonl.py)
+        from ..core.jsonl import jsonl_rows
+
+        results = [row for _, row in jsonl_rows(text, path, objects=False)]
     if not all(isinstance(r, dict) for r in results) or not results:
         raise InputError(path, "is not a `vllm bench serve` result (expected a JSON object)")
     if len(results) == 1 and served_aiperf.is_summary(results[0]):  # AIPerf's profile_export_aiperf.json

@@ -298,10 +298,9 @@ def _json_items(path: Path):
 
 def _parsed(path: Path, number: int | None, item):
     if number is not None:
-        try:
-            item = json.loads(item)
-        except ValueError as exc:
-            raise InputError(path, f"line {number}: not valid JSON ({exc})") from None
+        from ..core.jsonl import jsonl_value
+
+        return jsonl_value(item, number, path)  # core/jsonl.py: its one wording
     if not isinstance(item, dict):
         raise InputError(path, f"expected one JSON object per row, got {type(item).__name__}")
     return item

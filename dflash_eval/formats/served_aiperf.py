@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import served_checks as checks
-from ..core.errors import InputError, loads, read_text_file
+from ..core.errors import InputError, read_text_file
+from ..core.jsonl import jsonl_rows
 from ..core.served import Served
 from ..core.served_requests import ServedRequest, check_request
 
@@ -118,13 +119,7 @@ def read_records(path: Path) -> tuple[list[ServedRequest], list[str]]:
     line per record left out (warmup, error, no verify step). InputError naming the file and line otherwise."""
     text = read_text_file(path, "AIPerf's profile_export.jsonl (one MetricRecordInfo a line)")
     out, left = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            raise InputError(path, f"line {number}: invalid JSON: {exc}") from None
+    for number, row in jsonl_rows(text, path, objects=False):  # core/jsonl.py
         if not is_record_line(row):
             raise InputError(path, f"line {number}: not an AIPerf record (no metadata and metrics objects)")
         meta = row["metadata"]

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core import served_checks as checks
 from ..core.errors import InputError, loads, read_text_file
+from ..core.jsonl import jsonl_rows
 from ..core.served_requests import ServedOutput, ServedRequest, check_request
 from .served_sglang_details import FIELD as DETAILS_FIELD
 from .served_sglang_details import detailed_fields, stats_of
@@ -263,15 +264,7 @@ def parse_body(body: dict, where: str) -> dict[str, Any]:
 def _lines(path: Path, what: str):
     """(line number, the line's object, its response body, whether the body was wrapped) for every line."""
     text = read_text_file(path, what)
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            raise InputError(path, f"line {number}: invalid JSON: {exc}") from None
-        if not isinstance(row, dict):
-            raise InputError(path, f"line {number}: not a JSON object")
+    for number, row in jsonl_rows(text, path):  # core/jsonl.py
         wrapped = "response" in row and isinstance(row["response"], dict)
         yield number, row, row["response"] if wrapped else row, wrapped
 

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.errors import InputError, read_text
-from ..core.errors import loads as json_loads
+from ..core.jsonl import jsonl_rows
 
 
 @dataclass(frozen=True)
@@ -181,14 +181,7 @@ def parse_prompts_jsonl(content: str, origin: str | Path, default_set: str) -> l
     the other characters str.splitlines treats as line ends), so that line numbers match an editor's."""
     prompts: list[Prompt] = []
     first_line: dict[str, int] = {}
-    for number, line in enumerate(content.split("\n"), 1):
-        line = line.rstrip("\r")
-        if not line.strip():
-            continue
-        try:
-            row = json_loads(line)
-        except ValueError as exc:
-            raise InputError(origin, f"line {number}: not valid JSON ({exc})") from None
+    for number, row in jsonl_rows(content, origin, objects=False):  # core/jsonl.py
         try:
             prompt = _row_prompt(row, default_set)
         except ValueError as exc:

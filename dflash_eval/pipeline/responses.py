@@ -16,25 +16,19 @@ def read_responses(path: Path, tokenizer, vocab_size: int | None = None) -> dict
     Rows: {"id", "response": text} or {"id", "response_ids": [...]}. Every problem is one line naming the
     file and line: not JSON, not an object, a missing or repeated id, a response that is not text, ids that
     are not integers inside the target's vocabulary."""
-    from ..core.errors import loads
+    from ..core.jsonl import jsonl_rows
 
     out: dict[str, list[int]] = {}
-    try:  # a BOM is allowed (as for prompts); lines end at "\n" only, so U+2028 inside a string is text
+    try:  # a BOM is allowed (as for prompts); lines end at "\n" only (core/jsonl.py)
         from ..core.errors import read_text
 
-        lines = [line.rstrip("\r") for line in read_text(path, "utf-8-sig").split("\n")]
+        text = read_text(path, "utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(path, "is not UTF-8 text") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
     expected = 'expected {"id", "response"} or {"id", "response_ids"}'
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            raise InputError(path, f"line {number}: not JSON ({exc}); {expected}") from None
+    for number, row in jsonl_rows(text, path, objects=False):
         if not isinstance(row, dict) or not isinstance(row.get("id"), (str, int)) or isinstance(row.get("id"), bool):
             raise InputError(path, f"line {number}: {expected} (id a string)")
         key = str(row["id"])

@@ -308,7 +308,8 @@ def read_samples(path: Path, *, torn_tail: str = "refuse", row_type: Any = None)
     `torn_tail`: what a last line cut mid-write (no newline, not JSON: a run killed while appending) does:
     "refuse" (a finished run's file was damaged after the fact) or "drop" (resume and --partial readers:
     that prompt is redone or not shown yet). A missing file is no rows; readers that need rows say so."""
-    from ..errors import InputError, loads, read_bytes
+    from ..errors import InputError, read_bytes
+    from ..jsonl import jsonl_rows
 
     path = Path(path)
     if not path.exists():
@@ -319,22 +320,9 @@ def read_samples(path: Path, *, torn_tail: str = "refuse", row_type: Any = None)
         raise InputError(path, f"is not UTF-8 text (byte {exc.start}); edited or damaged?") from None
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
-    lines = text.split("\n")
     rows: list[dict[str, Any]] = []
     first: dict[tuple, int] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        last = number == len(lines)  # no newline after it
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            if last and torn_tail == "drop":
-                break
-            what = "is torn (cut mid-write)" if last else f"is not JSON ({exc})"
-            raise InputError(path, f"line {number} {what}; the file was damaged or edited") from None
-        if not isinstance(row, dict):
-            raise InputError(path, f"line {number} is not a JSON object")
+    for number, row in jsonl_rows(text, path, torn_tail=torn_tail):  # core/jsonl.py: its one wording
         if row_type is not None:
             from .json_types import check_json
 
