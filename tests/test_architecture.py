@@ -157,15 +157,28 @@ def test_no_module_runs_away():
 
 
 def test_every_module_path_architecture_md_names_exists():
-    """ARCHITECTURE.md's paths (the commands' modules in order, where a new thing goes) are read by newcomers
-    to find the code: a renamed or removed module fails here until the page follows."""
+    """ARCHITECTURE.md's paths (a module per layer, the wings' modules) are read by newcomers to find the
+    code: a renamed or removed module fails here until the page follows."""
     import re
 
     text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
-    named = set(re.findall(r"`((?:core|formats|model|pipeline|commands|render|cli|testing|demo)/\w+\.py)`", text))
-    assert len(named) > 40, "ARCHITECTURE.md names the modules each command passes through"
+    named = set(re.findall(r"`((?:core|formats|model|pipeline|commands|render|cli|testing|demo)/[\w/]+\.py)`", text))
+    assert len(named) > 20, "ARCHITECTURE.md names a module of each layer and the wings' modules"
     missing = sorted(p for p in named if not (PACKAGE / p).exists())
     assert not missing, f"ARCHITECTURE.md names modules that do not exist: {missing}"
+
+
+def test_architecture_md_is_one_screen_with_the_layers_in_their_order():
+    """One screen (issue 50): the layers one row each, bottom up, in an order where each imports only the rows
+    above it (ALLOWED, which the import test enforces); the two-step recipe for an option is on it."""
+    import re
+
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    assert len(text.splitlines()) <= 60
+    rows = re.findall(r"^\| `(\w+)/` \|", text, flags=re.M)
+    assert rows == ["core", "formats", "model", "pipeline", "render", "commands", "cli"]
+    assert all(ALLOWED[layer] & set(rows) <= set(rows[:i]) for i, layer in enumerate(rows))  # cli also imports demo
+    assert "A new option, two edits" in text
 
 
 def test_every_module_says_why_it_exists():

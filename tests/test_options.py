@@ -267,6 +267,9 @@ def exercise_app(section):
 
 
 def test_adding_an_option_is_a_field_and_a_flag_in_its_section():
+    # the two edits, and nothing else: one field, one Flag (no command, no keyword list, no CLI module touched)
+    assert [f.name for f in dataclasses.fields(After)] == [f.name for f in dataclasses.fields(Before)] + ["depth"]
+    assert [f.flag for f in After.FLAGS] == [f.flag for f in Before.FLAGS] + ["--depth"]
     runner = CliRunner()
     before, _ = exercise_app(Before)
     after, received = exercise_app(After)
