@@ -32,10 +32,10 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()
 
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.formats.validation import TargetInfo
     from dflash_eval.model.drafter import DFlashDrafter
     from dflash_eval.model.drafting import dense_draft_logits, draft_logits
-    from dflash_eval.testing.checkpoint_writer import design_spec
 
     torch.manual_seed(0)
     info = TargetInfo("bench", num_layers=24, hidden_size=args.hidden, vocab_size=args.vocab)

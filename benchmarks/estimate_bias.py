@@ -35,10 +35,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from dflash_eval.commands.evaluate import RunOptions, evaluate
+    from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.tiny import build_test_bed
-    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     tmp = Path(tempfile.mkdtemp(prefix="dflash-bias-"))
     bed = None if args.demo else build_test_bed(tmp / "bed")

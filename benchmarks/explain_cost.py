@@ -8,7 +8,7 @@ side by side, on two cases:
   12 demo prompts x 64 new tokens, thinking off (what `dflash-eval demo` runs);
 - issue: issue 48's case: the test bed's tiny Qwen3 target (dflash_eval/testing/tiny.py), a speculators-format
   drafter trained with the anchor in its context against a z-lab-format reference folder trained correctly
-  (the fixture trainer, testing/train.py, as tests/test_explain.py builds them), 13 coding prompts x 40 tokens.
+  (the fixture trainer, demo/train.py, as tests/test_explain.py builds them), 13 coding prompts x 40 tokens.
 
 Continuations are generated once into a temporary cache first, so both sides time the same work (tap pass,
 replays, rows, documents). Prints each side's best-of-N seconds, the extra seconds and the ratio, and the
@@ -46,10 +46,10 @@ def demo_case(tmp: Path) -> dict:
 
 def issue_case(tmp: Path) -> dict:
     """The test bed's qwen3 target, an anchor-bug speculators drafter, a z-lab-format reference (trained here)."""
+    from dflash_eval.demo.train import TrainConfig, fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.tiny import build_test_bed
-    from dflash_eval.testing.train import TrainConfig, fixture_config, greedy_sequences, train_drafter
 
     bed = build_test_bed(tmp / "bed")
     target = load_target(str(bed["qwen3"]), device="cpu", dtype="float32")

@@ -93,11 +93,11 @@ def accelerator(rehearse: bool):
 
 def part_bed(out: Path, rehearse: bool, record: Record) -> None:
     sys.modules["fla"] = None  # fla unbound in this process: transformers binds the torch fallback
+    from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.model.kernels import kernel_report
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.tiny import build_test_bed
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     work = out / "work"
     bed = build_test_bed(work / "bed")

@@ -95,8 +95,8 @@ def part_throughput(rehearse: bool, record, accelerator, peak_flops) -> None:
 
 
 def drafter_for(target, device, dtype, *, heads: int, kv_heads: int, head_dim: int, intermediate: int):
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.model.drafter import DFlashDrafter
-    from dflash_eval.testing.checkpoint_writer import design_spec
     from dflash_eval.testing.testbed import random_state_dict
 
     spec = design_spec(target.info, mask_token_id=target.info.vocab_size - 1, block_size=16, num_layers=5,

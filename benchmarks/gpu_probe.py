@@ -231,11 +231,11 @@ class Probe:
         import torch
         from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
 
+        from dflash_eval.demo.checkpoint_writer import design_spec
         from dflash_eval.formats.validation import TargetInfo
         from dflash_eval.model.drafter import DFlashDrafter
         from dflash_eval.model.kernels import decoder_layers
         from dflash_eval.model.target import Target, input_device
-        from dflash_eval.testing.checkpoint_writer import design_spec
 
         shape = dict(TINY if self.rehearse else HYBRID_27B)
         vocab, layers = shape.pop("vocab_size"), shape["num_hidden_layers"]

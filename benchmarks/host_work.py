@@ -51,9 +51,9 @@ def corpus() -> list[str]:
 
 
 def build_bed(root: Path, vocab: int) -> dict[str, Path]:
+    from dflash_eval.demo.tiny_tokenizer import ADDED_TOKENS, train_tokenizer
     from dflash_eval.testing.testbed import write_random_drafter
     from dflash_eval.testing.tiny import build_target
-    from dflash_eval.testing.tiny_tokenizer import ADDED_TOKENS, train_tokenizer
 
     tokenizer = train_tokenizer(root / "tokenizer", corpus(), vocab_size=vocab, fill_to=vocab - len(ADDED_TOKENS))
     target = build_target("qwen3_5_text", root / "target", tokenizer, hidden_size=64)

@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--drafters", type=int, default=3, help="drafters per target (different seeds)")
     args = parser.parse_args()
 
+    from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
     from dflash_eval.formats.checkpoints import checked_spec
     from dflash_eval.formats.files import weight_files
     from dflash_eval.model.drafter import load_drafter
@@ -44,7 +45,6 @@ def main() -> None:
     from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
     from dflash_eval.testing.tiny import build_test_bed
-    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     torch.set_grad_enabled(False)
     with tempfile.TemporaryDirectory() as tmp:

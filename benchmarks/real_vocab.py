@@ -155,9 +155,9 @@ class Parts:
 
 
 def build(shape: str, device: str, seed: int = 0):
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.formats.validation import TargetInfo
     from dflash_eval.model.drafter import DFlashDrafter
-    from dflash_eval.testing.checkpoint_writer import design_spec
 
     H, heads, kv, hd, inter, V = SHAPES[shape]
     info = TargetInfo("bench", num_layers=28, hidden_size=H, vocab_size=V)

@@ -58,10 +58,10 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3_5TextConfig
 
+    from dflash_eval.demo.checkpoint_writer import design_spec, save_checkpoint
     from dflash_eval.model.drafter import DFlashDrafter
     from dflash_eval.model.engine import replay
     from dflash_eval.model.target import capture_taps, load_target
-    from dflash_eval.testing.checkpoint_writer import design_spec, save_checkpoint
     from dflash_eval.testing.testbed import random_state_dict
     from dflash_eval.testing.tiny import build_test_bed
 

@@ -41,6 +41,8 @@ def main() -> None:
     import torch
 
     from dflash_eval.core.settings.run_settings import Reporter, RunOptions
+    from dflash_eval.demo.tiny_tokenizer import train_tokenizer
+    from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target, stop_token_ids
     from dflash_eval.pipeline.continuations import continuations_for
     from dflash_eval.pipeline.document import assemble
@@ -50,8 +52,6 @@ def main() -> None:
     from dflash_eval.pipeline.scoring import load_drafters, score_on_trajectory
     from dflash_eval.pipeline.trajectories import capture_trajectory
     from dflash_eval.testing.tiny import build_target
-    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tmp = Path(tempfile.mkdtemp(prefix="dflash-bench-"))

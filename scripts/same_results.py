@@ -10,7 +10,7 @@ two builds differ in their fingerprints; compare two records made on the same FI
 
 `record` runs, each as a user types it (`python -m dflash_eval.cli ...`, with the interpreter running this
 script and whatever `dflash_eval` its PYTHONPATH finds): the demo; a tiny test bed (`dflash_eval.testing.tiny`)
-with a drafter trained on it (`dflash_eval.testing.train`); `run` under the settings that shape a run folder
+with a drafter trained on it (`dflash_eval.demo.train`); `run` under the settings that shape a run folder
 (a reference and its explanation, draft lengths with roofline step times, depth buckets, a draft window,
 vLLM rules and full final blocks, sampling (the offline estimate), the live loop, `--responses`, long
 `repo:` prompts, shards and their `merge`); `doctor` (into a run folder, into its own, `--engines`), `track`,
@@ -68,7 +68,7 @@ def fixtures(fix: Path, T: Path) -> None:
     f = str(fix)
     sh(fix, "bed", f"{f}/bed", module="dflash_eval.testing.tiny")
     sh(fix, "train", "--target", f"{f}/bed/qwen3", "--save-dir", f"{f}/save", "--steps", "30", "--save-every", "15",
-       "--max-new-tokens", "16", module="dflash_eval.testing.train")
+       "--max-new-tokens", "16", module="dflash_eval.demo.train")
     sh(fix, "taps-data", f"{f}/taps", "--target", str(T), "--taps", "1,2,3", module="dflash_eval.testing.trainer_data")
     repo = fix / "repo"
     repo.mkdir()

@@ -61,7 +61,7 @@ step report-md     "$DFLASH" report "$W/run" --markdown
 step show          "$DFLASH" show "$W/run" --worst 3
 step diff          "$DFLASH" diff "$W/run:demo-reference" "$W/run:demo-inhouse"
 step doctor        "$DFLASH" doctor --drafter "$INH" --target "$T" "${SIZE[@]}" --no-context-variants --out "$W/doctor"
-step train         "$PY" -m dflash_eval.testing.train --target "$T" --save-dir "$W/save" --steps 20 --save-every 10 --max-new-tokens 16
+step train         "$PY" -m dflash_eval.demo.train --target "$T" --save-dir "$W/save" --steps 20 --save-every 10 --max-new-tokens 16
 step track         "$DFLASH" track "$W/save" --target "$T" --reference "$REF" "${SIZE[@]}" --out "$W/track"
 step dump          "$PY" -m dflash_eval.testing.served_dump "$W/run:demo-reference" "$W/before.txt" "$W/after.txt" --k 3 --model demo
 step served        "$DFLASH" served "$W/before.txt" "$W/after.txt" --model demo --run "$W/run:demo-reference"

@@ -59,8 +59,8 @@ def drafter_dirs(test_bed, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("drafters")
     target = test_bed["qwen3"]
     design = dict(block_size=4, num_layers=2)
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.model.target import target_info
-    from dflash_eval.testing.checkpoint_writer import design_spec
 
     spec = design_spec(target_info(target), mask_token_id=0, **design)
     shared = random_state_dict(spec, seed=1)
@@ -80,9 +80,9 @@ def trained(test_bed, tmp_path_factory) -> dict[str, dict[str, Path]]:
     prompts (B = 4, one-row sliding windows: see train.fixture_config):
     {"qwen3": {"target", "good", "anchor_bug"}, "qwen3_5_text": {"target", "good"}}; anchor_bug was trained
     with the anchor's own hidden state in its context (the classic train/eval skew)."""
+    from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("trained")
     out: dict[str, dict[str, Path]] = {}

@@ -2,9 +2,10 @@
 
 Folders are the layers, bottom up: core (pure: no torch, no model) -> formats (checkpoint files and
 formats) -> model (the target, the drafter, the replay engine, the live loop) -> pipeline (the stages, in
-their order) -> commands (compositions of the stages) -> render and cli (the interface). A module imports
-only its own folder or lower ones, a stage only earlier stages, no circle exists anywhere, and no product
-module imports the test infrastructure (dflash_eval/testing/), which only the demo's model build uses.
+their order) -> render (views) -> commands (compositions of the stages) -> cli (the interface). A module
+imports only its own folder or lower ones, a stage only earlier stages, no circle exists anywhere, and no
+product module, the demo's build included, imports the test helpers (dflash_eval/testing/), which the wheel
+leaves out.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ ALLOWED = {
     "render": {"core", "formats", "model", "pipeline"},
     "commands": {"core", "formats", "model", "pipeline", "render"},
     "cli": {"core", "formats", "model", "pipeline", "commands", "render", "demo"},
-    "demo": {"core", "formats", "model", "pipeline", "commands", "testing"},
-    "testing": {"core", "formats", "model", "pipeline"},
+    "demo": {"core", "formats", "model", "pipeline", "commands"},  # never testing/: the wheel leaves it out
+    "testing": {"core", "formats", "model", "pipeline", "demo"},
 }
 STAGES = ["prompts", "inputs", "run_folder", "track_folder", "continuations", "trajectories", "scoring", "rows",
           "document"]
@@ -179,6 +180,22 @@ def test_architecture_md_is_one_screen_with_the_layers_in_their_order():
     assert rows == ["core", "formats", "model", "pipeline", "render", "commands", "cli"]
     assert all(ALLOWED[layer] & set(rows) <= set(rows[:i]) for i, layer in enumerate(rows))  # cli also imports demo
     assert "A new option, two edits" in text
+
+
+def test_the_wheel_leaves_the_test_helpers_out_and_keeps_the_demo_build():
+    """pyproject.toml's package list (setuptools' find, as the wheel's build runs it): dflash_eval.testing is
+    not shipped, the demo (its trainer, tokenizer and checkpoint writer) is; no shipped module imports
+    testing/ (the import rule above), so `dflash-eval demo` builds its models from a base install."""
+    import tomllib
+    from setuptools import find_packages
+
+    found = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = find_packages(str(PACKAGE.parent), include=found["include"], exclude=found.get("exclude", ()))
+    assert "dflash_eval.demo" in shipped and "dflash_eval.cli" in shipped
+    assert not [p for p in shipped if p.startswith("dflash_eval.testing")], shipped
+    graph = imports()
+    assert not [m for m, deps in graph.items() if not m.startswith("testing")
+                and any(d.split(".")[0] == "testing" for d in deps)]
 
 
 def test_every_module_says_why_it_exists():

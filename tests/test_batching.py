@@ -87,8 +87,8 @@ def test_run_json_records_the_anchors_per_forward_the_engine_ran(test_bed, tmp_p
 
 def test_plan_calls_the_same_rule(monkeypatch):
     from dflash_eval.commands.plan import anchor_batch as planned
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.formats.validation import TargetInfo
-    from dflash_eval.testing.checkpoint_writer import design_spec
 
     spec = design_spec(TargetInfo("t", num_layers=8, hidden_size=64, vocab_size=512), mask_token_id=0,
                        block_size=16, num_attention_heads=32)

@@ -52,8 +52,8 @@ def refs():
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> dict[str, Path]:
+    from dflash_eval.demo.tiny_tokenizer import train_tokenizer
     from dflash_eval.testing.tiny import build_target
-    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("conformance-bed")
     tokenizer = train_tokenizer(root / "tokenizer")
@@ -82,8 +82,8 @@ def prompts(target, tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(target, tmp_path_factory) -> Path:
     """A trained z-lab-format drafter, full attention in both layers (bidirectional in block)."""
+    from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     out = tmp_path_factory.mktemp("conformance-trained") / "zlab-full"
     return train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 48),
@@ -674,8 +674,8 @@ DRAFT_LENGTH_BLOCK = 8  # k = 3 and 5 are both shorter than B - 1
 @pytest.fixture(scope="module")
 def trained_b8(target, tmp_path_factory) -> Path:
     """A z-lab-format drafter trained with blocks of 8 (full attention: bidirectional in block)."""
+    from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     out = tmp_path_factory.mktemp("conformance-trained-b8") / "zlab-b8"
     return train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 48),

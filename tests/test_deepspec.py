@@ -29,8 +29,8 @@ def deepspec_pair(drafter_dirs, test_bed, tmp_path_factory) -> dict[str, Path]:
     draft) and the speculators twin of that copy (block_size 4, sample_from_anchor true)."""
     from safetensors.torch import load_file
 
+    from dflash_eval.demo.checkpoint_writer import as_format, save_checkpoint, save_deepspec
     from dflash_eval.formats.checkpoints import read_spec
-    from dflash_eval.testing.checkpoint_writer import as_format, save_checkpoint, save_deepspec
     from dflash_eval.testing.testbed import tiny_target_tables
 
     root = tmp_path_factory.mktemp("deepspec")

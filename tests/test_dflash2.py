@@ -21,6 +21,7 @@ import torch
 
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.settings.run_settings import Scoring
+from dflash_eval.demo.checkpoint_writer import design_spec, save_checkpoint
 from dflash_eval.formats.checkpoints import checked_spec, read_spec
 from dflash_eval.formats.files import weight_files
 from dflash_eval.model.dflash2 import candidate_probs, candidates, edge_scores, grouped_causal_conv, serving_walk
@@ -29,7 +30,6 @@ from dflash_eval.model.drafting import draft_hidden, draft_logits
 from dflash_eval.model.engine import replay
 from dflash_eval.model.live import live_generate
 from dflash_eval.model.target import capture_taps, load_target, target_info
-from dflash_eval.testing.checkpoint_writer import design_spec, save_checkpoint
 from dflash_eval.testing.testbed import random_state_dict
 
 DFLASH2 = dict(conv_kernel_size=2, conv_group_size=16, selector_rank=8, selector_top_k=6)

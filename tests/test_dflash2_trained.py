@@ -24,9 +24,9 @@ TOKENS, LIMIT, STEPS = "40", "6", 80  # trained on 40-token continuations of the
 
 @pytest.fixture(scope="module")
 def d2(test_bed, tmp_path_factory) -> dict[str, Path]:
+    from dflash_eval.demo.train import CheckpointSaves, greedy_sequences
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import CheckpointSaves, greedy_sequences
     from dflash_eval.testing.train_dflash2 import dflash2_fixture_config, train_dflash2_drafter
 
     root = tmp_path_factory.mktemp("dflash2-trained")

@@ -68,7 +68,7 @@ def _other_weights(test_bed, tmp_path):
 
 
 def _other_tokenizer(test_bed, tmp_path):
-    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
+    from dflash_eval.demo.tiny_tokenizer import train_tokenizer
 
     corpus = ["for item in items:\n    total += item\n", "while True:\n    break\n"] * 40
     other = train_tokenizer(tmp_path / "other-tok", corpus=corpus)

@@ -17,9 +17,9 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def bugged(trained, tmp_path_factory):
     """Two more fixture drafters with injected bugs: tap 1 dropped, taps shifted by one layer."""
+    from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("bugged")
     target = load_target(str(trained["qwen3"]["target"]), device="cpu")

@@ -83,8 +83,8 @@ def test_readings_that_only_the_config_shows(drafter_dirs, tmp_path):
 def test_a_deepspec_checkpoint_is_read_by_deepspec_alone(drafter_dirs, test_bed, tmp_path):
     from safetensors.torch import load_file
 
+    from dflash_eval.demo.checkpoint_writer import save_deepspec
     from dflash_eval.formats.checkpoints import read_spec
-    from dflash_eval.testing.checkpoint_writer import save_deepspec
     from dflash_eval.testing.testbed import tiny_target_tables
 
     spec, _, _ = read_spec(drafter_dirs["zlab"])

@@ -148,8 +148,8 @@ def causal_fixture(test_bed, tmp_path_factory):
     """A z-lab drafter trained with sliding windows of 3 rows (causal in block, z-lab's default), whose config
     then declares dflash_config.causal = false and no is_causal: vLLM runs every layer bidirectional,
     SGLang (and z-lab) causal as trained."""
+    from dflash_eval.demo.train import DEMO_PROMPTS, TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
-    from dflash_eval.testing.train import DEMO_PROMPTS, TrainConfig, greedy_sequences, train_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
     out = train_drafter(target, greedy_sequences(target, list(DEMO_PROMPTS), 40),

@@ -136,9 +136,9 @@ def test_the_verdict_block_by_hand():
 @pytest.fixture(scope="module")
 def zlab_reference(trained, tmp_path_factory) -> Path:
     """A z-lab-format reference folder, trained correctly (full attention) on the drafters' training data."""
+    from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import TrainConfig, greedy_sequences, train_drafter
 
     target = load_target(str(trained["qwen3"]["target"]), device="cpu", dtype="float32")
     sequences = greedy_sequences(target, list(DEMO_PROMPTS), 40)

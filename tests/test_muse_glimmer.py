@@ -79,7 +79,7 @@ def test_keys_no_reference_reads_are_refused_by_name(tmp_path, edit, message):
 def muse(drafter_dirs, tmp_path_factory) -> dict[str, Path]:
     """The sliding test drafter (a window-3 sliding layer, causal in block under z-lab's rules, + a full one):
     written by transformers as muse_glimmer_assistant, and in z-lab format with vLLM's injected causality."""
-    from dflash_eval.testing.checkpoint_writer import write_muse_glimmer
+    from dflash_eval.demo.checkpoint_writer import write_muse_glimmer
 
     root = tmp_path_factory.mktemp("muse")
     zlab = drafter_dirs["sliding"]

@@ -56,9 +56,9 @@ def norm_drafters(test_bed, tmp_path_factory):
     the mis-scaled one, labels from lm_head(x * w) (written as speculators 0.8.1)."""
     from safetensors.torch import load_file, save_file
 
+    from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
     root = tmp_path_factory.mktemp("norm")
     target_dir = root / "qwen3_5_text-normed"

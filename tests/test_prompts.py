@@ -30,7 +30,7 @@ needs_source_data = pytest.mark.skipif(not (SOURCE_DATA / "humaneval.jsonl").exi
 def tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from dflash_eval.testing.tiny_tokenizer import train_tokenizer
+    from dflash_eval.demo.tiny_tokenizer import train_tokenizer
 
     return AutoTokenizer.from_pretrained(train_tokenizer(tmp_path_factory.mktemp("tokenizer")))
 

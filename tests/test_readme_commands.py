@@ -55,7 +55,7 @@ SHRINK = {"--max-new-tokens": 8, "--limit": 2, "--samples": 2, "--context-tokens
           "--steps": 20, "--save-every": 10}
 ADDED = {"run": {"--max-new-tokens": "8", "--limit": "2"}, "doctor": {"--max-new-tokens": "8", "--limit": "2"},
          "track": {"--max-new-tokens": "8", "--limit": "2"},
-         "dflash_eval.testing.train": {"--max-new-tokens": "8"}}
+         "dflash_eval.demo.train": {"--max-new-tokens": "8"}}
 DROPPED = {"--watch": "polls for new checkpoints until Ctrl-C: run once, without it"}
 SEPARATORS = {"&&", "||", ";", "|", "&"}
 
@@ -492,7 +492,7 @@ def test_the_extractor_reads_commands_as_a_shell_splits_them():
                       "OMP_NUM_THREADS=1 dflash-eval run -d ./a:x \\",
                       "  --out 'runs/my run'   # a comment",
                       "curl -s localhost:8000/metrics > before.txt; dflash-eval served before.txt --json",
-                      "python -m dflash_eval.testing.train --target t --save-dir s",
+                      "python -m dflash_eval.demo.train --target t --save-dir s",
                       "python3 -m dflash_eval run -d d --out o | tee log",
                       "torchrun --nproc-per-node 8 -m dflash_eval run -d d --out o",
                       "```", "```python", "dflash-eval not-bash", "```"])
@@ -500,7 +500,7 @@ def test_the_extractor_reads_commands_as_a_shell_splits_them():
     assert [(c.kind, c.args, c.module) for c in found] == [
         ("cli", ["demo"], ""), ("cli", ["run", "-d", "./a:x", "--out", "runs/my run"], ""),
         ("cli", ["served", "before.txt", "--json"], ""),
-        ("module", ["--target", "t", "--save-dir", "s"], "dflash_eval.testing.train"),
+        ("module", ["--target", "t", "--save-dir", "s"], "dflash_eval.demo.train"),
         ("cli", ["run", "-d", "d", "--out", "o"], ""), ("other", [], "")]
     assert reason_not_run(found[0]) is not None and reason_not_run(found[1]) is None
 

@@ -109,7 +109,7 @@ def spec_dir(test_bed, tmp_path_factory):
 @pytest.fixture(scope="module")
 def deepspec_dir(test_bed, tmp_path_factory):
     """A two-layer full-attention drafter written as DeepSpec writes one (testing/checkpoint_writer.save_deepspec)."""
-    from dflash_eval.testing.checkpoint_writer import save_deepspec
+    from dflash_eval.demo.checkpoint_writer import save_deepspec
     from dflash_eval.testing.testbed import random_state_dict, tiny_target_tables
 
     zlab = write_random_drafter(test_bed["qwen3"], tmp_path_factory.mktemp("k") / "dz", "zlab", block_size=4, num_layers=2)

@@ -17,7 +17,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3_5ForConditionalGeneration
 
-from dflash_eval.testing import tiny, tiny_tokenizer
+from dflash_eval.demo import tiny_tokenizer
+from dflash_eval.testing import tiny
 
 # transformers' internals: also run on the oldest supported transformers (scripts/compat.sh)
 pytestmark = pytest.mark.compat

@@ -26,9 +26,9 @@ TOKENS = "40"  # the fixture drafters were trained on 40-token continuations of 
 @pytest.fixture(scope="module")
 def training_run(test_bed, tmp_path_factory) -> Path:
     """A real training run's save folder: the fixture trainer saving checkpoint-40 .. checkpoint-160 (HF layout)."""
+    from dflash_eval.demo.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     save = tmp_path_factory.mktemp("training") / "save"
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
@@ -342,7 +342,7 @@ def test_watch_follows_a_training_run_as_it_writes(test_bed, trained, tmp_path):
         whole = (late / "model.safetensors").read_bytes()
         (late / "model.safetensors").write_bytes(whole[: len(whole) // 2])
         trainer = subprocess.run(
-            [sys.executable, "-m", "dflash_eval.testing.train", "--target", str(target), "--save-dir", str(save),
+            [sys.executable, "-m", "dflash_eval.demo.train", "--target", str(target), "--save-dir", str(save),
              "--steps", "160", "--save-every", "40", "--max-new-tokens", TOKENS, "--pause", "0.5"],
             env=env, capture_output=True, text=True, timeout=300)
         assert trainer.returncode == 0, trainer.stderr[-2000:]
@@ -376,9 +376,9 @@ def test_watch_follows_a_training_run_as_it_writes(test_bed, trained, tmp_path):
 ])
 def test_the_trainer_s_own_layouts_are_what_the_scan_reads(test_bed, tmp_path, layout, names, source):
     """The fixture trainer writes each trainer's layout (CheckpointSaves); the scan reads steps back from it."""
+    from dflash_eval.demo.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import CheckpointSaves, fixture_config, greedy_sequences, train_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
     sequences = greedy_sequences(target, list(DEMO_PROMPTS)[:2], 8)

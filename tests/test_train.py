@@ -19,13 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dflash_eval.formats.checkpoints import checked_spec
-from dflash_eval.formats.files import weight_files
-from dflash_eval.model.drafter import load_drafter
-from dflash_eval.model.drafting import draft_logits
-from dflash_eval.model.target import capture_taps, load_target
-from dflash_eval.testing.testbed import write_random_drafter
-from dflash_eval.testing.train import (
+from dflash_eval.demo.train import (
     DEMO_PROMPTS,
     TrainConfig,
     fixture_config,
@@ -33,6 +27,12 @@ from dflash_eval.testing.train import (
     train_drafter,
     training_logits,
 )
+from dflash_eval.formats.checkpoints import checked_spec
+from dflash_eval.formats.files import weight_files
+from dflash_eval.model.drafter import load_drafter
+from dflash_eval.model.drafting import draft_logits
+from dflash_eval.model.target import capture_taps, load_target
+from dflash_eval.testing.testbed import write_random_drafter
 
 MAX_NEW = 48
 

@@ -42,8 +42,8 @@ def _samples(target, count: int, tokens: int):
 def bed(test_bed, tmp_path_factory):
     """The dense target in fp32 and bf16, 12 training samples (prompt + 24 greedy tokens, continuation
     supervised), and a drafter trained on taps 2, 3, 4 while its checkpoint records 1, 2, 3 (train.shift_taps)."""
+    from dflash_eval.demo.train import fixture_config, train_drafter
     from dflash_eval.model.target import load_target
-    from dflash_eval.testing.train import fixture_config, train_drafter
 
     root = tmp_path_factory.mktemp("trained-taps")
     t32 = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")

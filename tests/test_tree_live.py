@@ -68,8 +68,8 @@ def test_offline_tree_walk_equals_live_ddtree_loop_at_every_budget(trained, kind
 
 @pytest.fixture(scope="module")
 def dflash2_good(test_bed, tmp_path_factory):
+    from dflash_eval.demo.train import greedy_sequences
     from dflash_eval.pipeline.prompts import DEMO_PROMPTS
-    from dflash_eval.testing.train import greedy_sequences
     from dflash_eval.testing.train_dflash2 import dflash2_fixture_config, train_dflash2_drafter
 
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")

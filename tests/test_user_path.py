@@ -94,7 +94,7 @@ def test_the_smoke_pass_runs_every_command_of_the_cli():
     ran = set(re.findall(r'"\$DFLASH" ([a-z][a-z-]*)', text))
     commands = set(typer.main.get_command(app).commands) - {"demo"}  # the quick start runs the demo
     assert commands - ran == set(), f"scripts/smoke.sh does not run: {sorted(commands - ran)}"
-    for needed in ("--draft-lengths", "--json", "served_dump", "testing.train", "--shard 0/2", "merge"):
+    for needed in ("--draft-lengths", "--json", "served_dump", "demo.train", "--shard 0/2", "merge"):
         assert needed in text, needed
 
 
@@ -125,7 +125,8 @@ def test_gpu_check_names_a_python_without_torch_before_any_part(tmp_path):
 
 def test_the_tiny_bed_builder_takes_help_for_help(tmp_path, monkeypatch, capsys):
     """`python -m dflash_eval.testing.tiny --help` wrote 5.5 MB of models into ./--help/."""
-    from dflash_eval.testing import tiny, train
+    from dflash_eval.demo import train
+    from dflash_eval.testing import tiny
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as done:

@@ -85,9 +85,9 @@ def window_bed(test_bed, tmp_path_factory):
     pass each): the three as configured, and the full drafter served a window of W."""
     import torch
 
+    from dflash_eval.demo.train import TrainConfig, train_drafter
     from dflash_eval.model.target import load_target
     from dflash_eval.pipeline.continuations import Prompt, generate_greedy, prompt_ids
-    from dflash_eval.testing.train import TrainConfig, train_drafter
 
     root = tmp_path_factory.mktemp("window-depth")
     target = load_target(str(test_bed["qwen3"]), device="cpu", dtype="float32")
@@ -183,8 +183,8 @@ def test_the_doctor_names_the_depth_where_a_full_attention_drafter_served_a_wind
 def test_the_window_on_every_layer_variant_puts_the_sliding_window_on_the_full_layers(test_bed):
     from dflash_eval.commands.doctor_windows import every_layer_variant, trained_window
     from dflash_eval.core.semantics import apply_semantics
+    from dflash_eval.demo.checkpoint_writer import design_spec
     from dflash_eval.model.target import target_info
-    from dflash_eval.testing.checkpoint_writer import design_spec
 
     info = target_info(test_bed["qwen3"])
     for fmt, rule in (("speculators", "anchor"), ("zlab", "query")):

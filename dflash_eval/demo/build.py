@@ -9,15 +9,15 @@ What it does, in order (single process, CPU, fixed seeds; about 7 minutes on 2 c
    ``enable_thinking=False`` pre-fills), tokenized exactly as ``run`` tokenizes a prompt. So the target
    learns to answer coding requests in the chat format ``run`` sends.
 2. **Tokenizer**: a byte-level BPE of :data:`VOCAB_SIZE` entries trained on that text with
-   :func:`dflash_eval.testing.tiny_tokenizer.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the
+   :func:`dflash_eval.demo.tiny_tokenizer.train_tokenizer` (Qwen's special tokens, ``<|mask|>``, the
    ChatML template).
 3. **Target**: a hybrid ``qwen3_5_text`` model (:data:`TARGET_SHAPE`: Gated-DeltaNet *and* gated
    full-attention layers) trained from scratch as a language model on the corpus (AdamW, warm-up then
    cosine decay, packed sequences of :data:`SEQ_LEN` tokens) and saved in float32 safetensors with its
    tokenizer. ``--minutes`` sets the *number of steps* (``minutes * STEPS_PER_MINUTE``, calibrated on a
    2-core CPU), never a wall-clock deadline, so the result does not depend on the machine's speed.
-4. **Drafters** (:func:`dflash_eval.testing.train.train_drafter`) on the target's *own* greedy
-   continuations (``testing.train.greedy_sequences``, :data:`DRAFT_MAX_NEW` new tokens; half of them with
+4. **Drafters** (:func:`dflash_eval.demo.train.train_drafter`) on the target's *own* greedy
+   continuations (``demo.train.greedy_sequences``, :data:`DRAFT_MAX_NEW` new tokens; half of them with
    thinking off, half with the family default, on) of the first :data:`DRAFT_PROMPTS` MBPP task prompts
    -- a training set disjoint from the demo prompts (``pipeline.prompts.DEMO_PROMPTS``) the demo evaluates
    on: ``demo-reference`` (speculators format, correct training mask ``p < a``) and ``demo-inhouse``
@@ -100,7 +100,7 @@ def _sha256(path: Path) -> str:
 
 def drafter_config(**changes):
     """The demo drafters' training config (both drafters: only ``anchor_in_context`` differs)."""
-    from ..testing.train import TrainConfig
+    from .train import TrainConfig
 
     base = dict(block_size=8, num_layers=2, steps=400, lr=3e-3, anchors_per_step=128, gamma=8.0, seed=SEED,
                 sliding_window=1, sliding_layers=2)
@@ -154,7 +154,7 @@ def measure(models: Path, thinking: bool | None, max_new_tokens: int = EVAL_MAX_
 
 
 def sample_continuations(target, prompts: list[str], max_new_tokens: int) -> list[dict[str, str]]:
-    from ..testing.train import greedy_sequences
+    from .train import greedy_sequences
 
     out = []
     for (ids, prompt_len), prompt in zip(greedy_sequences(target, prompts, max_new_tokens), prompts):
@@ -198,8 +198,8 @@ def _cpu_model() -> str:
 def _build(out: Path, minutes: float, steps: int | None, measure_runs: bool, seed: int) -> dict[str, Any]:
     from ..model.target import load_target
     from ..pipeline.prompts import DEMO_PROMPTS
-    from ..testing.tiny_tokenizer import train_tokenizer
-    from ..testing.train import train_drafter
+    from .tiny_tokenizer import train_tokenizer
+    from .train import train_drafter
 
     began = time.perf_counter()
     timings: dict[str, float] = {}

@@ -87,7 +87,7 @@ def drafter_sequences(target, prompts: list[str]) -> list[tuple[torch.Tensor, in
     """The target's own greedy continuations: even-indexed prompts with thinking off, odd ones with the
     family default (on), so the drafters see both prompt endings `run` may send (the target, trained on
     thinking-off prompts, writes the empty think block itself when it is not pre-filled)."""
-    from ..testing.train import greedy_sequences
+    from .train import greedy_sequences
 
     off = greedy_sequences(target, prompts[0::2], DRAFT_MAX_NEW, enable_thinking=False)
     on = greedy_sequences(target, prompts[1::2], DRAFT_MAX_NEW, enable_thinking=True)
@@ -111,7 +111,7 @@ def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
     token at the end of a prompt but splits before "```"), and the target would never have seen the
     token sequence it is prompted with."""
     from ..pipeline.continuations import Prompt, prompt_ids
-    from ..testing.tiny_tokenizer import IM_END
+    from .tiny_tokenizer import IM_END
 
     head = prompt_ids(tokenizer, Prompt("corpus", user), enable_thinking=False)
     return head + tokenizer(assistant + IM_END + "\n", add_special_tokens=False)["input_ids"]
@@ -120,8 +120,7 @@ def document_ids(tokenizer, user: str, assistant: str) -> list[int]:
 def target_config(tokenizer):
     from transformers import Qwen3_5TextConfig
 
-    from ..testing.tiny import PAD_TOKEN
-    from ..testing.tiny_tokenizer import IM_END
+    from .tiny_tokenizer import IM_END, PAD_TOKEN
 
     pad, eos = tokenizer.convert_tokens_to_ids(PAD_TOKEN), tokenizer.convert_tokens_to_ids(IM_END)
     rotary_half = int(TARGET_SHAPE["head_dim"] * 0.25) // 2

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from ..core.spec import DrafterSpec
+from ..demo.checkpoint_writer import design_spec, save_checkpoint
 from ..model.drafter import DFlashDrafter
-from .checkpoint_writer import design_spec, save_checkpoint
 
 
 def tiny_target_tables(target_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,4 +109,4 @@ def write_repeat_anchor_drafter(target_dir: str | Path, out_dir: str | Path, *, 
 if __name__ == "__main__":  # a library of drafter writers; say where the runnable pieces are
     raise SystemExit("dflash_eval.testing.testbed writes drafters from Python (write_random_drafter); tiny targets: "
                      "python -m dflash_eval.testing.tiny OUT_DIR; trained checkpoints: python -m "
-                     "dflash_eval.testing.train --target DIR --save-dir DIR")
+                     "dflash_eval.demo.train --target DIR --save-dir DIR")

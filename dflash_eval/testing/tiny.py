@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny_tokenizer import (
+from ..demo.tiny_tokenizer import (
     ADDED_TOKENS,
     EXPERTS_PER_TOKEN,
     HEAD_DIM,

@@ -40,13 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from ..core.settings.run_settings import Scoring
-from ..model.dflash2 import teacher_forced_scores
-from ..model.drafter import DFlashDrafter
-from ..model.masks import layer_block_masks
-from ..model.target import Target
-from ..pipeline.prompts import DEMO_PROMPTS
-from .checkpoint_writer import design_spec, save_checkpoint
-from .train import (
+from ..demo.checkpoint_writer import design_spec, save_checkpoint
+from ..demo.train import (
     CheckpointSaves,
     TrainConfig,
     greedy_sequences,
@@ -55,6 +50,11 @@ from .train import (
     optimizer_step,
     pack_sequences,
 )
+from ..model.dflash2 import teacher_forced_scores
+from ..model.drafter import DFlashDrafter
+from ..model.masks import layer_block_masks
+from ..model.target import Target
+from ..pipeline.prompts import DEMO_PROMPTS
 
 
 @dataclass

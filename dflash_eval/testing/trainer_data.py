@@ -178,9 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     the taps in z-lab numbering, no skew: what `dflash-eval trained-taps OUT` reads (scripts/smoke.sh)."""
     import argparse
 
+    from ..demo.train import greedy_sequences
     from ..model.target import load_target
     from ..pipeline.prompts import DEMO_PROMPTS
-    from .train import greedy_sequences
 
     parser = argparse.ArgumentParser(prog="python -m dflash_eval.testing.trainer_data", description=main.__doc__)
     parser.add_argument("out", type=Path)

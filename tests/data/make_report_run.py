@@ -20,11 +20,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dflash_eval.commands.evaluate import RunOptions, evaluate
+from dflash_eval.demo.train import fixture_config, greedy_sequences, train_drafter
 from dflash_eval.model.target import load_target
 from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 from dflash_eval.testing.testbed import write_repeat_anchor_drafter
 from dflash_eval.testing.tiny import build_test_bed
-from dflash_eval.testing.train import fixture_config, greedy_sequences, train_drafter
 
 HERE = Path(__file__).resolve().parent
 

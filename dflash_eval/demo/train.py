@@ -364,13 +364,13 @@ class CheckpointSaves:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m dflash_eval.testing.train`: train a fixture drafter on a tiny target's own greedy
+    """`python -m dflash_eval.demo.train`: train a fixture drafter on a tiny target's own greedy
     continuations of the demo prompts, saving checkpoints as it goes (the tracker's test, by hand)."""
     import argparse
 
     from ..model.target import load_target
 
-    parser = argparse.ArgumentParser(prog="python -m dflash_eval.testing.train", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m dflash_eval.demo.train", description=main.__doc__)
     parser.add_argument("--target", required=True,
                         help="a tiny target folder: the demo's (dflash_eval/demo/models/target) or one of the test "
                              "bed's (python -m dflash_eval.testing.tiny OUT builds OUT/qwen3 and the others)")
