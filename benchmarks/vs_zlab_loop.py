@@ -40,7 +40,8 @@ def main() -> None:
     import reference_code as ref  # tests/reference_code.py: z-lab's loop, its CUDA timer swapped for CPU
     import torch
 
-    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
+    from dflash_eval.core.progress import Reporter
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.demo.tiny_tokenizer import train_tokenizer
     from dflash_eval.demo.train import TrainConfig, greedy_sequences, train_drafter
     from dflash_eval.model.target import load_target, stop_token_ids
@@ -84,7 +85,7 @@ def main() -> None:
                 zlab_walks[(d.name, prompt.id)] = lengths
         zlab_seconds = time.perf_counter() - started
 
-        def dflash_eval(drafter_subset, cold: bool):
+        def dflash_eval(drafter_subset, cold: bool, options=options, inputs=inputs, ids=ids):
             phases = {}
             t0 = time.perf_counter()
             conts, _ = continuations_for(target, inputs.prompts, ids, options, False, None, Reporter())

@@ -155,7 +155,8 @@ def test_a_shard_or_a_resume_gets_the_continuation_of_the_full_run_in_bf16(test_
     """Generation batches come from the run's prompt set (`universe`): a subset of it (a shard, a rank, a
     resume) is generated with the companions the whole run gives it, so its bf16 continuations are the
     whole run's bit for bit (the companions are cached too)."""
-    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
+    from dflash_eval.core.progress import Reporter
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.continuations import continuations_for
 
     target = load_target(str(test_bed["qwen3_5_text"]), device="cpu", dtype="bfloat16")
@@ -207,7 +208,8 @@ def test_the_continuation_cache_misses_on_another_dtype_or_one_weight_byte(test_
     """The cache key holds the content digests of provenance (every weight byte), the dtype and the
     generation settings: neither a bf16 run reading fp32 continuations nor a checkpoint changed in a byte
     that the sampled fingerprint (`Target.fingerprint`) does not read gets a cached continuation."""
-    from dflash_eval.core.settings.run_settings import Reporter, RunOptions
+    from dflash_eval.core.progress import Reporter
+    from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.continuations import continuations_for
 
     folder, offset = _big_copy(test_bed, tmp_path)
