@@ -67,9 +67,9 @@ def main() -> None:
                                               samples=args.samples, draft_policy=policy)).document
                     m = run["drafters"][0]["metrics"]
                     taus[mode] = (m["tau_macro"], m["tau_macro_ci"], time.perf_counter() - began)
-                (e, e_ci, e_s), (l, l_ci, l_s) = taus["trajectory"], taus["live"]
+                (e, e_ci, e_s), (lv, l_ci, l_s) = taus["trajectory"], taus["live"]
                 print(f"{kind:>13} {temperature:>4} {policy:>7} {e:>8.3f} [{e_ci[0]:.2f}, {e_ci[1]:.2f}] "
-                      f"{l:>8.3f} [{l_ci[0]:.2f}, {l_ci[1]:.2f}] {e - l:>+7.3f} {e_s:>6.1f} {l_s:>6.1f}", flush=True)
+                      f"{lv:>8.3f} [{l_ci[0]:.2f}, {l_ci[1]:.2f}] {e - lv:>+7.3f} {e_s:>6.1f} {l_s:>6.1f}", flush=True)
 
 
 if __name__ == "__main__":

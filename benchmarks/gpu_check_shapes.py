@@ -83,7 +83,8 @@ def part_throughput(rehearse: bool, record, accelerator, peak_flops) -> None:
         taps = [1, layers // 4, layers // 2, 3 * layers // 4, layers - 1]
         for seq in lengths:
             ids = torch.randint(0, vocab - 2, (seq,))
-            seconds, flops = timed(lambda t=target: capture_taps(t, ids, taps), device, reps=1 if rehearse else 3)
+            seconds, flops = timed(lambda t=target, ids=ids, taps=taps: capture_taps(t, ids, taps), device,
+                                   reps=1 if rehearse else 3)
             record(f"tap pass {name} at {seq}", {
                 "parameters_billion": round(params / 1e9, 3), "accelerated_ops": accelerated,
                 "tokens_per_s": round(seq / seconds), "ms_per_pass": round(seconds * 1e3, 1), "counted_flops": flops,

@@ -89,7 +89,8 @@ def main() -> None:
     drafter = DFlashDrafter(spec).float().eval().requires_grad_(False)
     drafter.load_state_dict({k: v for k, v in random_state_dict(spec).items()}, strict=True)
     drafter.attach_target(target.embed_tokens, target.lm_head)
-    body = lambda m: sum(p.numel() for n, p in m.named_parameters() if "embed" not in n and "lm_head" not in n)
+    def body(m):
+        return sum(p.numel() for n, p in m.named_parameters() if "embed" not in n and "lm_head" not in n)
     print(f"target {body(target.model) / 1e6:.1f}M non-embedding parameters ({config.layer_types.count('linear_attention')} "
           f"Gated-DeltaNet + {config.layer_types.count('full_attention')} attention layers), drafter "
           f"{body(drafter) / 1e6:.2f}M ({body(target.model) / body(drafter):.1f}x smaller), B = 16, {drafter_dir.name}")

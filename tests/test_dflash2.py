@@ -137,7 +137,7 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("layout, edit, named", BAD, ids=[f"{l}:{n}" for l, _, n in BAD])
+@pytest.mark.parametrize("layout, edit, named", BAD, ids=[f"{layout}:{n}" for layout, _, n in BAD])
 def test_bad_dflash2_configs_are_refused_by_name(layouts, tmp_path, layout, edit, named):
     with pytest.raises(InputError) as error:
         read_spec(_edit(layouts[layout], tmp_path / "bad", edit))

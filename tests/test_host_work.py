@@ -95,7 +95,7 @@ def test_the_partial_document_is_rewritten_by_time_and_never_costs_more_than_its
 
     assert schedule.due()  # the first prompt's
     schedule.write(write(0.5))
-    for step in range(70):  # a prompt every half second for 35 s: one more document, 30 s after the first
+    for _step in range(70):  # a prompt every half second for 35 s: one more document, 30 s after the first
         now[0] += 0.5
         if schedule.due():
             schedule.write(write(0.5))

@@ -53,7 +53,8 @@ def test_pieces_give_the_first_maximal_index_on_exact_ties(pieces, dtype, sparse
 def test_a_transform_is_applied_to_every_piece_before_the_max():
     head = _integer_head(50, 6, seed=2)
     rows = _integer_rows(9, 6, seed=3)
-    softcap = lambda x: torch.tanh(-x / 3.0) * 3.0  # decreasing: the argmax becomes the argmin
+    def softcap(x):
+        return torch.tanh(-x / 3.0) * 3.0  # decreasing: the argmax becomes the argmin
     expected = softcap(head(rows)).argmax(-1)
     assert torch.equal(greedy_ids(rows, head, softcap, pieces=(4, 8)), expected)
     assert not torch.equal(expected, head(rows).argmax(-1))
@@ -115,7 +116,7 @@ def whole_logits_drafts(drafter, taps, tokens, prompt_len, max_new, anchor_batch
     from dflash_eval.model.engine import anchor_chunks
 
     drafts = []
-    for chunk, lengths, rows in anchor_chunks(drafter, drafter.context(taps), tokens, prompt_len, max_new,
+    for _chunk, lengths, rows in anchor_chunks(drafter, drafter.context(taps), tokens, prompt_len, max_new,
                                               anchor_batch=anchor_batch):
         ids = drafter.to_target_ids(drafter.logits(rows).argmax(-1)).tolist()
         offset = 0

@@ -134,7 +134,7 @@ def test_one_domain_per_option_name_across_commands():
     """`--seed -1` was refused by numpy in doctor and diff (internal error) and taken by run: one name, one
     rule, in every command that has it."""
     by_name: dict[str, set] = {}
-    for path, name, param in NUMBERS:
+    for _path, name, param in NUMBERS:
         by_name.setdefault(name, set()).add(domain(param))
     assert {n: d for n, d in by_name.items() if len(d) > 1} == {}
 

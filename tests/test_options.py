@@ -53,8 +53,8 @@ def owner(command: str, field: str):
     """The section a command's parameter comes from (its own sections first: trained-taps' --target, --seed)."""
     for section in (*OTHER_SECTIONS, *RUN_SECTIONS):
         if any(f.field == field for f in section.FLAGS):
-            if section in OTHER_SECTIONS and not {"track": Tracking, "trained-taps": TrainedTapsSettings,
-                                                  "served": ServedSettings}.get(command) is section:
+            if section in OTHER_SECTIONS and {"track": Tracking, "trained-taps": TrainedTapsSettings,
+                                                  "served": ServedSettings}.get(command) is not section:
                 continue
             return section.flag(field)
     return None

@@ -89,7 +89,7 @@ def test_no_file_output_lands_on_a_file_of_a_run_folder(world, name, tmp_path):
 @pytest.mark.parametrize("name", ["track.jsonl", "track.csv", "track_state.json", "runs/step-000000010-abc/run.json"])
 def test_no_file_output_lands_on_a_file_of_a_track(world, name):
     before = snapshot(world["track"])
-    for option, args in file_options(world, world["track"] / name).items():
+    for _option, args in file_options(world, world["track"] / name).items():
         refused(runner.invoke(app, args, env=ENV), "of the dflash-eval result folder")
     assert snapshot(world["track"]) == before
 

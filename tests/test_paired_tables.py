@@ -54,7 +54,7 @@ def test_the_gap_table_is_one_population(data):
     expected_gap = sum(tau(reference, p) - tau(base, p) for p in paired) / len(paired)
     assert gap["estimate"] == pytest.approx(expected_gap, abs=1e-12)
     assert result["reference_tau_macro"] == pytest.approx(sum(tau(reference, p) for p in paired) / len(paired))
-    for (name, counts, _, _), row in zip(variants, result["variants"]):
+    for (_name, counts, _, _), row in zip(variants, result["variants"]):
         closed = row["closed"]
         assert (closed["n"], closed["total"]) == (len(paired), n)
         assert closed["estimate"] == pytest.approx(sum(tau(counts, p) - tau(base, p) for p in paired) / len(paired),

@@ -23,7 +23,7 @@ from dflash_eval.core.repetition import (
 )
 
 (IF, ELIF, ELSE, X, EQ, NE, ONE, TWO, THREE, COLON, SEMI, NL, IND, RET, LP, RP, PRINT, Y,
- F, IZZ, B, UZZ, QUOTE, I, MOD) = range(1, 26)  # F IZZ = "Fizz", B UZZ = "Buzz" (two tokens each)
+ F, IZZ, B, UZZ, QUOTE, I, MOD) = range(1, 26)  # noqa: E741 (the token "I"); F IZZ = "Fizz", B UZZ = "Buzz" (two tokens each)
 
 
 # ---------------------------------------------------------------- the single-sequence detectors

@@ -59,7 +59,7 @@ S, F = "sliding_attention", "full_attention"
 
 
 def summary(layers):
-    return [(l.kind, l.window, "causal" if l.causal_in_block else "bidir", l.window_from) for l in layers]
+    return [(la.kind, la.window, "causal" if la.causal_in_block else "bidir", la.window_from) for la in layers]
 
 
 @pytest.mark.parametrize("rules, cfg, expected", [
@@ -136,8 +136,8 @@ def edited(src: Path, tmp_path: Path, edit) -> Path:
 HONOURED = [
     ("sliding_window", "zlab", 5, lambda s: s.layers[0].window == 5 and s.layers[0].window_from == "query"),
     ("use_sliding_window", "zlab", False, lambda s: s.layers[0].window is None and s.layers[0].causal_in_block),
-    ("layer_types", "zlab", [F, S], lambda s: [l.kind for l in s.layers] == ["full", "sliding"]),
-    ("is_causal", "zlab", True, lambda s: all(l.causal_in_block for l in s.layers)),
+    ("layer_types", "zlab", [F, S], lambda s: [la.kind for la in s.layers] == ["full", "sliding"]),
+    ("is_causal", "zlab", True, lambda s: all(la.causal_in_block for la in s.layers)),
     ("input_embedding_scale", "zlab", 1.5, lambda s: s.embedding_scale == 1.5),
     ("dflash_config.input_embedding_scale", "zlab", 2.0, lambda s: s.embedding_scale == 2.0),
     ("output_multiplier", "zlab", 0.5, lambda s: s.output_multiplier == 0.5),

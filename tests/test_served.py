@@ -126,7 +126,8 @@ def test_one_dump_gives_served_tau_and_per_position_by_hand(tmp_path):
         assert data["served"]["accept_length_histogram"] == [4, 2, 2, 2]
     # the test's writer writes exactly what prometheus_client writes (up to the created times and other metrics)
     mine = vllm_dump({("Qwen/Qwen3-8B", "0"): (10, 30, 12, [6, 4, 2])}, others=False)
-    strip = lambda text: [ln.rsplit(" ", 1)[0] if "_created{" in ln else ln for ln in text.splitlines()]
+    def strip(text):
+        return [ln.rsplit(" ", 1)[0] if "_created{" in ln else ln for ln in text.splitlines()]
     assert strip(mine) == strip(VERBATIM)
     shown = served(tmp_path, VERBATIM)
     assert shown.exit_code == 0 and "served tau (1 + accepted / drafts): 2.200" in shown.stdout

@@ -95,7 +95,8 @@ def test_chat_template_switches_thinking_like_qwen3(tokenizer):
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nWrite a python function to identify non-prime numbers.<|im_end|>\n"
     )
-    render = lambda **kw: tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True, **kw)
+    def render(**kw):
+        return tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True, **kw)
     assert render(enable_thinking=False) == head + "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     assert render(enable_thinking=True) == head + "<|im_start|>assistant\n"
     assert render() == head + "<|im_start|>assistant\n"  # thinking is on by default, as in Qwen3
@@ -203,7 +204,8 @@ def test_build_is_deterministic_and_leaves_the_callers_rng_alone(bed, tmp_path):
     again = tiny.build_target("qwen3", tmp_path / "again", bed["tokenizer"])
     assert torch.equal(torch.rand(4), expected_next)
 
-    weights = lambda p: (p / "model.safetensors").read_bytes()
+    def weights(p):
+        return (p / "model.safetensors").read_bytes()
     assert weights(again) == weights(bed["qwen3"])
     other_seed = tiny.build_target("qwen3", tmp_path / "seed1", bed["tokenizer"], seed=1)
     assert weights(other_seed) != weights(bed["qwen3"])

@@ -164,7 +164,7 @@ def _times(target: Model, drafters: list[Model], specs: list[DrafterSpec], lengt
         taps[0] += flops
         taps[1] += seconds
     per_drafter = []
-    for d, spec in zip(drafters, specs):
+    for d, _spec in zip(drafters, specs):
         passes = [S.drafter_pass(d.shape, device, P, P + N, batches["anchor"][d.path]) for P in lengths]
         per_drafter.append((sum(f for f, _ in passes), sum(t for _, t in passes)))
     out = {"weights": (0.0, 0.0), "generate": tuple(gen), "taps": tuple(taps),

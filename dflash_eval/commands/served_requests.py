@@ -220,7 +220,7 @@ def _pair_plain(plain_path: Path | None, prompts: _Prompts) -> tuple[dict[str, R
     return by_prompt, unmatched
 
 
-def reconcile(path: Path, run: str, non_speculative: Path | None = None, logit_gap: bool = False) -> dict[str, Any]:
+def reconcile(path: Path, run: str, non_speculative: Path | None = None, logit_gap: bool = False) -> dict[str, Any]:  # noqa: C901 (past the ceiling before it was set; split by idea when next touched)
     """The one document `served --per-request` prints (`--json`) and renders. `non_speculative`: the same
     server's responses to the same prompts with speculative decoding off, the reference that judges
     losslessness (the offline text differs from any server's for kernel reasons alone). `logit_gap`: load the

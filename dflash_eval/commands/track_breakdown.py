@@ -29,7 +29,7 @@ def check_options(run: RunSettings, reference_block: int | None) -> None:
     if run.sampled:
         raise InputError(None, "--draft-lengths at temperature > 0: the offline estimate is not replayed per draft "
                                "length (use `dflash-eval run --mode live --draft-lengths` on a checkpoint)")
-    run.serving.requested  # the syntax, parsed once; each checkpoint's range when it is found
+    _ = run.serving.requested  # the syntax, parsed once; each checkpoint's range when it is found
     if reference_block is not None:
         run.serving.for_block(reference_block, "reference")
 

@@ -70,7 +70,7 @@ class TrainedTapsSettings(Section):
                                    "(e.g. 2,14,27)") from None
 
     def check(self) -> None:
-        self.layers
+        _ = self.layers
         if self.dtype not in ("float32", "bfloat16"):
             raise InputError(None, f"--dtype {self.dtype!r}: trained-taps compares against float32 or bfloat16 taps")
         if self.noise_samples < 1:

@@ -213,6 +213,7 @@ def below_offline(served_hist: Sequence[int], offline_hist: Sequence[int]) -> di
     if not sum(served_hist) or not sum(offline_hist):
         return None
     size = max(len(served_hist), len(offline_hist))
-    pad = lambda h: list(h) + [0] * (size - len(h))
+    def pad(h):
+        return list(h) + [0] * (size - len(h))
     gap, low, high = mean_gap(pad(served_hist), pad(offline_hist))
     return {"gap": gap, "low": low, "high": high, "below": high < 0}

@@ -375,7 +375,7 @@ def read_rows(snapshot: Snapshot, files: list[str], columns: tuple[str, ...] | N
         path = snapshot.folder / relative
         seen = 0
 
-        def take(index: int) -> bool:
+        def take(index: int, offset: int = offset) -> bool:
             nonlocal seen
             seen = index + 1
             return keep is None or offset + index in keep

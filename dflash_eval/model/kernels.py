@@ -278,14 +278,14 @@ def torch_implementation(bound, name: str):
             todo.extend(v for v in vars(item).values() if callable(v))
         elif callable(item):  # a partial, a callable object (a route of ours, a future wrapper)
             todo.extend(v for v in (getattr(item, "__wrapped__", None), getattr(item, "func", None),
-                                    getattr(type(item), "__call__", None)) if v is not None)
+                                    getattr(type(item), "__call__", None)) if v is not None)  # noqa: B004 (the method itself)
             todo.extend(v for v in getattr(item, "__dict__", {}).values() if callable(v))
     return None
 
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents  # an empty cell raises
+        _ = cell.cell_contents  # an empty cell raises
     except ValueError:
         return False
     return True

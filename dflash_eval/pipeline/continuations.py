@@ -374,7 +374,7 @@ def _exchange(group, value) -> list:
     return gathered
 
 
-def _planned(target, prompts, ids, settings, thinking, universe, reporter, *, phase, items_of, item_key, template,
+def _planned(target, prompts, ids, settings, thinking, universe, reporter, *, phase, items_of, item_key, template,  # noqa: C901 (past the ceiling before it was set; split by idea when next touched)
              generate):
     """Cached or generated in planned batches: item -> continuation, and how many were generated (here, for
     any rank). A key holds `generation_settings`, the item (its text, and for samples the sampling and k)

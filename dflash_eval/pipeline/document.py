@@ -177,7 +177,7 @@ def draft_length_documents(rows: list[dict[str, Any]], block_size: int, merged: 
         missing = [r["prompt_id"] for r in rows if str(k) not in (r.get("by_draft_length") or {})]
         if missing:
             raise ValueError(f"prompt {missing[0]} has no walk at draft length {k}")
-        _, counts = _pooled(rows, k + 1, lambda r: r["by_draft_length"][str(k)]["counts"])
+        _, counts = _pooled(rows, k + 1, lambda r, k=k: r["by_draft_length"][str(k)]["counts"])
         out.append({"k": k, "block_size": k + 1, "metrics": R.metrics_summary(counts, seed=seed),
                     "counts": counts.to_dict()})
     out.append({"k": block_size - 1, "block_size": block_size, "checkpoint_block": True,

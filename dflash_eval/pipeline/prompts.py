@@ -388,7 +388,7 @@ def shard_prompts(prompts: list[Prompt], cost: dict[str, int], index: int, count
     shard with the least cost so far (ties to the lower shard); deterministic, and in the prompts' order."""
     loads = [0] * count
     owner: dict[str, int] = {}
-    for position, prompt in sorted(enumerate(prompts), key=lambda item: (-cost[item[1].id], item[0])):
+    for _position, prompt in sorted(enumerate(prompts), key=lambda item: (-cost[item[1].id], item[0])):
         target = min(range(count), key=lambda k: (loads[k], k))
         owner[prompt.id] = target
         loads[target] += cost[prompt.id]

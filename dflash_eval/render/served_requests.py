@@ -78,7 +78,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                                                             if e["prompt"] == prompt))
     if result["below_offline"]:
         lines.append("the server accepts less than offline beyond noise on: " + ", ".join(result["below_offline"]))
-    for engine, text in result["definitions"].items():
+    for _engine, text in result["definitions"].items():
         lines.append(f"definitions: {text}")
     return lines
 

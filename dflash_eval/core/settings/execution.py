@@ -112,13 +112,13 @@ class Placement(Section):
     def check(self) -> None:
         """--shard, --device-map and --max-memory (whether the device exists is the machine's to say:
         pipeline/inputs.prepare_inputs asks torch, model/target.resolve_device)."""
-        self.shard_parts
+        _ = self.shard_parts
         if self.device_map is not None and self.device_map not in DEVICE_MAPS:
             raise InputError(None, f"unknown --device-map {self.device_map!r} (auto, balanced, balanced_low_0 or "
                                    "sequential)")
         if self.max_memory and not self.device_map:
             raise InputError(None, "--max-memory bounds each device of a --device-map; give --device-map too")
-        self.memory
+        _ = self.memory
 
     def resolve(self) -> "Placed":
         """The placement parsed, for the stages that load a target or split the prompts: checked first."""

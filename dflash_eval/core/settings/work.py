@@ -202,7 +202,7 @@ class Serving(Section):
         return tuple(k for k in self.for_block(block_size, name) if k < block_size - 1)
 
     def check(self) -> None:
-        self.requested  # the syntax; each drafter's range when its block is known (for_block)
+        _ = self.requested  # the syntax; each drafter's range when its block is known (for_block)
         if self.accelerator is not None and self.step_times is not None:
             raise InputError(None, "give --accelerator (roofline step times) or --step-times FILE, not both")
 
@@ -249,7 +249,7 @@ class Breakdown(Section):
             raise InputError(None, f"--depth-buckets {self.depth_buckets!r}: {exc}") from None
 
     def check(self) -> None:
-        self.edges
+        _ = self.edges
         window = self.draft_window
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
             raise InputError(None, f"--draft-window must be a whole number of context rows >= 1 (got {window!r})")
@@ -329,7 +329,7 @@ class Trees(Section):
         return parse_budgets(self.tree_budgets)
 
     def check(self) -> None:
-        self.budgets
+        _ = self.budgets
 
     def check_with(self, temperature: float, mode: str) -> None:
         """What the trees need of the other settings: temperature 0 (DDTree's sampled tree acceptance is not
