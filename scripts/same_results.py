@@ -15,7 +15,8 @@ with a drafter trained on it (`dflash_eval.demo.train`); `run` under the setting
 vLLM rules and full final blocks, sampling (the offline estimate), the live loop, `--responses`, long
 `repo:` prompts, shards and their `merge`); `doctor` (into a run folder, into its own, `--engines`), `track`,
 `trained-taps`, `served`, `export-serving`, `report --json/--markdown`, `show`, `diff`, `plan --json` and
-`inspect`. It keeps every file they write and each command's stdout, and writes DIR/manifest.json: each
+`inspect`; where the checkout has them, `run --tree-budgets`, `run --serving-target`, `doctor --tree-budgets`
+and `inspect --engines`. It keeps every file they write and each command's stdout, and writes DIR/manifest.json: each
 file's sha256 after the normalisation below.
 
 What is normalised, and nothing else: the session's own folder and the checkout's root (absolute paths:
@@ -131,6 +132,13 @@ def session(work: Path, fix: Path) -> None:
     sh(work, "plan", "plan", "--target", str(T), "-d", str(REF), "-d", str(INH), "--limit", "6",
        "--max-new-tokens", "24", "--accelerator", "h200", "--doctor", "--json")
     sh(work, "inspect", "inspect", str(INH), "--target", str(T))
+    if (root / "dflash_eval" / "core" / "tree.py").exists():  # issues 51-53's flags, where the checkout has them
+        sh(work, "run-trees", "run", *base, "-d", f"{late}:late", "--tree-budgets", "2,4", "--accelerator", "h200",
+           "--out", f"{w}/run-trees")
+        sh(work, "run-copy", "run", *base, "-d", f"{late}:late", "--serving-target", bed, "--out", f"{w}/run-copy")
+        sh(work, "doctor-trees", "doctor", "-d", late, *base, "--tree-budgets", "2,4", "--no-context-variants",
+           "--out", f"{w}/doctor-trees")
+        sh(work, "inspect-engines", "inspect", str(INH), "--target", str(T), "--engines")
 
 
 SETTINGS_HASH = re.compile(r'"settings_hash": "[0-9a-f]{64}"')  # over absolute paths; the settings are compared
