@@ -51,8 +51,9 @@ NOTE = ("DeepSpec DFlash: slot 0 drafts (position j of a block predicts anchor +
 
 
 def is_deepspec(config: dict[str, Any]) -> bool:
-    archs = config.get("architectures")
-    return isinstance(archs, list) and any(a == ARCHITECTURE or a in OTHER_ARCHITECTURES for a in archs)
+    archs = config.get("architectures")  # any JSON: a name that is not a string is no DeepSpec model's
+    return isinstance(archs, list) and any(isinstance(a, str) and (a == ARCHITECTURE or a in OTHER_ARCHITECTURES)
+                                           for a in archs)
 
 
 def checked_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def checked_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
     another format's keys."""
     archs = config.get("architectures") or []
     for arch in archs:
-        if arch in OTHER_ARCHITECTURES:
+        if isinstance(arch, str) and arch in OTHER_ARCHITECTURES:
             raise InputError(path, f"config key 'architectures'={arch!r} ({OTHER_ARCHITECTURES[arch]}) is not supported "
                                    "by dflash-eval")
     if archs != [ARCHITECTURE]:
