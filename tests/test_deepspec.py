@@ -142,9 +142,15 @@ def test_the_roofline_counts_the_network_slots(deepspec_pair):
     assert drafter_flops(deepspec, 3, 100) == drafter_flops(zlab, 3, 100)
 
 
-def test_an_architectures_list_of_other_values_is_not_deepspec():
-    """A config's architectures holding a list or a number (a fuzzed or hand-edited config.json) is no
-    DeepSpec checkpoint: read as what else it may be, never an internal error (test_fuzz found it)."""
-    from dflash_eval.formats.deepspec import is_deepspec
+@pytest.mark.parametrize("architectures", [[[]], ["Qwen3DSparkModel", []], [{"name": "Qwen3DSparkModel"}]])
+def test_architectures_that_are_not_names_are_refused_in_one_line(deepspec_pair, tmp_path, architectures):
+    """Any JSON may stand in `architectures` (the fuzz test found a list inside it crashing the format detection
+    with "unhashable type"): refused by name, exit 2, the config's path in the line."""
+    import shutil
 
-    assert not is_deepspec({"architectures": [["DFlashDraftModel"], 3, None]})
+    copy = shutil.copytree(deepspec_pair["deepspec"], tmp_path / "odd")
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "architectures": architectures}))
+    result = CliRunner().invoke(app, ["inspect", str(copy)])
+    assert result.exit_code == 2, result.output
+    assert "architectures" in result.output and str(copy) in result.output.replace("\n", "")

@@ -51,7 +51,7 @@ NOTE = ("DeepSpec DFlash: slot 0 drafts (position j of a block predicts anchor +
 
 
 def is_deepspec(config: dict[str, Any]) -> bool:
-    archs = config.get("architectures")
+    archs = config.get("architectures")  # any JSON: a name that is not a string is no DeepSpec model's
     return isinstance(archs, list) and any(isinstance(a, str) and (a == ARCHITECTURE or a in OTHER_ARCHITECTURES)
                                            for a in archs)
 
@@ -63,7 +63,7 @@ def checked_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:  # noqa:
     another format's keys."""
     archs = config.get("architectures") or []
     for arch in archs:
-        if arch in OTHER_ARCHITECTURES:
+        if isinstance(arch, str) and arch in OTHER_ARCHITECTURES:
             raise InputError(path, f"config key 'architectures'={arch!r} ({OTHER_ARCHITECTURES[arch]}) is not supported "
                                    "by dflash-eval")
     if archs != [ARCHITECTURE]:
