@@ -78,13 +78,14 @@ def _params(path: list[str]):
 def test_track_refuses_them_before_any_checkpoint_is_evaluated(tmp_path):
     """The library's own check (commands/track.check_track_options), for callers that are not the CLI."""
     from dflash_eval.commands.track import TrackOptions, check_track_options
+    from dflash_eval.commands.track_settings import Tracking
     from dflash_eval.core.errors import InputError
     from dflash_eval.core.settings.run_settings import RunOptions
 
     run = RunOptions(drafters=[], out=tmp_path / "t", target=str(tmp_path))
     for field, value in (("interval", math.inf), ("interval", math.nan), ("settle", math.nan), ("settle", -1.0)):
         with pytest.raises(InputError, match=f"--{field} must be a finite number"):
-            check_track_options(TrackOptions(sources=[tmp_path], run=run, **{field: value}))
+            check_track_options(TrackOptions(sources=[tmp_path], run=run, tracking=Tracking(**{field: value})))
 
 
 def test_in_range_values_still_parse():
