@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from dflash_eval.cli import app
 from dflash_eval.cli.options import takes
+from dflash_eval.commands.results_settings import DiffSettings, ShowSettings
 from dflash_eval.commands.served_settings import ServedSettings
 from dflash_eval.commands.track_settings import Tracking
 from dflash_eval.commands.trained_taps_settings import TrainedTapsSettings
@@ -36,13 +37,15 @@ VARIANT_HELP = {("track", f): h for f, h in {**Sampling.OFFLINE_HELP, **Output.T
     ("doctor", f): h for f, h in {**Sampling.OFFLINE_HELP, **Breakdown.DOCTOR_HELP}.items()}
 # a command's own flag under a section's field name: doctor, track, demo, merge, trained-taps and the exports write
 # their own folders or files; doctor and track take one --reference their own way; plan needs a target and names
-# an accelerator; demo generates 64 tokens; diff's and show's --seed seed their own statistics and choice;
+# an accelerator; demo generates 64 tokens (diff's and show's --seed, their own statistics and choice, are
+# their own sections');
 # inspect's target and rules are a view; report, diff and served write a page where --html-file says
 OWN = {("doctor", "out"), ("doctor", "reference"), ("track", "reference"), ("demo", "out"), ("demo", "max_new_tokens"),
-       ("trained-taps", "out"), ("trained-taps", "overwrite"), ("export-serving", "out"), ("diff", "seed"),
-       ("show", "seed"), ("inspect", "target"), ("inspect", "semantics"), ("plan", "target"), ("plan", "accelerator"),
-       ("plan", "doctor"), ("diff", "html"), ("report", "html"), ("served", "html")}  # report, diff, served: --html-file
-OTHER_SECTIONS = (Tracking, TrainedTapsSettings, ServedSettings)  # a wing's own sections, passed by name
+       ("trained-taps", "out"), ("trained-taps", "overwrite"), ("export-serving", "out"), ("inspect", "target"),
+       ("inspect", "semantics"), ("plan", "target"), ("plan", "accelerator"), ("plan", "doctor"), ("diff", "html"),
+       ("report", "html"), ("served", "html")}  # report, diff, served: --html-file
+# a command's own sections (a wing's, or a Results command's), passed to it by name
+OTHER_SECTIONS = (Tracking, TrainedTapsSettings, ServedSettings, DiffSettings, ShowSettings)
 
 
 def flags_of(sections):
@@ -54,7 +57,8 @@ def owner(command: str, field: str):
     for section in (*OTHER_SECTIONS, *RUN_SECTIONS):
         if any(f.field == field for f in section.FLAGS):
             if section in OTHER_SECTIONS and {"track": Tracking, "trained-taps": TrainedTapsSettings,
-                                                  "served": ServedSettings}.get(command) is not section:
+                                              "served": ServedSettings, "diff": DiffSettings,
+                                              "show": ShowSettings}.get(command) is not section:
                 continue
             return section.flag(field)
     return None
@@ -153,6 +157,8 @@ def test_the_flat_constructor_hands_each_keyword_to_its_section():
     (TrainedTapsSettings(layer_ids="2,x"), "--layer-ids", "integers"),
     (ServedSettings(logit_gap=True), "--logit-gap", "pairs with --per-request"),
     (ServedSettings(per_request=Path("r.jsonl")), "--per-request", "needs --run"),
+    (ShowSettings(worst=3, first=2), "--worst and --first", "give one of them"),
+    (ShowSettings(flagged=True, first=2), "--flagged", "give --worst N instead"),
     (RunOptions(temperature=0.5, responses=Path("r.jsonl")), "--responses", "cannot be combined"),
     (RunOptions(temperature=0.5, draft_lengths="3"), "--draft-lengths", "needs --mode live"),
     (RunOptions(numerics_check=2, mode="live"), "--numerics-check", "--mode trajectory"),

@@ -1,5 +1,5 @@
 """`dflash-eval diff A B`: the fair, paired comparison of two drafters (commands/diff.py does the work,
-render/terminal_diff.py prints it)."""
+render/terminal_diff.py prints it). Its flags are its section's (commands/results_settings.DiffSettings)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,19 @@ from typing import Optional
 
 import typer
 
-from ..core.settings.inputs import InputSettings
+from ..commands.results_settings import DiffSettings
 from .common import incomplete_banner, reports_input_errors, safe_line, stdout_console
-from .options import finite_number
+from .options import takes
 
 
 @reports_input_errors
+@takes(compare=DiffSettings)
 def diff(
+    compare: DiffSettings,
     a: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the baseline)."),
     b: str = typer.Argument(..., help="RUN_DIR or RUN_DIR:DRAFTER_NAME (the candidate)."),
-    force: bool = typer.Option(False, "--force", help="Compare even when the settings differ (loudly flagged)."),
-    max_mismatch: float = typer.Option(0.001, "--max-continuation-mismatch", parser=finite_number(0, 1),
-                                       help="Largest share of differing target continuation tokens accepted as fair."),
-    top: int = typer.Option(3, "--top", min=0, help="Most regressed and most improved prompts to show."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output on stdout."),
     html: Optional[Path] = typer.Option(None, "--html-file", help="Also write the comparison as a self-contained HTML file."),
-    seed: int = typer.Option(0, "--seed", min=InputSettings.flag("seed").minimum, help="Seed of the bootstrap interval and the permutation test."),
-    partial: bool = typer.Option(False, "--partial", help="Allow unfinished runs (the prompts done so far, under a banner)."),
 ) -> None:
     """Fair, paired comparison of two drafters: delta tau with interval and p-value, per slot, verdict."""
     import json as json_module
@@ -37,7 +33,7 @@ def diff(
     if html is not None:
         output_path(html, "--html-file", reads=[side_folder(a), side_folder(b)])
     console = stdout_console()
-    result = run_diff(a, b, force=force, max_mismatch=max_mismatch, top=top, seed=seed, partial=partial)
+    result = run_diff(a, b, **compare.keywords())  # its section's fields (commands/results_settings.py)
     with console.capture() as captured:
         if not as_json:
             for side in ("a", "b"):
