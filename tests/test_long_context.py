@@ -97,16 +97,16 @@ def test_stdlib_set_and_refusals(test_bed):
     assert prompts[0].set == f"stdlib:{platform.python_version()}" and len(prompts) > 20
     assert all(len(tokenizer(p.text, add_special_tokens=False)["input_ids"]) <= 512 for p in prompts)
     assert all(p.id.split(":", 2)[-1].endswith(".py") for p in prompts)
-    base = RunOptions(drafters=[], out=None, prompts="humaneval")  # type: ignore[arg-type]
+    base = dict(drafters=[], out=None, prompts="humaneval")
     for changes, message in (({"context_tokens": 4096}, "--context-tokens packs"),
                              ({"max_context": "truncate"}, "truncate shortens"),
                              ({"max_context": "clip"}, "unknown --max-context")):
-        with pytest.raises(InputError, match=message):
-            fit_context(dataclasses.replace(base, **changes), tokenizer, 4096, 20)
-    packed = dataclasses.replace(base, prompts="stdlib", context_tokens=8000, max_context="truncate", max_new_tokens=100)
-    n, warnings = fit_context(packed, tokenizer, 4096, 20)
+        with pytest.raises(InputError, match=message):  # --max-context's rules: RunSettings.check, before any read
+            RunOptions(**{**base, **changes}).check()
+    packed = {**base, "prompts": "stdlib", "context_tokens": 8000, "max_context": "truncate", "max_new_tokens": 100}
+    n, warnings = fit_context(RunOptions(**packed), 4096, 20)
     assert n == 4096 - 100 - 20 and "packed to 3976 tokens" in warnings[0]
-    assert fit_context(dataclasses.replace(packed, max_context="refuse"), tokenizer, 4096, 20) == (8000, [])
+    assert fit_context(RunOptions(**{**packed, "max_context": "refuse"}), 4096, 20) == (8000, [])
     with pytest.raises(InputError, match="no such directory"):
         long_prompts("repo:/nonexistent/folder", tokenizer, 512)
 
