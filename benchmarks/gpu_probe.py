@@ -47,10 +47,11 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from dflash_eval.core.settings.run_settings import Scoring
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from dflash_eval.core.settings.run_settings import Scoring  # noqa: E402  (this checkout's, after ROOT is on the path)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # part -> budget in seconds on a cold H100 / H200, cold costs included (the reasoning: docs/gpu.md)

@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from dflash_eval.core.settings.run_settings import Scoring
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dflash_eval.core.settings.run_settings import Scoring
 
 
 def reset_peak() -> None:
