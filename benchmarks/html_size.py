@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dflash_eval import metrics as M
-from dflash_eval import results as R
+from dflash_eval.core import metrics as M
+from dflash_eval.core.documents import results as R
 from dflash_eval.pipeline.document import repetition_summary as _repetition_summary
 from dflash_eval.pipeline.rows import add_repetition as _add_repetition
 from dflash_eval.render.html import render_run_html, write_html
@@ -92,7 +92,7 @@ def walk_row(rng: random.Random, pid: str, name: str, quality: float, loop: floa
 
 def build(out: Path, prompts: int, tokens: int, seed: int = 0) -> None:
     rng = random.Random(seed)
-    stored_run = R.read_run(STORED)
+    stored_run = R.read_run_document(STORED)
     stored_rows = R.read_samples(STORED / R.SAMPLES)
     pieces = vocabulary(stored_rows)
     ids = sorted(pieces)
@@ -151,7 +151,7 @@ def main() -> None:
         started = time.perf_counter()
         build(out, args.prompts, args.tokens)
         built = time.perf_counter()
-        run, rows = R.read_run(out), R.read_samples(out / R.SAMPLES)
+        run, rows = R.read_run_document(out), R.read_samples(out / R.SAMPLES)
         html = render_run_html(run, rows)
         rendered = time.perf_counter()
         path = write_html(out / "report.html", html)
