@@ -1,5 +1,5 @@
 """Stage (trained-taps): a drafter on one training sample's fc input, scored teacher-forced as its trainer
-scores it, into `run`'s rows (core/documents/results.py documents the fields; `diff` reads them).
+scores it, into `run`'s rows (core/documents/row_documents.SampleRow documents the fields; `diff` reads them).
 
 Anchors only where loss_mask == 1: each contiguous supervised stretch [s, e) is one unit, anchored at
 s .. e - 2 (speculators select_anchors: loss_mask[a] == 1; DeepSpec build_anchor_candidate_mask also needs

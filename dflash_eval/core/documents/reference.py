@@ -1,12 +1,18 @@
 """docs/result-documents.md, written from the TypedDicts themselves (tests/test_documents.py checks that the
 page is what this writes now): the schema a reader checks and the page a person reads cannot drift.
 
+A field's meaning is the comment on the line(s) just above it in its TypedDict (`field_meanings` reads them from
+the source); tests/test_documents.py refuses a field without one, so a new field is typed and explained in one
+place. The files we write without a TypedDict (CSV, the folder's bookkeeping) are described in OTHER_FILES.
+
 Regenerate: python -m dflash_eval.core.documents.reference > docs/result-documents.md
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 import types
 import typing
 
@@ -14,13 +20,14 @@ from .json_types import describe, field_types, is_typeddict, required_keys, stri
 
 HEADER = """# Result documents: the schema of each file
 
-Generated from the TypedDicts the readers check every file against (`dflash_eval/core/documents.py`,
-`core/documents/row_documents.py`, `core/documents/doctor_document.py`; the checker is `core/documents/json_types.py`). A file that does not
+Generated from the TypedDicts the readers check every file against (`core/documents/run_document.py`,
+`core/documents/row_documents.py`, `core/documents/doctor_document.py`; the checker is
+`core/documents/json_types.py`); each field's meaning is the comment on it there. A file that does not
 match is refused when it is read, as one line naming the file and the field
-(`run.json: drafters[1].metrics.tau_macro is not a number or null (found a string); ...`); what each field
-means is in [results.md](results.md) and `core/documents/results.py`. Keys a class does not list are passed through
-unchecked (a newer writer may add fields). Regenerate with
-`python -m dflash_eval.core.documents.reference > docs/result-documents.md`.
+(`run.json: drafters[1].metrics.tau_macro is not a number or null (found a string); ...`); how to read the
+numbers is in [results.md](results.md). Counts are stored; every ratio in run.json is recomputable from the
+counts it sits beside. Keys a class does not list are passed through unchecked (a newer writer may add
+fields). Regenerate with `python -m dflash_eval.core.documents.reference > docs/result-documents.md`.
 
 | file | its type |
 |------|----------|
@@ -29,6 +36,42 @@ unchecked (a newer writer may add fields). Regenerate with
 | `track.jsonl` (each line) | `TrackRow` |
 | `doctor.json`, run.json's `doctor` | `DoctorDocument` |
 """
+
+OTHER_FILES = """
+## Other files
+
+| file | what it holds |
+|------|---------------|
+| `per_position.csv` | one row per drafter only: drafter, tau_macro, tau_micro, speculators' acceptance_at_pos_{i} (reach, all-steps denominator), conditional_at_pos_{i}, marginal_at_pos_{i} for i = 1..B-1 |
+| `per_position_splits.csv` | the same after drafter, split, part; a row per part with walk steps: "draft_length" (each shorter k), "depth" (bucket, 1K-2K), "segment", "token_class" (breakdown.split_parts); or no file |
+| `written.json` | every file dflash-eval wrote into the folder (run_folder.py): all `--overwrite` removes |
+| `run.lock` | the lock (filelock) the writing process holds; a second writer is refused by name |
+| `run_state.json` | resume bookkeeping: the settings' hash, the completion flag |
+| `track_log.jsonl` | (track folder, pipeline/track_folder.py) one event per line: {"time", "event", ...}; "incomplete" / "waiting" / "invalid" (path, name, step, detail) for checkpoints not evaluated at a poll, "batch" (number, drafters, prompts, target_passes, continuations_generated) for each batch evaluated together |
+| `track.csv` | (track folder) per_position.csv's columns, one row per track.jsonl row, after role, step, tau_macro_ci_low, tau_macro_ci_high, repetition_share, fingerprint, path; with --draft-lengths one tau_macro_at_k_K column per draft length after them, with --tree-budgets one tau_macro_at_tree_B per budget |
+| `track_state.json` | (track folder) the track's settings (all but the checkpoints) and their digest |
+"""
+
+
+def field_meanings(cls: type) -> dict[str, str]:
+    """Each field of TypedDict `cls` -> the comment on the line(s) just above it in the class's source (its
+    meaning; "" where a field has none, which tests/test_documents.py refuses)."""
+    lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
+    meanings: dict[str, str] = {}
+    for statement in ast.parse("\n".join(lines)).body[0].body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            above = statement.lineno - 2  # ast counts lines from 1
+            comment: list[str] = []
+            while above >= 0 and lines[above].strip().startswith("#"):
+                comment.insert(0, lines[above].strip().removeprefix("#").strip())
+                above -= 1
+            meanings[statement.target.id] = " ".join(comment)
+    return {key: meanings.get(key, "") for key in field_types(cls)}
+
+
+def _cell(text: str) -> str:
+    """A meaning inside a markdown table cell: a pipe would end the cell."""
+    return text.replace("|", "\\|")
 
 
 def _name(annotation) -> str:
@@ -66,25 +109,29 @@ def _classes(root) -> list[type]:
     return seen
 
 
-def reference() -> str:
+def document_types() -> list[type]:
+    """Every TypedDict a file we write is checked against, in the page's order: reached from the four roots."""
     from .doctor_document import DoctorDocument
     from .row_documents import SampleRow, TrackRow
     from .run_document import RunDocument
 
+    return list(dict.fromkeys(cls for root in (RunDocument, SampleRow, TrackRow, DoctorDocument)
+                              for cls in _classes(root)))
+
+
+def reference() -> str:
     parts = [HEADER]
-    done: set[type] = set()
-    for root in (RunDocument, SampleRow, TrackRow, DoctorDocument):
-        for cls in _classes(root):
-            if cls in done:
-                continue
-            done.add(cls)
-            doc = inspect.getdoc(cls) or ""
-            doc = "" if doc.startswith(f"{cls.__name__}(") else doc  # TypedDict's own placeholder
-            parts.append(f"\n## {cls.__name__}\n\n`{cls.__module__.removeprefix('dflash_eval.')}.{cls.__name__}`"
-                         + (f": {' '.join(doc.split())}" if doc else "") + "\n\n| field | type | required |\n|---|---|---|\n")
-            for key, annotation in field_types(cls).items():
-                required = "yes" if key in required_keys(cls) else ""
-                parts.append(f"| `{key}` | {_name(annotation)} | {required} |\n")
+    for cls in document_types():
+        doc = inspect.getdoc(cls) or ""
+        doc = "" if doc.startswith(f"{cls.__name__}(") else doc  # TypedDict's own placeholder
+        parts.append(f"\n## {cls.__name__}\n\n`{cls.__module__.removeprefix('dflash_eval.')}.{cls.__name__}`"
+                     + (f": {' '.join(doc.split())}" if doc else "")
+                     + "\n\n| field | type | required | meaning |\n|---|---|---|---|\n")
+        meanings = field_meanings(cls)
+        for key, annotation in field_types(cls).items():
+            required = "yes" if key in required_keys(cls) else ""
+            parts.append(f"| `{key}` | {_name(annotation)} | {required} | {_cell(meanings[key])} |\n")
+    parts.append(OTHER_FILES)
     return "".join(parts)
 
 
