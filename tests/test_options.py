@@ -106,6 +106,28 @@ def test_run_settings_are_the_sections_and_no_flat_field():
     assert (InputSettings().prompts, InputSettings().max_new_tokens) == ("demo", 256)
 
 
+# the command whose --seed still has its own help: trained-taps' section moves with the training wing (issue 50,
+# branch i50-wings); its meaning is the statistics family's, and it takes seeds.statistics_seed there
+SEED_PENDING = {"trained-taps": "statistics"}
+
+
+def test_every_seed_flag_is_one_of_three_families():
+    """--seed means one thing per family (core/settings/seeds.py): the run's draws (run, doctor, track), a
+    comparison's statistics (diff, trained-taps) or show's --random choice; a command that declares its own
+    --seed help, or a family whose commands disagree, fails here."""
+    from dflash_eval.core.settings import seeds
+
+    helps = {family: make("PANEL").help for family, make in seeds.FAMILIES.items()}
+    found = {}
+    for name, command in COMMANDS.items():
+        for param in command.params:
+            if "--seed" in getattr(param, "opts", ()):
+                found[name] = next((family for family, text in helps.items() if param.help == text), None)
+    assert found == {"run": "run", "doctor": "run", "track": "run", "diff": "statistics", "show": "choice",
+                     "trained-taps": None}
+    assert all(found[name] is None and family in helps for name, family in SEED_PENDING.items())
+
+
 def test_the_flat_constructor_hands_each_keyword_to_its_section():
     settings = RunOptions(drafters=["a:x"], out=Path("x"), anchor_batch=64, draft_lengths="7, 3,3", depth_buckets="0,1K",
                           temperature=0.7, samples=2, context_tokens=128, seed=3, limit=5, final_block="full",

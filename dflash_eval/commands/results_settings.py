@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..core.errors import InputError
-from ..core.settings.inputs import InputSettings
 from ..core.settings.sections import Section, setting
+from ..core.settings.seeds import choice_seed, statistics_seed
 
 OPTIONS = "Options"  # Typer's own panel: these commands have few flags
-SEED_MINIMUM = InputSettings.flag("seed").minimum  # numpy's SeedSequence refuses less
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,7 @@ class DiffSettings(Section):
         setting("max_mismatch", "--max-continuation-mismatch", float, 0.001, "Largest share of differing target "
                 "continuation tokens accepted as fair.", OPTIONS, number=(0, 1, False)),
         setting("top", "--top", int, 3, "Most regressed and most improved prompts to show.", OPTIONS, minimum=0),
-        setting("seed", "--seed", int, 0, "Seed of the bootstrap interval and the permutation test.", OPTIONS,
-                minimum=SEED_MINIMUM),
+        statistics_seed(OPTIONS),  # core/settings/seeds.py: --seed's statistics family
         setting("partial", "--partial", bool, False, "Allow unfinished runs (the prompts done so far, under a "
                 "banner).", OPTIONS),
     )
@@ -67,7 +65,7 @@ class ShowSettings(Section):
         setting("first", "--first", Optional[int], None, "The first N blocks (default 10 unless --prompt is given).",
                 OPTIONS, minimum=1, metavar="N"),
         setting("sample", "--random", Optional[int], None, "K blocks at random.", OPTIONS, minimum=1, metavar="K"),
-        setting("seed", "--seed", int, 0, "Seed of the --random choice.", OPTIONS, minimum=SEED_MINIMUM),
+        choice_seed(OPTIONS),  # core/settings/seeds.py: --seed's choice family
         setting("partial", "--partial", bool, False, "On an unfinished run: the prompts done so far, under a banner.",
                 OPTIONS),
         setting("flagged", "--flagged", bool, False, "Only the blocks a repetition detector flagged, worst first "

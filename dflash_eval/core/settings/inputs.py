@@ -16,6 +16,7 @@ from typing import Any, Optional
 from ..errors import InputError
 from .execution import DRAFTERS, REPLAY  # --semantics is listed with the scoring rules
 from .sections import Section, setting
+from .seeds import run_seed
 
 INPUTS = "Inputs (target, prompts, generation)"
 
@@ -83,9 +84,7 @@ class InputSettings(Section):
                 "problem, instruction or text, whichever the dataset has).", INPUTS),
         setting("limit", "--limit", Optional[int], None,
                 "Only the first N prompts (with --seed: a seeded random N).", INPUTS, minimum=1),
-        setting("seed", "--seed", Optional[int], None,  # >= 0: numpy's SeedSequence (the bootstrap) refuses less
-                "With --limit: a seeded random subset instead of the first N; also seeds the bootstrap (default 0).",
-                INPUTS, minimum=0),
+        run_seed(INPUTS),  # core/settings/seeds.py: --seed's run family
         setting("max_new_tokens", "--max-new-tokens", Optional[int], None, "Generation cap (default 256).", INPUTS,
                 minimum=1),
         setting("thinking", "--thinking/--no-thinking", Optional[bool], None,
