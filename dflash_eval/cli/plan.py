@@ -1,5 +1,6 @@
 """`dflash-eval plan`: the memory, batch sizes and time of a run on a named accelerator, from configs alone.
-Its run flags are the sections' (cli/options.takes); the accelerator and --doctor are its own."""
+Its run flags are the sections' (cli/options.takes); --target, the accelerator and --doctor are its own section's
+(commands/plan_choices.PlanChoices)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import typer
 
+from ..commands.plan_choices import PlanChoices
 from ..core.settings.execution import Doctor, Numerics
 from ..core.settings.inputs import Drafters, InputSettings
 from ..core.settings.run_settings import RunSettings
@@ -32,12 +34,10 @@ PLAN_HELP = {
 @takes(Use(Drafters, help=PLAN_HELP), Use(InputSettings, only=("prompts", "limit", "max_new_tokens", "thinking"),
                                           help=PLAN_HELP),
        Batching, Use(Sampling, only=("temperature", "samples"), help=PLAN_HELP), Numerics,
-       Use(Doctor, only=("context_variants",), help=PLAN_HELP))
+       Use(Doctor, only=("context_variants",), help=PLAN_HELP), choices=PlanChoices)
 def plan(
     settings: RunSettings,
-    target: str = typer.Option(..., "--target", "-t", help="Target folder or HF cache name (its config.json; its tokenizer when present)."),
-    accelerator: str = typer.Option("h200", "--accelerator", help="h100, h200, a100 or b200 (published bf16 peak, bandwidth, memory)."),
-    doctor: bool = typer.Option(False, "--doctor/--no-doctor", help="Also plan `doctor` on the first drafter."),
+    choices: PlanChoices,
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON document."),
 ) -> None:
     """Will a run fit, which batch sizes will it choose, how long will it take: from config.json files alone,
@@ -46,7 +46,8 @@ def plan(
     from ..commands.plan import plan as make_plan
     from ..render.plan import render_plan
 
-    result = make_plan(target, list(settings.drafters.drafters), PlanSettings.of(settings, accelerator, doctor),
+    result = make_plan(choices.target, list(settings.drafters.drafters),
+                       PlanSettings.of(settings, choices.accelerator, choices.doctor),
                        reference=settings.drafters.reference)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))

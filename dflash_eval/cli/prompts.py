@@ -1,12 +1,13 @@
-"""`dflash-eval prompts list|show`: the prompt sets and what is sent to the target after the chat template."""
+"""`dflash-eval prompts list|show`: the prompt sets and what is sent to the target after the chat template.
+`show`'s flags are its section's (commands/prompts_settings.PromptsShown)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
+from ..commands.prompts_settings import PromptsShown
 from .common import fail, reports_input_errors, stdout_console
+from .options import takes
 
 prompts_app = typer.Typer(no_args_is_help=True, help="Prompt sets: what they hold and what is sent.")
 
@@ -44,14 +45,11 @@ def prompts_list() -> None:
 
 @prompts_app.command("show")
 @reports_input_errors
+@takes(shown=PromptsShown)
 def prompts_show(
+    shown: PromptsShown,
     source: str = typer.Argument(..., help="humaneval, mbpp, demo, FILE.jsonl, dir:PATH, a set of the paper's table "
                                            "(gsm8k, mt-bench, ...), paper:NAME or hf:REPO[:CONFIG][:SPLIT]."),
-    prompt_id: Optional[str] = typer.Option(None, "--id", help="Only this prompt."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Tokenizer whose chat template to apply (default: the demo target's)."),
-    thinking: Optional[bool] = typer.Option(None, "--thinking/--no-thinking", help="The chat template's thinking flag (default: the target family's, as `run` uses it)."),
-    limit: int = typer.Option(3, "--limit", min=1, help="How many prompts to show (without --id)."),
-    prompt_field: Optional[str] = typer.Option(None, "--prompt-field", help="With hf:REPO: the column holding the prompt."),
 ) -> None:
     """Print exactly what `run` sends to the target for a prompt set: its thinking rule, its chat template."""
     from rich.panel import Panel
@@ -63,16 +61,16 @@ def prompts_show(
     from ..pipeline.prompts import load_prompts, render_for_target
     from ..pipeline.thinking import target_thinking
 
-    prompts = load_prompts(source, prompt_field=prompt_field)
-    if prompt_id is not None:
-        prompts = [p for p in prompts if p.id == prompt_id]
+    prompts = load_prompts(source, prompt_field=shown.prompt_field)
+    if shown.prompt_id is not None:
+        prompts = [p for p in prompts if p.id == shown.prompt_id]
         if not prompts:
-            raise fail(f"{source}: no prompt with id {prompt_id!r}")
+            raise fail(f"{source}: no prompt with id {shown.prompt_id!r}")
     else:
-        prompts = prompts[:limit]
-    folder = resolve_local_or_cached(target) if target else target_path()
+        prompts = prompts[:shown.limit]
+    folder = resolve_local_or_cached(shown.target) if shown.target else target_path()
     tokenizer = load_tokenizer(folder)  # run's own loader and thinking rule
-    thinking, source = target_thinking(folder, thinking)
+    thinking, source = target_thinking(folder, shown.thinking)
     from ..core.safe_text import printable, safe
 
     console = stdout_console()

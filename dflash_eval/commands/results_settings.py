@@ -1,5 +1,5 @@
-"""The sections of two Results commands (core/settings/sections.py): `diff`'s fairness and statistics, and
-`show`'s choice of blocks. Each command's flags are its section's (cli/options.takes), and the section hands
+"""The sections of three Results commands (core/settings/sections.py): `diff`'s fairness and statistics,
+`show`'s choice of blocks and `report`'s view. Each command's flags are its section's (cli/options.takes), and the section hands
 the library its keywords whole, so no call site lists them again. Apart from commands/diff.py so that the CLI
 builds its flags without importing the comparison."""
 
@@ -89,3 +89,22 @@ class ShowSettings(Section):
             first = 10
         return {"prompt": self.prompt, "drafter": self.drafter, "first": first, "worst": self.worst,
                 "sample": self.sample, "seed": self.seed, "flagged": self.flagged}
+
+
+@dataclass(frozen=True)
+class ReportSettings(Section):
+    """`report RUN`: the worst blocks shown per drafter, whether an unfinished run is read (--partial) and the
+    summary as markdown. (--json and --html-file, the output forms diff and report word each their own way,
+    stay in the command.)"""
+
+    worst: int = 2
+    partial: bool = False
+    markdown: bool = False
+
+    FLAGS = (
+        setting("worst", "--worst", int, 2, "Worst blocks shown per drafter.", OPTIONS, minimum=0, metavar="N"),
+        setting("partial", "--partial", bool, False, "On an unfinished run: show the prompts done so far, under a "
+                "banner.", OPTIONS),
+        setting("markdown", "--markdown", bool, False, "Print the same summary as markdown tables, to paste into an "
+                "issue or a PR.", OPTIONS),
+    )
