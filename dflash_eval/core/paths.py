@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import InputError
 
-# every name a result folder holds (results.py documents them): never the output of another command
+# every name a result folder holds (docs/result-documents.md documents them): never the output of another command
 RESULT_FILES = ("run_state.json", "samples.jsonl", "run.partial.json", "run.json", "per_position.csv", "report.html",
                 "doctor.json", "written.json", "run.lock", "track_state.json", "track.jsonl", "track_log.jsonl",
                 "track.csv", "track.html", "track.lock", "trained_taps.json", "trained_taps.html",

@@ -396,14 +396,11 @@ def typed_like_the_reference(config: dict[str, Any], fmt: str, path: Path) -> No
     initializer_range, use_cache, ...), of the type transformers' `Qwen3Config` declares: the class z-lab's
     `DFlashDraftModel` and speculators' `transformer_layer_config` are loaded with refuses any other
     (transformers >= 5.2x validates its config fields strictly), so a checkpoint neither reference can load
-    is refused here too, by the key, instead of being evaluated. (An older transformers without strict
-    configs checks nothing more here.)"""
+    is refused here too, by the key, instead of being evaluated. (A transformers that does not validate its
+    config strictly raises nothing here, so this checks nothing more there.)"""
+    from huggingface_hub.errors import StrictDataclassFieldValidationError  # in every hub >= 1.0 (pyproject)
     from transformers import Qwen3Config  # local import: keeps `inspect --help` fast
 
-    try:
-        from huggingface_hub.errors import StrictDataclassFieldValidationError
-    except ImportError:  # a hub without strict dataclasses: transformers validates nothing either
-        return
     body, where = ((config, "") if fmt in ("zlab", "deepspec") else
                    (config.get("transformer_layer_config") or {}, "transformer_layer_config."))
     skip = {"dflash_config", "speculators_config", "transformer_layer_config", "architectures", "auto_map", "model_type"}

@@ -1,5 +1,5 @@
-"""Stage 1, continuations: the target's greedy continuation of every prompt, cached on disk (or the ones
-given with `--responses`, validated in inputs.py).
+"""Stage `continuations` (run_folder -> continuations -> trajectories): the target's greedy continuation of every
+prompt, cached on disk (or the ones given with `--responses`, validated in inputs.py).
 
 Why a cache: at temperature 0 the committed text of speculative decoding *is* the target's greedy
 continuation (primer section 5), so it is generated once per (target config, weights, tokenizer, chat
@@ -462,7 +462,7 @@ def _planned(target, prompts, ids, settings, thinking, universe, reporter, *, ph
 def continuations_for(target, prompts: list[Prompt], ids, settings, thinking, responses,
                       reporter, *, template: str = "chat", universe: list[Prompt] | None = None
                       ) -> tuple[dict[str, list[int]], int]:
-    """Stage 1, continuations: the given `--responses` (cut to max_new_tokens), or the target's greedy
+    """The continuations stage: the given `--responses` (cut to max_new_tokens), or the target's greedy
     continuations, from the on-disk cache or generated (and cached); and how many were generated.
 
     Generation follows `generation_plan` over `universe` (the run's prompts, before --shard, torchrun's

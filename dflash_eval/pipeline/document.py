@@ -1,6 +1,6 @@
-"""Stage 6, the run document: rows -> per-drafter counts (merged exactly) -> run.json, with the metrics
-divided only here, the repetition summary, per-prompt-set breakdowns and full provenance. results.py
-documents every field.
+"""Stage `document`, the last (rows -> document): rows -> per-drafter counts (merged exactly) -> run.json, with the
+metrics divided only here, the repetition summary, per-prompt-set breakdowns and full provenance.
+core/documents/run_document.py documents every field.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Stage 0, inputs: everything a run (or doctor) is given, resolved and validated before any output folder
-is touched or any model is loaded: drafter checkpoints (names unique, specs checked against the target's
-config, `--semantics` applied), the target's tokenizer and chat template, the prompts (each within the
-target's positions), the thinking flag and where it came from, `--responses`, and the settings digest
-the run folder is keyed by. The result, `Inputs`, is what the later stages read.
+"""Stage `inputs` (prompts -> inputs -> run_folder): everything a run (or doctor) is given, resolved and validated
+before any output folder is touched or any model is loaded: drafter checkpoints (names unique, specs checked against
+the target's config, `--semantics` applied), the target's tokenizer and chat template, the prompts (each within the
+target's positions), the thinking flag and where it came from, `--responses`, and the settings digest the run folder
+is keyed by. The result, `Inputs`, is what the later stages read.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def resolve_drafters(settings: RunSettings, read=read_spec) -> tuple[list[Drafte
 
 @dataclass
 class Inputs:
-    """A run's resolved inputs (stage 0's output)."""
+    """A run's resolved inputs (this stage's output)."""
 
     entries: list[DrafterEntry]
     target_path: Path

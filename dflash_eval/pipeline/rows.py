@@ -1,6 +1,7 @@
-"""Stage 4, rows: one `samples.jsonl` row per (prompt, drafter) from a scored walk, with the invariant of
-z-lab's accounting checked on every row, the counts the metrics come from, repetition flags per block and
-the decoded token pieces (so reports need no tokenizer). results.py documents every field.
+"""Stage `rows` (scoring -> rows -> document): one `samples.jsonl` row per (prompt, drafter) from a scored walk, with
+the invariant of z-lab's accounting checked on every row, the counts the metrics come from, repetition flags per
+block and the decoded token pieces (so reports need no tokenizer). core/documents/row_documents.SampleRow documents
+every field.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The run folder: one object owns its state file, the settings digest, resume, atomic writes and the
 message that names what differs. Stages never touch the folder's files directly.
 
-Layout (results.py documents each file): `run_state.json` (settings, their digest, complete flag),
+Layout (docs/result-documents.md documents each file): `run_state.json` (settings, their digest, complete flag),
 `samples.jsonl` (rows, appended per prompt), `run.partial.json` while unfinished, then `run.json` and
 `per_position.csv`; `written.json` lists every file dflash-eval wrote there (so `--overwrite` removes those
 and nothing else) and `run.lock` is the lock one writer holds while it works (filelock: a second process

@@ -1,11 +1,10 @@
-"""Stage 3, scoring: one drafter on one prompt. In trajectory mode the drafter replays every anchor of
-the captured trajectory (engine.replay: exact at temperature 0); in live mode it runs the real
-step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from.
-The drafters are loaded here, and join the target's device only once its continuations are generated
-(`load_drafters(..., device="cpu")` then `to_target_device`; `off_accelerator` around a later generation):
-the generation batch counts the target alone (continuations.run_generation_budget), so it is the same
-whichever drafters a command scores.
-"""
+"""Stage `scoring` (trajectories -> scoring -> rows): one drafter on one prompt. In trajectory mode the drafter replays
+every anchor of the captured trajectory (engine.replay: exact at temperature 0); in live mode it runs the real
+step-by-step loop against the target (live.live_generate). Both return the walk the rows are built from. The
+drafters are loaded here, and join the target's device only once its continuations are generated
+(`load_drafters(..., device="cpu")` then `to_target_device`; `off_accelerator` around a later generation): the
+generation batch counts the target alone (continuations.run_generation_budget), so it is the same whichever drafters
+a command scores."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The track folder (`dflash-eval track --out DIR`): one object owns its files, like `RunFolder` owns a run's.
 
-Layout (results.py documents each field):
+Layout (docs/result-documents.md documents each field, generated from row_documents.TrackRow):
 - `track_state.json`: the settings the curve depends on (everything but the checkpoints) and their digest;
   resuming needs equal settings, and a difference is refused by name.
 - `track.jsonl`: one row per evaluated checkpoint and one for the reference; append-only, so rows of

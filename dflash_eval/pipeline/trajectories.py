@@ -1,7 +1,7 @@
-"""Stage 2, trajectories: one target pass per prompt over prompt + continuation, capturing the tap
-features of a set of layers (the union of what every drafter, or every doctor variant, reads) and the
-target's own greedy tokens. Every drafter and variant is then scored on this one trajectory; nothing
-later runs the target again (`target.tap_passes` counts the passes, and tests hold it to one per prompt).
+"""Stage `trajectories` (continuations -> trajectories -> scoring): one target pass per prompt over prompt +
+continuation, capturing the tap features of a set of layers (the union of what every drafter, or every doctor
+variant, reads) and the target's own greedy tokens. Every drafter and variant is then scored on this one trajectory;
+nothing later runs the target again (`target.tap_passes` counts the passes, and tests hold it to one per prompt).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ schema message or an internal error, while `report` and `show` rendered it (`acc
 that cannot be (more accepted than drafted, a rate outside [0, 1], a tau below 1, counts that do not add up,
 a metric that is not what its counts give) is refused by the reader, by name, whichever command reads it.
 
-The rules (results.py documents the fields):
+The rules (the TypedDicts in run_document.py and row_documents.py document the fields):
 - counts (`check_counts`, metrics.AcceptanceCounts): non-negative integers; the histogram of n sums to the
   steps and sum n h(n) is the accepted tokens; reach_i = steps with n >= i = sum of h(n > i - 1) and never
   above its denominator (steps that drafted slot i), the denominators never above the steps and summing to

@@ -1,4 +1,4 @@
-"""per_position.csv and per_position_splits.csv (results.py documents their columns): one row per drafter,
+"""per_position.csv and per_position_splits.csv (docs/result-documents.md documents their columns): one row per drafter,
 speculators-compatible `acceptance_at_pos_i` and the rest, and the splits' rows apart. Every name in a cell
 goes through the one escaping rule (core/safe_text.printable): `cat per_position.csv` never drives a terminal.
 """
