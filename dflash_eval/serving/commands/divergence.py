@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InputError
+from ...core.errors import InputError
 
 # a near-tie: a few bf16 steps at the logit magnitudes of a served LM (2^-8 relative, 0.04-0.16 at 10-40)
 NEAR_TIE = 0.5
@@ -40,8 +40,8 @@ def logit_gaps(side, prompts, wanted: dict[str, int], served_tokens: dict[str, i
         return {}
     import torch
 
-    from ..model.target import load_target
-    from ..pipeline.prompts import prompt_ids
+    from ...model.target import load_target
+    from ...pipeline.prompts import prompt_ids
 
     prov = side.run["provenance"]
     target_path = Path(prov["target"]["path"])

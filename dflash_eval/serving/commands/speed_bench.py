@@ -1,7 +1,7 @@
 """`served speed_bench_report.csv [--run RUN]`: AIPerf's acceptance matrix beside an offline run, category by
 category, each cell said with its definition and the prompts it came from.
 
-A cell has no counts behind it (formats/served_aiperf.py): it is shown, never converted, set beside the
+A cell has no counts behind it (serving/exports/aiperf.py): it is shown, never converted, set beside the
 offline run's tau micro of the same set (AIPerf's token-weighted definition pools over steps, as tau micro
 does) as an indication with no interval, and the harness-parity line says how AIPerf's spec_al_* prompts
 differ from the run's (raw vs chat-wrapped HumanEval, MBPP full's 500 vs the sanitized 257 z-lab draws 128
@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.implausible import tau_flags
-from ..core.tau_definitions import DEFINITIONS, not_convertible
-from ..formats.served_aiperf import harness_parity, read_speed_bench
+from ...core.implausible import tau_flags
+from ...core.tau_definitions import DEFINITIONS, not_convertible
+from ..exports.aiperf import harness_parity, read_speed_bench
 
 
 def _set_key(name: str) -> str:
@@ -28,7 +28,7 @@ def speed_bench(path: Path, text: str, model: str | None, run: str | None) -> di
     table = read_speed_bench(path, text, model)
     side = None
     if run is not None:
-        from .diff import load_side
+        from ...commands.diff import load_side
 
         side = load_side(run)
     prov = side.run.get("provenance") or {} if side else {}

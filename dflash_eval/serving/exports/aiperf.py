@@ -26,7 +26,7 @@ spec-decode section and its `speed_bench_report.csv`.
   write the same file name. So a cell is shown with that definition, never converted, and one that cannot be
   an acceptance length is flagged (core/implausible.py).
 
-Every count passes served_checks.py; AIPerf's own identities (the histogram sums to the steps, weighted to the
+Every count passes counters/checks.py; AIPerf's own identities (the histogram sums to the steps, weighted to the
 accepted drafts; the lengths and rates are what the counts give) are checked and refused by field name.
 """
 
@@ -38,11 +38,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..core import served_checks as checks
-from ..core.errors import InputError, read_text_file
-from ..core.jsonl import jsonl_rows
-from ..core.served import Served
-from ..core.served_requests import ServedRequest, check_request
+from ...core.errors import InputError, read_text_file
+from ...core.jsonl import jsonl_rows
+from ..counters import checks
+from ..counters.counts import Served
+from ..counters.requests import ServedRequest, check_request
 
 RECORDS = "profile_export.jsonl"
 SUMMARY = "profile_export_aiperf.json"

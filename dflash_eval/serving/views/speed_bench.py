@@ -1,4 +1,4 @@
-"""How `served speed_bench_report.csv` is shown (commands/served_speed_bench.py builds it): each category's cell
+"""How `served speed_bench_report.csv` is shown (serving/commands/speed_bench.py builds it): each category's cell
 with its definition, beside the offline run's tau micro of the same set, the harness-parity line, the flags."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from ..core.implausible import flag_lines
-from ..core.safe_text import safe
+from ...core.implausible import flag_lines
+from ...core.safe_text import safe
 
 
 def _num(value: float | None) -> str:

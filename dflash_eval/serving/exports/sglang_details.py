@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import served_checks as checks
-from ..core.tau_definitions import not_convertible
+from ...core.tau_definitions import not_convertible
+from ..counters import checks
 
 FIELD = "speculative_decoding_stats"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from .served import Z95, Served, served_histogram, summary
+from .counts import Z95, Served, served_histogram, summary
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:

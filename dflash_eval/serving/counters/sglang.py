@@ -11,7 +11,7 @@ accepted drafts and the bonus token; so over a window (two dumps subtracted, or 
 
 while SGLang's own per-request `spec_accept_length` (completion tokens / verify steps) counts the prefill
 token as if a step had made it. The per-position acceptance and the drafted tokens are not in the
-counters. Numbers no run can produce are refused (served_checks.py): fewer generation tokens than requests
+counters. Numbers no run can produce are refused (serving/counters/checks.py): fewer generation tokens than requests
 plus steps means a step committed nothing.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import served_checks as checks
-from .served import Sample, Served, choose_model
+from . import checks
+from .counts import Sample, Served, choose_model
 
 VERIFY = "sglang:spec_verify_calls_total"
 GENERATED = "sglang:generation_tokens_total"
@@ -81,7 +81,7 @@ def with_gauge(samples: Sequence[Sample], served: Served) -> Served:
     can produce (below 1 but not 0, ranks that disagree) contradicts the counters and is refused by name."""
     from dataclasses import replace
 
-    from .served import SGLANG_TAU
+    from .counts import SGLANG_TAU
 
     checks.unique_series(samples, SGLANG_TAU)
     values = {s.labels: s.value for s in samples if s.name == SGLANG_TAU

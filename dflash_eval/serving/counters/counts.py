@@ -13,14 +13,14 @@ The number a team finally sees comes from the server, so it is read exactly as t
   drafts), summing every `vllm:spec_decode` line of the server: every model and engine pooled.
 - SGLang 0.5.23 (`srt/observability/metrics_collector.py`) exposes `sglang:spec_accept_length`, a gauge (most
   recent logging window's mean acceptance length, bonus included): a tau with no counts behind it, so no
-  interval, no per-position acceptance and no subtraction; its counters are read by served_sglang.py.
+  interval, no per-position acceptance and no subtraction; its counters are read by sglang.py.
 - vLLM's diffusion (dLLM) servers reuse the spec-decode path under `vllm:diffusion_*` names (denoising steps,
   canvas positions, committed tokens: `SpecDecodingProm(is_diffusion=True)`); they have no speculative-decoding
   meaning and are refused by name.
 
 Two dumps are subtracted series by series; a series whose `_created` time changed or whose value fell was
 reset (the server restarted) between them, and is refused by name. Every number read passes the invariants
-of served_checks.py (one rule each: accepted <= drafted, per-position <= drafts, one value per series).
+of serving/counters/checks.py (one rule each: accepted <= drafted, per-position <= drafts, one value per series).
 The model's engines are pooled as vLLM's PromQL pools them and also kept one by one (`per_engine`); a dump
 of several models also says what `vllm bench serve` would report, which sums every label set. When the
 drafted tokens are not drafts x k (dynamic speculation, which `config/vllm.py` allows for dflash through
@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from . import served_checks as checks
+from . import checks
 
 VLLM = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
         "accepted": "vllm:spec_decode_num_accepted_tokens",
@@ -411,7 +411,7 @@ def _source_key(s: Served) -> str:
 
 def _definition(s: Served) -> dict[str, Any]:
     """The served tau's definition and its conversion to ours (core/tau_definitions.py)."""
-    from .tau_definitions import DEFINITIONS, conversion
+    from ...core.tau_definitions import DEFINITIONS, conversion
 
     key = TAU_DEFINITION[_source_key(s)]
     return {"tau_definition": DEFINITIONS[key].to_dict(),

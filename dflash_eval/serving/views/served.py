@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.implausible import flag_lines
-from ..core.safe_text import safe
+from ...core.implausible import flag_lines
+from ...core.safe_text import safe
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -50,7 +50,7 @@ def served_lines(result: dict[str, Any]) -> list[str]:
 
 def render_served(console: Console, result: dict[str, Any]) -> None:
     if result.get("kind") == "dflash-eval served speed-bench":  # AIPerf's speed_bench_report.csv
-        from .served_speed_bench import render_speed_bench
+        from .speed_bench import render_speed_bench
 
         render_speed_bench(console, result)
         return
@@ -126,10 +126,10 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_served_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template, styles and legend)."""
-    from .html import content_security_policy, run_legend, template_env
+    from ...render.html import content_security_policy, run_legend, template_env
 
     if result.get("kind") == "dflash-eval served speed-bench":
-        from .served_speed_bench import speed_bench_lines
+        from .speed_bench import speed_bench_lines
 
         return template_env().from_string(_TEMPLATE).render(
             csp=content_security_policy(), legend=run_legend(), title="dflash-eval served", lines=speed_bench_lines(result),

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import served_checks as checks
+from . import checks
 
 DEFINITIONS = {
     "vllm": "vLLM: steps = num_spec_steps, accepted = num_accepted_draft_tokens, tau = mean_acceptance_length "
@@ -87,7 +87,7 @@ class ServedOutput:
 
 
 def check_request(r: ServedRequest) -> None:
-    """The invariants of one request (served_checks.py), raised with the field named."""
+    """The invariants of one request (serving/counters/checks.py), raised with the field named."""
     what = r.label()
     checks.check_counts(what, r.steps, r.draft_tokens, r.accepted, k=r.num_spec_tokens)
     checks.check_steps_within_output(r.steps, len(r.output_ids) if r.output_ids is not None else r.output_tokens,
@@ -190,8 +190,8 @@ def output_length(r: ServedRequest) -> int | None:
 
 def histogram_shift(served: Sequence[int], offline: Sequence[int]) -> list[dict[str, Any]]:
     """Per accepted length n: the share of steps, served and offline, and the difference with its Newcombe
-    interval (served_gap.proportion_gap; steps treated as independent)."""
-    from .served_gap import proportion_gap
+    interval (gap.proportion_gap; steps treated as independent)."""
+    from .gap import proportion_gap
 
     n_s, n_o = sum(served), sum(offline)
     rows = []
@@ -208,7 +208,7 @@ def histogram_shift(served: Sequence[int], offline: Sequence[int]) -> list[dict[
 def below_offline(served_hist: Sequence[int], offline_hist: Sequence[int]) -> dict[str, Any] | None:
     """Served minus offline mean accepted drafts of one prompt with its normal interval; None when either side
     has no steps."""
-    from .served_gap import mean_gap
+    from .gap import mean_gap
 
     if not sum(served_hist) or not sum(offline_hist):
         return None

@@ -1,4 +1,4 @@
-"""A client's file of server responses, one request a line, read into `ServedRequest`s (core/served_requests.py).
+"""A client's file of server responses, one request a line, read into `ServedRequest`s (serving/counters/requests.py).
 
 A line is one JSON object, either `{"id", "request", "response"}` (what a client saves: its own id, the
 request it sent, the body as the server sent it) or a bare body. Bodies, by the fields their serializers
@@ -15,12 +15,12 @@ write:
 - SGLang 0.5.23 `/generate` (`{"text", "output_ids", "meta_info": {...}}`, ORJSONResponse) and its OpenAI
   endpoints (`sglext.spec_tokens_details`, `return_spec_tokens_details`); with sglang #34814's detailed stats
   (`speculative_decoding_stats.verify_lengths` / `accept_lengths`), the walk step by step
-  (formats/served_sglang_details.py).
+  (serving/exports/sglang_details.py).
 
 `--non-speculative` reads the same kinds of lines from the server without speculation
 (`read_plain_outputs`: output text or ids and the prompt; a body that counts verify steps is refused).
 
-Every request passes served_requests.check_request; a line that is none of these, or holds impossible
+Every request passes requests.check_request; a line that is none of these, or holds impossible
 numbers, is refused: one line naming the file, the line and the field, exit 2.
 """
 
@@ -29,12 +29,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core import served_checks as checks
-from ..core.errors import InputError, loads, read_text_file
-from ..core.jsonl import jsonl_rows
-from ..core.served_requests import ServedOutput, ServedRequest, check_request
-from .served_sglang_details import FIELD as DETAILS_FIELD
-from .served_sglang_details import detailed_fields, stats_of
+from ...core.errors import InputError, loads, read_text_file
+from ...core.jsonl import jsonl_rows
+from ..counters import checks
+from ..counters.requests import ServedOutput, ServedRequest, check_request
+from .sglang_details import FIELD as DETAILS_FIELD
+from .sglang_details import detailed_fields, stats_of
 
 
 def _ints(value, what: str) -> tuple[int, ...] | None:
@@ -103,7 +103,7 @@ def _vllm_metrics(m: dict, where: str) -> dict[str, Any]:
 
 def _sglang_metrics(m: dict, where: str, stats: tuple[dict | None, str] = (None, "")) -> dict[str, Any]:
     """SGLang's meta_info (or SpecTokensDetails) into our fields; its acceptance length converted; `stats`: the
-    request's #34814 ordered lengths and where they were found (formats/served_sglang_details.py)."""
+    request's #34814 ordered lengths and where they were found (serving/exports/sglang_details.py)."""
     if "spec_verify_ct" not in m and stats[0] is not None:  # the #34814 stats alone
         detail = detailed_fields(stats[0], stats[1], None)
         if not detail:
@@ -279,9 +279,9 @@ def _with_request(fields: dict[str, Any], row: dict, body: dict, wrapped: bool) 
 
 
 def read_requests_noted(path: Path) -> tuple[list[ServedRequest], list[str]]:
-    """The file's requests and what was left out of them: AIPerf's records export (formats/served_aiperf.py,
+    """The file's requests and what was left out of them: AIPerf's records export (serving/exports/aiperf.py,
     recognised by its first line) or a file of server responses (read_requests)."""
-    from .served_aiperf import is_record_line, read_records
+    from .aiperf import is_record_line, read_records
 
     first = next((line for line in read_text_file(path, "a JSONL of server responses").splitlines() if line.strip()),
                  "")

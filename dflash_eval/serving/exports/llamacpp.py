@@ -16,7 +16,7 @@ slot's stats when its request finishes, `server-context.cpp`):
 
 tau (llama.cpp's own `mean acceptance length`, print_timings) = 1 + accepted / drafts: our tau micro. Two
 scrapes of one server lifetime are subtracted like vLLM's; llama.cpp writes no `_created` time, so a restart
-shows only as a counter that fell, refused by name. The invariants are served_checks.py's; a count printed
+shows only as a counter that fell, refused by name. The invariants are counters/checks.py's; a count printed
 rounded is said with the interval it allows on tau, never used as exact in silence.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..core import served_checks as checks
-from ..core.served import Sample, Served, varied_length_notes
+from ..counters import checks
+from ..counters.counts import Sample, Served, varied_length_notes
 
 PREFIX = "llamacpp:spec_decode"
 COUNTERS = {"drafts": "llamacpp:spec_decode_num_drafts_total",

@@ -2,10 +2,10 @@
 
 Acceptance that changes with the batch (llama.cpp #27117) and DFlash2 that is not lossless under greedy
 (vLLM #54928) need a single-stream, exact reference to hold a server against; the offline run is that
-reference. Each request (formats/served_responses.py) is paired with its prompt in the run: by the client's
+reference. Each request (serving/exports/responses.py) is paired with its prompt in the run: by the client's
 id when it is a prompt id of the run, else by the exact prompt (the chat messages, the user message or the
 prompt token ids through the target's chat template); unmatched requests are counted and named, and two
-requests for one prompt are refused (never one picked). Per prompt, on the numbers core/served_requests.py
+requests for one prompt are refused (never one picked). Per prompt, on the numbers serving/counters/requests.py
 defines:
 
 1. the served text against the offline greedy continuation, first: a text that differs is named with the
@@ -25,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core import compare as C
-from ..core import served_requests as R
-from ..core.errors import InputError
-from ..core.implausible import MEANINGS, flag
-from ..core.samples import walk_blocks
-from ..formats.served_responses import read_plain_outputs, read_requests_noted
-from .served_divergence import divergence_fields, logit_gaps
+from ...core import compare as C
+from ...core.errors import InputError
+from ...core.implausible import MEANINGS, flag
+from ...core.samples import walk_blocks
+from ..counters import requests as R
+from ..exports.responses import read_plain_outputs, read_requests_noted
+from .divergence import divergence_fields, logit_gaps
 
 BLOCKS_SHOWN = 3  # offline blocks listed per prompt that falls short
 
@@ -45,7 +45,7 @@ class _Prompts:
     def prompts(self) -> list:
         """The run's prompts (its own source, reloaded), those the run holds rows for."""
         if self._prompts is None:
-            from ..pipeline.prompts import load_prompts
+            from ...pipeline.prompts import load_prompts
 
             try:
                 self._prompts = [p for p in load_prompts(self.side.run["provenance"]["prompts"]["source"])
@@ -57,14 +57,14 @@ class _Prompts:
 
     def tokenizer(self):
         if self._tokenizer is None:
-            from ..model.target import load_tokenizer
+            from ...model.target import load_tokenizer
 
             self._tokenizer = load_tokenizer(Path(self.side.run["provenance"]["target"]["path"]))
         return self._tokenizer
 
     def index(self) -> dict:
         if self._index is None:
-            from ..pipeline.prompts import chat_text, prompt_ids
+            from ...pipeline.prompts import chat_text, prompt_ids
 
             prov = self.side.run["provenance"]
             prompts = self.prompts()
@@ -224,8 +224,8 @@ def reconcile(path: Path, run: str, non_speculative: Path | None = None, logit_g
     """The one document `served --per-request` prints (`--json`) and renders. `non_speculative`: the same
     server's responses to the same prompts with speculative decoding off, the reference that judges
     losslessness (the offline text differs from any server's for kernel reasons alone). `logit_gap`: load the
-    run's target and give its logit gap at each first differing token (commands/served_divergence.py)."""
-    from .diff import load_side
+    run's target and give its logit gap at each first differing token (serving/commands/divergence.py)."""
+    from ...commands.diff import load_side
 
     requests, read_notes = read_requests_noted(path)  # a file of responses, or AIPerf's records
     side = load_side(run)

@@ -1,5 +1,5 @@
 """served's own section (core/settings/sections.py): what to read beside the server's counters and what to do
-with a file of responses. Apart from commands/served.py so that the CLI builds its flags without importing the
+with a file of responses. Apart from serving/commands/served.py so that the CLI builds its flags without importing the
 readers; its one `check()` holds the rules between them (which flags pair with --per-request)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..core.errors import InputError
-from ..core.settings.sections import Section, setting
+from ...core.errors import InputError
+from ...core.settings.sections import Section, setting
 
 SERVED = "Served numbers"
 

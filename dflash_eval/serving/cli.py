@@ -1,6 +1,6 @@
 """`dflash-eval served`: what a server measured (vLLM /metrics dumps, a `vllm bench serve` result, SGLang's
 gauge), optionally beside an offline run of the same drafter. Its flags are its section's
-(commands/served_settings.ServedSettings, through cli/options.takes)."""
+(serving/commands/settings.ServedSettings, through cli/options.takes)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import typer
 
-from ..commands.served_settings import ServedSettings
-from .common import fail, reports_input_errors, safe_line, stdout_console
-from .options import takes
+from ..cli.common import fail, reports_input_errors, safe_line, stdout_console
+from ..cli.options import takes
+from .commands.settings import ServedSettings
 
 
 @reports_input_errors
@@ -27,16 +27,16 @@ def served(
     """Served tau and per-position acceptance from the server's own counters (vLLM, SGLang, llama.cpp, AIPerf's
     exports), and the gap to an offline run."""
     from ..commands.diff import side_folder
-    from ..commands.served import served as compose
     from ..core.paths import output_path
-    from ..render.served import render_served, render_served_html
+    from .commands.served import served as compose
+    from .views.served import render_served, render_served_html
 
     run, per_request, non_speculative = served.run, served.per_request, served.non_speculative
     if html is not None:
         output_path(html, "--html-file", reads=[*(dumps or []), *([per_request] if per_request else []),
                                            *([non_speculative] if non_speculative else []),
                                            *([side_folder(run)] if run else [])])
-    served.check()  # which flags pair with --per-request (commands/served_settings.py)
+    served.check()  # which flags pair with --per-request (serving/commands/settings.py)
     if per_request is not None:
         _per_request(per_request, dumps, run, as_json, html, non_speculative, served.logit_gap)
         return
@@ -58,9 +58,9 @@ def served(
 
 def _per_request(path: Path, dumps, run: str, as_json: bool, html: Optional[Path],
                  non_speculative: Optional[Path] = None, logit_gap: bool = False) -> None:
-    """served --per-request FILE --run RUN (commands/served_requests.py composes, render/served_requests.py shows)."""
-    from ..commands.served_requests import reconcile
-    from ..render.served_requests import render_requests, render_requests_html
+    """served --per-request FILE --run RUN (serving/commands/requests.py composes, serving/views/requests.py shows)."""
+    from .commands.requests import reconcile
+    from .views.requests import render_requests, render_requests_html
 
     if dumps:
         raise fail("--per-request reads a file of responses; give the /metrics dumps in another call")

@@ -1,9 +1,9 @@
-"""`served DUMP...`: what a server measured (core/served.py reads it), set beside an offline run of the same
+"""`served DUMP...`: what a server measured (serving/counters/counts.py reads it), set beside an offline run of the same
 drafter, with the gap per position and the likely causes a checkpoint and a run can show.
 
 Reading: one file is a vLLM `/metrics` dump, an SGLang one (its counters, else its gauge), or a `vllm bench
 serve` result (JSON); two files are vLLM or SGLang counter dumps taken before and after a load test,
-subtracted (core/served_sglang.py for SGLang's). Request by request: served_requests.py. Every problem is one InputError naming the
+subtracted (serving/counters/sglang.py for SGLang's). Request by request: requests.py. Every problem is one InputError naming the
 file(s). The causes are facts of the run's drafter spec and settings (the rules it was scored under against
 vLLM's, `partial_rotary_factor`, a sliding/full mix, the draft length, the temperature), each said once,
 plus the shape of the per-position gap.
@@ -14,14 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core import served as S
-from ..core import served_sglang as sglang_counters
-from ..core.attention import AttentionConfig
-from ..core.errors import InputError, loads, read_text_file
-from ..core.implausible import position_flags, tau_flags
-from ..core.semantics import layers_under
-from ..core.served_gap import gap_to_offline
-from ..formats import served_aiperf, served_llamacpp
+from ...core.attention import AttentionConfig
+from ...core.errors import InputError, loads, read_text_file
+from ...core.implausible import position_flags, tau_flags
+from ...core.semantics import layers_under
+from ..counters import counts as S
+from ..counters import sglang as sglang_counters
+from ..counters.gap import gap_to_offline
+from ..exports import aiperf as served_aiperf
+from ..exports import llamacpp as served_llamacpp
 
 
 def _text(path: Path) -> str:
@@ -33,7 +34,7 @@ def _bench(path: Path, text: str, model: str | None) -> S.Served:
     try:
         results = [loads(text)]
     except ValueError:  # --append-result: one result a line (core/jsonl.py)
-        from ..core.jsonl import jsonl_rows
+        from ...core.jsonl import jsonl_rows
 
         results = [row for _, row in jsonl_rows(text, path, objects=False)]
     if not all(isinstance(r, dict) for r in results) or not results:
@@ -77,7 +78,7 @@ def read_served(paths: list[Path], model: str | None) -> S.Served:
         is_vllm = [bool(S.vllm_series(p)) for p in parsed]
         is_counters = [sglang_counters.has_counters(p) for p in parsed]
         is_sglang = [any(s.name == S.SGLANG_TAU for s in p) for p in parsed]
-        is_llamacpp = [served_llamacpp.has_counters(p) for p in parsed]  # formats/served_llamacpp.py
+        is_llamacpp = [served_llamacpp.has_counters(p) for p in parsed]  # serving/exports/llamacpp.py
         if len(paths) == 2:
             if all(is_vllm):
                 return S.served_between(parsed[0], parsed[1], model, f"{paths[1]} - {paths[0]}")
@@ -173,7 +174,7 @@ def likely_causes(result: dict[str, Any], drafter: dict[str, Any], provenance: d
 def served(paths: list[Path], *, model: str | None = None, run: str | None = None) -> dict[str, Any]:
     """The one document `served` prints (`--json`) and renders: at least `tau` and `per_position`."""
     if len(paths) == 1 and _text(paths[0]).lstrip().startswith("Model,"):  # AIPerf's speed_bench_report.csv
-        from .served_speed_bench import speed_bench
+        from .speed_bench import speed_bench
 
         return speed_bench(paths[0], _text(paths[0]), model, run)
     measured = read_served(paths, model)
@@ -185,7 +186,7 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     if run is None:
         result["flags"] += tau_flags(measured.reported_tau, None, "the source's own acceptance length")
         return result
-    from .diff import load_side
+    from ...commands.diff import load_side
 
     side = load_side(run)
     if side.drafter.get("counts") is None:
@@ -202,6 +203,6 @@ def served(paths: list[Path], *, model: str | None = None, run: str | None = Non
     result["likely_causes"] = likely_causes(result, side.drafter, side.run.get("provenance") or {})
     category = next((n.removeprefix("AIPerf dataset category: ") for n in measured.notes
                      if n.startswith("AIPerf dataset category: ")), None)
-    if category:  # AIPerf's spec_al_* prompts beside the run's (formats/served_aiperf.harness_parity)
+    if category:  # AIPerf's spec_al_* prompts beside the run's (serving/exports/aiperf.harness_parity)
         result["parity"] = served_aiperf.harness_parity(category, side.run.get("provenance") or {})
     return result

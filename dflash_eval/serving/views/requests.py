@@ -10,10 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.compare import paired_figure
-from ..core.implausible import MEANINGS
-from ..core.safe_text import printable, safe
-from ..core.samples import visible
+from ...core.compare import paired_figure
+from ...core.implausible import MEANINGS
+from ...core.safe_text import printable, safe
+from ...core.samples import visible
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -48,7 +48,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     for prompt in result["differs_from_offline"]:
         text = by_prompt[prompt]["text"]
         lines.append(f"differs from the offline greedy text: prompt {prompt}: {text['detail']}")
-        if text.get("after_detail"):  # commands/served_divergence.py: the rest is on another text
+        if text.get("after_detail"):  # serving/commands/divergence.py: the rest is on another text
             lines.append(f"  {text['after_detail']}")
         before = text.get("before_divergence")
         if before and before["served_tau"] is not None and before["offline_tau"] is not None:
@@ -144,7 +144,7 @@ _TEMPLATE = """{% extends "base.html.j2" %}
 
 def render_requests_html(result: dict[str, Any]) -> str:
     """A self-contained page (the report's base template; every text escaped by it and made printable)."""
-    from .html import content_security_policy, run_legend, template_env
+    from ...render.html import content_security_policy, run_legend, template_env
 
     rows = [{"prompt": printable(e["prompt"]), "request": printable(e["request"]), "text": printable(_text(e)),
              "served": _num(e["served"]["tau"]), "offline": _num(e["offline"]["tau"]), "delta": _signed(e["delta"]),
