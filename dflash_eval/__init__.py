@@ -18,7 +18,7 @@ from .core.version import __version__
 _EXPORTS = {
     "RunOptions": "core.settings.run_settings", "Reporter": "core.settings.run_settings", "InputError": "core.errors",
     "evaluate": "commands.evaluate",
-    "run_doctor": "commands.doctor",
+    "run_doctor": "doctor.commands.doctor",
     "track": "commands.track", "TrackOptions": "commands.track", "Tracker": "commands.track",
     "merge": "commands.merge",
     "diff": "commands.diff",

@@ -7,7 +7,7 @@ imports only its own folder or lower ones, a stage only earlier stages, no circl
 product module, the demo's build included, imports the test helpers (dflash_eval/testing/), which the wheel
 leaves out.
 
-A wing (serving/, ...) is one satellite command in one package, with its own small layers bottom up (WINGS),
+A wing (serving/, doctor/) is one satellite command in one package, with its own small layers bottom up (WINGS),
 each as high as the main layer it stands for (LIKE): a wing module imports its wing's lower layers and the
 main stack up to that layer, never another wing; the main stack imports a wing only in cli/__init__.py,
 the one list that registers the commands.
@@ -40,8 +40,10 @@ ALLOWED = {
 # wing -> its layers, bottom up; each stands for the main layer LIKE names (and may import what that one may)
 WINGS = {
     "serving": ["counters", "exports", "views", "commands", "cli"],
+    "doctor": ["views", "commands", "figures", "cli"],
 }
-LIKE = {"counters": "core", "exports": "formats", "views": "render", "commands": "commands", "cli": "cli"}
+LIKE = {"counters": "core", "exports": "formats", "views": "render", "commands": "commands", "figures": "demo",
+        "cli": "cli"}
 REGISTRY = "cli"  # cli/__init__.py: the one main-stack module that imports the wings (their commands)
 STAGES = ["prompts", "inputs", "run_folder", "track_folder", "continuations", "trajectories", "scoring", "rows",
           "document"]

@@ -950,7 +950,7 @@ def test_the_doctor_table_names_its_pairs_and_gives_no_interval_over_too_few():
     """A variant delta over 2 of 13 prompts reads as such: the pair count, no interval and no p-value."""
     from rich.console import Console
 
-    from dflash_eval.render.terminal_doctor import render_doctor
+    from dflash_eval.doctor.views.terminal import render_doctor
 
     def variant(name, n, total):
         return {"variant": name, "tau_macro": 3.0, "identical_drafts": 0.5,

@@ -1,6 +1,6 @@
 """trained-taps' own section (core/settings/sections.py): the training data it reads and how. Apart from
 commands/trained_taps.py so that the CLI builds its flags without importing torch; doctor --trained-taps
-builds one too (commands/doctor_trained_taps.py)."""
+builds one too (doctor/commands/trained_taps.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The doctor's variants: each a way a classic bug would have trained the drafter (doctor.py's table), the
+"""The doctor's variants: each a way a classic bug would have trained the drafter (doctor's table), the
 static checks that run before any drafter, and every variant replayed (or, at temperature > 0, estimated)
-on the same cached trajectories. doctor.py composes them with the target pass and the verdicts.
+on the same cached trajectories. The doctor wing (doctor/commands/doctor.py) composes them with the target
+pass and the verdicts; they stay in the main stack because `run --reference` (commands/explain.py) replays
+them and `plan` sizes them, and the main stack never imports a wing.
 """
 
 from __future__ import annotations
@@ -51,9 +53,11 @@ class Variant:
     check: str = ""  # what to look at in the training code when this variant closes a gap
     rope: dict | None = None  # RoPE parameters to use instead of the drafter's
     target_tables: bool = False  # the target's embedding and lm_head instead of the checkpoint's copies
-    normed_layers: tuple[int, ...] = ()  # these target layers' taps through the target's final norm (doctor_defects.py)
-    fc_dtype: str | None = None  # fc computed in this dtype (doctor_defects.py: an fp16 server's overflow)
+    normed_layers: tuple[int, ...] = ()  # these target layers' taps through the target's final norm (doctor/commands/defects.py)
+    fc_dtype: str | None = None  # fc computed in this dtype (doctor/commands/defects.py: an fp16 server's overflow)
 
+
+LENS_LAYERS = 6  # the last layers whose logit lens doctor compares the drafts with (plan sizes them too)
 
 CHECKS = {  # Variant name prefix -> where in a trainer the mismatch lives
     "anchor": "the training attention mask: context rows must be strictly before the anchor (p < a), never the "
@@ -244,7 +248,7 @@ class VariantResult:
     counts: M.AcceptanceCounts | None  # greedy; None for an offline estimate (temperature > 0)
     drafts: list  # per trajectory, per anchor: drafted ids, or the alphas of an estimate ("unchanged" vs "equal tau")
     estimate: object = None  # estimates.EstimateSums at temperature > 0
-    replays: list = field(default_factory=list)  # greedy: engine.DrafterOnPrompt per trajectory (doctor_windows)
+    replays: list = field(default_factory=list)  # greedy: engine.DrafterOnPrompt per trajectory (doctor/commands/windows.py)
     flagged: tuple[int, int] | None = None  # greedy: (flagged blocks, blocks) of the walks (`walk_repetition`)
 
     def flagged_share(self) -> float | None:
@@ -282,7 +286,7 @@ def evaluate_variants(drafter, variants: list[Variant], trajectories: list, fina
     """Replay every variant on every cached trajectory (trajectories.Trajectory, one target pass each); at
     temperature > 0 (`sampling`), every variant's offline estimate on the sampled trajectories instead.
     `scoring`: the run's cap, --final-block and anchors per forward (RunSettings.scoring), as its own replay;
-    `tree_budgets`: each replay also walks DDTree's tree at those budgets (commands/doctor_trees.py)."""
+    `tree_budgets`: each replay also walks DDTree's tree at those budgets (doctor/commands/trees.py)."""
     from ..core.estimates import EstimateSums
 
     results = []

@@ -9,7 +9,7 @@ replay shows the effect on the doctor's own trajectories:
 
 Beside them, `fc_range`: fc's output on the trajectories' taps at the run's dtype and at float16, overflows
 counted (model/probe_checks.fc_range), for doctor.json. The serving window (Luce-Org/lucebox #740) is
-`doctor --draft-window W` (doctor_windows.py); the MASK row is the doctor's static check (check_mask_row).
+`doctor --draft-window W` (windows.py); the MASK row is the doctor's static check (check_mask_row).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..core.spec import DrafterSpec
-from ..formats.defect_checks import block_size_levels, config_of
-from .doctor_variants import Variant
+from ...commands.variants import Variant
+from ...core.spec import DrafterSpec
+from ...formats.defect_checks import block_size_levels, config_of
 
 
 def defect_variants(spec: DrafterSpec, num_layers: int) -> list[Variant]:
@@ -44,7 +44,7 @@ def fc_range(drafter, trajectories: list, run_dtype: str) -> dict[str, Any]:
     """fc(taps) over every trajectory at the run's dtype and at float16: values, overflows, largest |fc|."""
     import torch
 
-    from ..model.probe_checks import fc_range as measure
+    from ...model.probe_checks import fc_range as measure
 
     out: dict[str, Any] = {}
     weight = drafter.fc.weight.detach()

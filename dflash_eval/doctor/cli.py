@@ -1,5 +1,5 @@
 """`dflash-eval doctor`: replay one drafter under each classic bug's variant and name the mismatch. Its flags
-are the sections' (cli/options.takes); the library (commands/doctor.run_doctor) takes a run folder's
+are the sections' (cli/options.takes); the library (doctor/commands/doctor.run_doctor) takes a run folder's
 settings, holds the folder's lock and writes every file, so the CLI parses, calls and prints."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from typing import Optional
 
 import typer
 
+from ..cli.common import claims_out, reports_input_errors, safe_line, stdout_console
+from ..cli.options import takes
+from ..cli.progress import reporter_for
 from ..core.settings.execution import Doctor, Placement, Replay
 from ..core.settings.inputs import InputSettings, ServingTarget
 from ..core.settings.output import Output
 from ..core.settings.run_settings import RunSettings
 from ..core.settings.sections import Use
 from ..core.settings.work import Breakdown, Sampling, Trees
-from .common import claims_out, reports_input_errors, safe_line, stdout_console
-from .options import takes
-from .progress import reporter_for
 
 OUT_HELP = ("Write doctor.json here; when it is a run folder, doctor uses that run's settings (prompts, tokens, "
             "thinking, target, final block) and adds a 'doctor' section to its run.json.")
@@ -47,8 +47,8 @@ def doctor(
     console = stdout_console()
     reporter = reporter_for(console)
     if engines:
-        from ..commands.doctor_engines import run_engines
-        from ..render.doctor_engines import render_engines
+        from .commands.engines import run_engines
+        from .views.engines import render_engines
 
         try:
             result = run_engines(settings, reporter, write=out is not None)
@@ -58,8 +58,8 @@ def doctor(
         if out is not None:
             console.print(safe_line(f"written: {out / 'engines.json'}"))
         return
-    from ..commands.doctor import run_doctor
-    from ..render.terminal_doctor import render_doctor
+    from .commands.doctor import run_doctor
+    from .views.terminal import render_doctor
 
     try:
         result = run_doctor(settings, reporter, write=out is not None)

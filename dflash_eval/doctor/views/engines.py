@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.compare import paired_figure
-from ..core.safe_text import safe
+from ...core.compare import paired_figure
+from ...core.safe_text import safe
 
 
 def _tau(value: float | None) -> str:

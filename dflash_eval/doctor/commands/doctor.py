@@ -27,7 +27,7 @@ many cheap drafter passes) and compares each with the configuration, paired over
 Beside the variants: the drafts against the logit lens of the last target layers (labels taken from an
 inner layer), the embedding / lm_head copies compared with the target's, and with `--reference` the gap to
 a reference decomposed by variant (gap.py), and for speculators checkpoints the teacher's final-norm convention
-(doctor_norm.py). The variants and their replay live in doctor_variants.py.
+(commands/doctor_norm.py). The variants and their replay live in the main stack's commands/variants.py.
 
 Static checks come first: captured taps all zero, constant or non-finite (the hybrid-extraction bug)
 stop doctor before any drafter runs; the MASK embedding row must exist, be non-zero and not look like an
@@ -40,11 +40,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from ..core import compare as C
-from ..core.errors import InputError
-from ..core.explanation import MIN_GAIN, as_if_verdict, significant_gain
-from ..core.settings.run_settings import RunSettings
-from .doctor_variants import (
+from ...commands.variants import (
+    LENS_LAYERS,
     Variant,
     VariantResult,
     build_variants,
@@ -57,7 +54,11 @@ from .doctor_variants import (
     rope_variants,
     table_variant,
 )
-from .doctor_windows import join_verdict, window_section
+from ...core import compare as C
+from ...core.errors import InputError
+from ...core.explanation import MIN_GAIN, as_if_verdict, significant_gain
+from ...core.settings.run_settings import RunSettings
+from .windows import join_verdict, window_section
 
 
 def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = MIN_GAIN) -> dict[str, Any]:
@@ -95,8 +96,6 @@ def summarize(results: list[VariantResult], *, seed: int = 0, min_gain: float = 
     return {"variants": rows, "verdict": verdict, "finding": finding}
 
 
-LENS_LAYERS = 6  # the last layers whose logit lens the drafts are compared with
-
 
 def logit_lens_check(drafts: list[list[list[int]]], trajectories: list, lens: dict[int, list], num_layers: int,
                      *, seed: int = 0, min_margin: float = 0.05) -> dict[str, Any]:
@@ -131,9 +130,9 @@ def _context_variants(target, drafter, prompts, inputs, settings, base, final_no
     without the chat template: new continuations (cached) and one more target pass per prompt each. A win
     says how the drafter's training data was made (primer section 7: the commonest cause of "lower than
     the paper")."""
-    from ..pipeline.continuations import continuations_for, template_ids
-    from ..pipeline.scoring import off_accelerator
-    from ..pipeline.trajectories import capture_trajectory
+    from ...pipeline.continuations import continuations_for, template_ids
+    from ...pipeline.scoring import off_accelerator
+    from ...pipeline.trajectories import capture_trajectory
 
     thinking = inputs.thinking
     flipped = "on" if not thinking else "off"
@@ -175,9 +174,9 @@ def settings_of_run(settings: RunSettings) -> RunSettings:
     and count, its --final-block, depth buckets and draft window); a given one that differs is refused by name
     (a doctor section computed on other prompts or tokens, or replayed under another rule, would sit in that
     run's report)."""
-    from ..core.documents.results import read_run_document
-    from ..formats.files import resolve_local_or_cached
-    from .doctor_windows import run_window_settings
+    from ...core.documents.results import read_run_document
+    from ...formats.files import resolve_local_or_cached
+    from .windows import run_window_settings
 
     out = settings.out
     run = read_run_document(out)
@@ -222,8 +221,8 @@ def write_doctor(out: Path, result: dict[str, Any]) -> list[Path]:
     its report.html (when it has one) is written again with it (render/html.py)."""
     import json
 
-    from ..core.documents import results as R
-    from ..pipeline.run_folder import REPORT_HTML, write_recorded, write_run_html
+    from ...core.documents import results as R
+    from ...pipeline.run_folder import REPORT_HTML, write_recorded, write_run_html
 
     out = Path(out)
     written = [write_recorded(out, DOCTOR_JSON, json.dumps(result, indent=1) + "\n")]
@@ -233,7 +232,7 @@ def write_doctor(out: Path, result: dict[str, Any]) -> list[Path]:
         R.atomic_write(out / R.RUN_JSON, json.dumps(run, indent=1) + "\n")
         written.append(out / R.RUN_JSON)
         if (out / REPORT_HTML).exists():
-            from ..render.html import render_run_html
+            from ...render.html import render_run_html
 
             written.append(write_run_html(out, render_run_html(run, R.read_samples(out / R.SAMPLES))))
     return written
@@ -246,8 +245,8 @@ def run_doctor(settings: RunSettings, reporter=None, *, write: bool = True) -> d
     `dflash-eval doctor --out` writes it (write_doctor), under the folder's lock; when --out holds a run,
     that run's settings fill what was not given (`settings_of_run`) and its report.html is written again with
     the doctor section (`write_doctor`)."""
-    from ..core.documents.results import RUN_JSON
-    from ..pipeline.run_folder import claimed
+    from ...core.documents.results import RUN_JSON
+    from ...pipeline.run_folder import claimed
 
     out = settings.output.out if write else None
     if settings.sampling.draft_policy == "both":
@@ -263,16 +262,16 @@ def run_doctor(settings: RunSettings, reporter=None, *, write: bool = True) -> d
 
 def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past the ceiling before it was set; split by idea when next touched)
     """run_doctor's work: the summary, written nowhere."""
-    from ..core.progress import Reporter
-    from ..model.kernels import kernel_report, torch_fallback_kernels
-    from ..model.target import capture_taps, load_target, target_info
-    from ..pipeline.continuations import continuations_for
-    from ..pipeline.inputs import prepare_inputs
-    from ..pipeline.scoring import kernels_context, load_drafters
-    from ..pipeline.trajectories import capture_trajectory
+    from ...core.progress import Reporter
+    from ...model.kernels import kernel_report, torch_fallback_kernels
+    from ...model.target import capture_taps, load_target, target_info
+    from ...pipeline.continuations import continuations_for
+    from ...pipeline.inputs import prepare_inputs
+    from ...pipeline.scoring import kernels_context, load_drafters
+    from ...pipeline.trajectories import capture_trajectory
 
     reporter = reporter or Reporter()
-    from ..pipeline.turns import answer_earlier_turns
+    from ...pipeline.turns import answer_earlier_turns
 
     inputs = answer_earlier_turns(prepare_inputs(settings, one_drafter=True), settings, reporter)  # multi-turn sets
     entry, prompts, target_path, warnings = inputs.entries[0], inputs.prompts, inputs.target_path, inputs.warnings
@@ -289,7 +288,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
     variants = build_variants(spec, info.num_layers)
     target_rope = getattr(target.model.config.get_text_config(), "rope_parameters", None)
     variants += rope_variants(spec, target_rope) + table_variant(spec)
-    from .doctor_defects import defect_variants, fc_range, fc_variant  # checks engines added after their own bugs
+    from .defects import defect_variants, fc_range, fc_variant
 
     variants += defect_variants(spec, info.num_layers)
     lens_layers = list(range(max(0, info.num_layers - LENS_LAYERS), info.num_layers))
@@ -300,7 +299,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
     sampled = settings.sampling.temperature > 0  # every variant's offline estimate on K sampled texts per prompt
     with kernels_context(target, settings):  # --kernels torch generates too, as in `run`: the same cache entries
         if sampled:
-            from ..pipeline.continuations import sampled_continuations_for
+            from ...pipeline.continuations import sampled_continuations_for
 
             texts, _ = sampled_continuations_for(target, prompts, ids, settings, thinking, reporter,
                                                  universe=inputs.planned)
@@ -329,7 +328,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
     embed = drafter.embed_tokens.weight if spec.embedding_source == "checkpoint" else target.embed_tokens.weight
     mask_row = check_mask_row(embed.detach(), spec.mask_token_id)
     tables = compare_tables(drafter, target)
-    fc_facts = fc_range(drafter, trajectories, str(target.dtype).removeprefix("torch."))  # doctor_defects.py
+    fc_facts = fc_range(drafter, trajectories, str(target.dtype).removeprefix("torch."))  # defects.py
     if not sampled:
         variants += fc_variant(fc_facts)
     final_norm = target.model.model.norm
@@ -344,7 +343,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
     summary = summarize(results, seed=settings.seed)
     lens_check = None
     if not sampled:  # the lens compares drafts with the target's argmax: a greedy diagnosis
-        from ..model.target import lens_tokens
+        from ...model.target import lens_tokens
 
         lens = {k: [lens_tokens(target, traj.layers[k]) for traj in trajectories] for k in lens_layers}
         lens_check = logit_lens_check(results[0].drafts, trajectories, lens, info.num_layers, seed=settings.seed)
@@ -352,7 +351,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
             summary["verdict"] = (lens_check["finding"] if summary["finding"] is None
                                   else f"{summary['verdict']}; also {lens_check['finding']}")
             summary["finding"] = summary["finding"] or f"labels from layer {lens_check['best_layer']}"
-        from .doctor_norm import run_norm_check  # speculators' mis-scaled teacher, on the same trajectories
+        from ...commands.doctor_norm import run_norm_check
 
         norm_check = run_norm_check(entry, target, results[0].drafts, trajectories, lens[info.num_layers - 1],
                                     info.num_layers, settings.seed)
@@ -381,7 +380,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
                 summary["verdict"] = f"{summary['verdict']}; also {text}"
     ref_result = None
     if reference is not None:  # the gap to the reference, and how much of it each variant closes
-        from ..core.gap import explain_gap
+        from ...core.gap import explain_gap
 
         ref_drafter = load_drafters([reference], target)[reference.name]
         (ref_result,) = evaluate_variants(ref_drafter, [Variant("as configured", "")], trajectories, final_norm,
@@ -398,7 +397,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
             summary["gap"]["context"] = explain_gap(
                 base, ref, [(c["variant"], _with_every_prompt(c["per_prompt"], prompts), c["bug"], c["check"])
                             for c in contexts], base_name=entry.name, reference_name=reference.name, seed=settings.seed)
-    from .doctor_trees import tree_section  # --tree-budgets: every variant under DDTree's tree too
+    from .trees import tree_section
 
     trees = tree_section(results, ref_result, trajectories, settings.trees.budgets,
                          reference.name if reference is not None else None)
@@ -410,14 +409,14 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
         summary["windows"] = windows
         join_verdict(summary, windows)
     trained_passes = {}
-    if settings.doctor.trained_taps is not None:  # the training run's own taps (doctor_trained_taps.py)
-        from .doctor_trained_taps import trained_taps_section
+    if settings.doctor.trained_taps is not None:  # the training run's own taps (trained_taps.py)
+        from .trained_taps import trained_taps_section
 
         before = target.tap_passes
         trained_taps_section(summary, entry, target, settings, reporter)
         trained_passes = {"trained taps": target.tap_passes - before}
     if settings.second_target.serving_target is not None:  # the drop to the copy served, split (commands/serving_target.py)
-        from .serving_target import serving_target_section
+        from ...commands.serving_target import serving_target_section
 
         summary["serving_target"] = serving_target_section(settings, inputs, target, {entry.name: drafter}, reporter)
         split = summary["serving_target"]["drafters"][0]
@@ -425,7 +424,7 @@ def _diagnose(settings, reporter=None) -> dict[str, Any]:  # noqa: C901 (past th
         if drop and (drop["low"] > 0 or drop["high"] < 0):  # a drop beyond noise joins the one verdict
             summary["verdict"] = f"{summary['verdict']}; also {split['verdict']}"
     if sampled:
-        from ..core.estimates import DEFINITION
+        from ...core.estimates import DEFINITION
 
         summary["verdict"] = "ESTIMATE: " + summary["verdict"]
         summary["estimate"] = {"definition": DEFINITION, "sampling": {**settings.sampling.to_dict(),
@@ -442,8 +441,8 @@ def _check_host_room(target, inputs, settings, prompts, ids, texts, layers, spec
     """Refused by name before the target pass: trajectories that would not fit in this machine's available
     memory (`doctor_host_bytes`, the figure `plan --doctor` shows: the base trajectories at their real
     lengths, a context variant's at its prompt + --max-new-tokens), naming the option that fits."""
-    from ..pipeline.continuations import template_ids
-    from ..pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
+    from ...pipeline.continuations import template_ids
+    from ...pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
 
     machine = host_memory()
     if machine is None:

@@ -26,14 +26,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..core import metrics as M
-from ..core.attention import LayerAttention
-from ..core.breakdown import depth_bounds, depth_bucket, depth_label, parse_depth_buckets, slot_bits, split_row
-from ..core.depth_verdict import MARGIN, MIN_STEPS, DepthPoint, describe, falls_away
-from ..core.errors import InputError
-from .doctor_variants import Variant, VariantResult, evaluate_variants
+from ...commands.variants import Variant, VariantResult, evaluate_variants
+from ...core import metrics as M
+from ...core.attention import LayerAttention
+from ...core.breakdown import depth_bounds, depth_bucket, depth_label, parse_depth_buckets, slot_bits, split_row
+from ...core.depth_verdict import MARGIN, MIN_STEPS, DepthPoint, describe, falls_away
+from ...core.errors import InputError
 
-CONFIGURED, FULL_ON_SLIDING = "as configured", "sliding windows off"  # names in doctor_variants.build_variants
+CONFIGURED, FULL_ON_SLIDING = "as configured", "sliding windows off"  # names in commands/variants.build_variants
 
 
 def trained_window(spec) -> int | None:
@@ -146,7 +146,7 @@ def window_section(drafter, trajectories: list, results: list[VariantResult], re
         chosen.append((result, "every_layer", variant.bug.replace("trained with ", "")))
         reporter.advance("window variants", variant.name)
     if window is not None:  # SGLang's draft window: the drafter as configured plus masks.block_masks' draft_window
-        from ..pipeline.scoring import windowed
+        from ...pipeline.scoring import windowed
 
         served = Variant(f"served window {window} (--draft-window)", f"served with only the last {window} context rows")
         (result,) = evaluate_variants(windowed(drafter, window), [served], trajectories, final_norm, hidden,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import metrics as M
+from ...core import metrics as M
 
 
 def tree_taus(result, trajectories, budgets) -> dict[str, float | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.compare import paired_figure
+from ...core.compare import paired_figure
 
 DOCTOR_SAMPLES = 64  # the first 64 samples of the split (the validation rows where the trainer has them)
 SKEWS = ("nonfinite", "hybrid-zero", "zero", "shifted", "post-norm", "pre-norm", "unmatched", "no-last-layer",
@@ -35,7 +35,7 @@ def explains(result: dict[str, Any]) -> tuple[str, str] | None:
 
 def trained_taps_section(summary: dict[str, Any], entry, target, settings, reporter) -> None:
     """Adds summary["trained_taps"] (the trained-taps document) and, when it explains the gap, the verdict."""
-    from .trained_taps import TrainedTapsSettings, trained_taps
+    from ...commands.trained_taps import TrainedTapsSettings, trained_taps
 
     dtype = str(target.dtype).removeprefix("torch.")
     taps = TrainedTapsSettings(data=settings.doctor.trained_taps, target=str(target.path), drafter=str(entry.path),

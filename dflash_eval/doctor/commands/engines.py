@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import compare as C
-from ..core.engine_readings import NAMES, RULES, describe_rule, engine_specs, rule_values, switched
-from ..core.errors import InputError
-from ..core.spec import DrafterSpec
-from .doctor_variants import Variant, check_taps, evaluate_variants
+from ...commands.variants import Variant, check_taps, evaluate_variants
+from ...core import compare as C
+from ...core.engine_readings import NAMES, RULES, describe_rule, engine_specs, rule_values, switched
+from ...core.errors import InputError
+from ...core.spec import DrafterSpec
 
 
 def _paired(base, result, seed: int) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def run_engines(settings, reporter=None, *, write: bool = True) -> dict[str, Any
     the folder's written files, under its lock), as `dflash-eval doctor --engines --out` leaves it."""
     import json
 
-    from ..pipeline.run_folder import claimed, write_recorded
+    from ...pipeline.run_folder import claimed, write_recorded
 
     out = settings.output.out if write else None
     if settings.doctor.trained_taps is not None or settings.second_target.serving_target is not None:
@@ -123,12 +123,12 @@ def run_engines(settings, reporter=None, *, write: bool = True) -> dict[str, Any
 def _engines(settings, reporter=None) -> dict[str, Any]:
     """The composition: inputs (one drafter) -> continuations -> one trajectory per prompt -> every engine's
     reading scored on them."""
-    from ..core.progress import Reporter
-    from ..model.target import load_target, target_info
-    from ..pipeline.continuations import continuations_for
-    from ..pipeline.inputs import prepare_inputs
-    from ..pipeline.scoring import kernels_context, load_drafters
-    from ..pipeline.trajectories import capture_trajectory
+    from ...core.progress import Reporter
+    from ...model.target import load_target, target_info
+    from ...pipeline.continuations import continuations_for
+    from ...pipeline.inputs import prepare_inputs
+    from ...pipeline.scoring import kernels_context, load_drafters
+    from ...pipeline.trajectories import capture_trajectory
 
     if settings.sampling.temperature > 0:
         raise InputError(None, "doctor --engines compares greedy readings (temperature 0): the engines' sampled "

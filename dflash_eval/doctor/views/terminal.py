@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..core.compare import Delta, paired_figure
-from ..core.safe_text import safe
-from .terminal import fixed_digits
-from .terminal_doctor_windows import render_windows
-from .terminal_gap import flagged_cell, render_gap, short_labels
+from ...core.compare import Delta, paired_figure
+from ...core.safe_text import safe
+from ...render.terminal import fixed_digits
+from ...render.terminal_gap import flagged_cell, render_gap, short_labels
+from .windows import render_windows
 
 
 def _cells(every: bool, *cells: str) -> list[str]:
@@ -52,7 +52,7 @@ def render_doctor(console: Console, result: dict) -> None:
     console.print(table)
     for note in notes:
         console.print(safe(note))
-    from .tree import render_doctor_trees
+    from ...render.tree import render_doctor_trees
 
     render_doctor_trees(console, result)  # --tree-budgets: every variant under DDTree's tree (render/tree.py)
     mask = result["mask_row"]
@@ -84,17 +84,17 @@ def render_doctor(console: Console, result: dict) -> None:
                     if norm.get("measured") else "")
         mark = "[bold red]MIS-SCALED TEACHER[/] " if norm["finding"] and norm["applies"] else ""
         console.print(f"teacher's final norm: {mark}{safe(norm['rule'])}{safe(measured)}")
-    render_windows(console, result.get("windows"))  # by depth (terminal_doctor_windows.py)
+    render_windows(console, result.get("windows"))  # by depth (views/windows.py)
     if result.get("trained_taps"):  # doctor --trained-taps (terminal_trained_taps.py)
-        from .terminal_trained_taps import render_trained_taps
+        from ...render.terminal_trained_taps import render_trained_taps
 
         render_trained_taps(console, result["trained_taps"])
-    for dtype, facts in (result.get("fc_range") or {}).items():  # doctor_defects.py: lmdeploy #4991
+    for dtype, facts in (result.get("fc_range") or {}).items():  # commands/defects.py: lmdeploy #4991
         mark = "[bold red]OVERFLOW[/] " if facts["overflowed"] else ""
         console.print(f"fc output at {dtype}: {mark}{facts['overflowed']} of {facts['values']} values past its range "
                       f"(largest |fc| {facts['max_abs']:.4g})")
     if result.get("serving_target"):  # --serving-target (render/serving_target.py)
-        from .serving_target import render_serving_target
+        from ...render.serving_target import render_serving_target
 
         render_serving_target(console, result["serving_target"])
     console.print(f"[bold]verdict: {safe(result['verdict'])}[/]")

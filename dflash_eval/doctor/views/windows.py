@@ -1,5 +1,5 @@
 """The doctor's window variants by depth in the terminal: tau per depth bucket of each curve (the
-configuration, the window variants, the reference) and the section's verdict (commands/doctor_windows.py).
+configuration, the window variants, the reference) and the section's verdict (doctor/commands/windows.py).
 Counts are divided here, as everywhere in render/."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core import metrics as M
-from ..core.safe_text import safe
+from ...core import metrics as M
+from ...core.safe_text import safe
 
 
 def window_rows(section: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]]]:
