@@ -7,7 +7,7 @@ imports only its own folder or lower ones, a stage only earlier stages, no circl
 product module, the demo's build included, imports the test helpers (dflash_eval/testing/), which the wheel
 leaves out.
 
-A wing (serving/, doctor/) is one satellite command in one package, with its own small layers bottom up (WINGS),
+A wing (serving/, doctor/, training/) is one satellite command in one package, with its own small layers bottom up (WINGS),
 each as high as the main layer it stands for (LIKE): a wing module imports its wing's lower layers and the
 main stack up to that layer, never another wing; the main stack imports a wing only in cli/__init__.py,
 the one list that registers the commands.
@@ -41,6 +41,7 @@ ALLOWED = {
 WINGS = {
     "serving": ["counters", "exports", "views", "commands", "cli"],
     "doctor": ["views", "commands", "figures", "cli"],
+    "training": ["views", "commands", "cli"],
 }
 LIKE = {"counters": "core", "exports": "formats", "views": "render", "commands": "commands", "figures": "demo",
         "cli": "cli"}

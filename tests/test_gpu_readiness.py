@@ -568,10 +568,11 @@ def test_no_drafter_is_on_the_targets_device_while_the_target_generates(trained,
     from typer.testing import CliRunner
 
     from dflash_eval.cli import app
-    from dflash_eval.commands import evaluate, track
+    from dflash_eval.commands import evaluate
     from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.doctor.commands import doctor
     from dflash_eval.pipeline import continuations, scoring
+    from dflash_eval.training.commands import track
 
     there: set[int] = set()  # ids of the drafters on the target's device now
     generated: list[int] = []  # drafters there at each generation call

@@ -895,9 +895,9 @@ def test_a_tampered_samples_file_is_refused_by_name(operation, data, tmp_path_fa
 def test_track_takes_a_checkpoint_trained_elsewhere_and_settles_a_copy(world, tmp_path):
     """track marked a checkpoint recording an unfindable verifier invalid although --target was given, and a
     copy of an evaluated checkpoint stayed "waiting (new)" forever (with --watch, every poll)."""
-    from dflash_eval.commands.track import Tracking, TrackOptions, track
     from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.track_folder import read_log, read_rows
+    from dflash_eval.training.commands.track import Tracking, TrackOptions, track
 
     save = tmp_path / "save"
     copy_tree(world["speculators"], save / "checkpoint-1",

@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from dflash_eval.cli import app
 from dflash_eval.cli.options import takes
 from dflash_eval.commands.results_settings import DiffSettings, ShowSettings
-from dflash_eval.commands.track_settings import Tracking
 from dflash_eval.commands.trained_taps_settings import TrainedTapsSettings
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.settings.execution import Doctor, Numerics, Placement, Replay
@@ -27,6 +26,7 @@ from dflash_eval.core.settings.run_settings import RunOptions, RunSettings, Scor
 from dflash_eval.core.settings.sections import Section, Use, setting
 from dflash_eval.core.settings.work import TAP_CHUNK, Batching, Breakdown, LongContext, Sampling, Serving
 from dflash_eval.serving.commands.settings import ServedSettings
+from dflash_eval.training.commands.track_settings import Tracking
 
 COMMANDS = typer.main.get_command(app).commands
 RUN_SECTIONS = tuple(RunSettings.sections())

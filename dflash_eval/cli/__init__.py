@@ -5,7 +5,8 @@ results, follow a training run, compare with a server, set up)."""
 
 from ..doctor import cli as doctor
 from ..serving import cli as served
-from . import demo, diff, export, inspect, merge, plan, prompts, report, run, show, track, trained_taps
+from ..training.cli import track, trained_taps
+from . import demo, diff, export, inspect, merge, plan, prompts, report, run, show
 from .root import app, main
 
 EVALUATE, RESULTS, TRAINING, SERVING, SETUP = "Evaluate", "Results", "Training", "Serving", "Setup"

@@ -8,7 +8,7 @@ ONE trajectory carrying the taps of every checkpoint in the batch -> each checkp
 into the checkpoint's own run folder -> its run.json (`document.assemble`, the numbers `run` gives for that
 checkpoint alone) -> one track.jsonl row -> track.csv, track.html, TensorBoard. With --draft-lengths each
 checkpoint is also replayed at every k on the same pass, and --depth-buckets sets its depth split
-(track_breakdown.py checks both).
+(breakdown.py checks both).
 
 Safe while a trainer writes: a checkpoint is evaluated only when config.json parses, every weight file
 is there with all the bytes its safetensors header promises, no file changed between two polls, and
@@ -34,20 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InputError
-from ..core.progress import Reporter, pause_after_prompt
-from ..core.settings.run_settings import RunSettings
-from ..formats import checkpoint_scan
-from ..pipeline.continuations import continuations_for, sampled_continuations_for
-from ..pipeline.document import assemble
-from ..pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
-from ..pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
-from ..pipeline.run_folder import RunFolder, claimed
-from ..pipeline.scoring import kernels_context, load_drafters, to_target_device
-from ..pipeline.track_folder import CSV, TRACK_LOCK, TrackFolder, run_label, track_csv, track_row
-from ..pipeline.trajectories import capture_trajectory
-from ..pipeline.turns import answer_earlier_turns
-from . import track_breakdown
+from ...core.errors import InputError
+from ...core.progress import Reporter, pause_after_prompt
+from ...core.settings.run_settings import RunSettings
+from ...formats import checkpoint_scan
+from ...pipeline.continuations import continuations_for, sampled_continuations_for
+from ...pipeline.document import assemble
+from ...pipeline.inputs import Inputs, prepare_inputs, with_one_drafter
+from ...pipeline.rows import estimate_rows, finish_rows, piece_decoder, trajectory_rows
+from ...pipeline.run_folder import RunFolder, claimed
+from ...pipeline.scoring import kernels_context, load_drafters, to_target_device
+from ...pipeline.track_folder import CSV, TRACK_LOCK, TrackFolder, run_label, track_csv, track_row
+from ...pipeline.trajectories import capture_trajectory
+from ...pipeline.turns import answer_earlier_turns
+from . import breakdown as track_breakdown
 from .track_settings import Tracking
 
 
@@ -109,8 +109,8 @@ def check_track_options(options: TrackOptions) -> None:
 def _refuse_nonfinite_target(target: Path) -> None:
     """The target's NaN / inf weights, found on the raw bits of its files: `run` loads the target before it
     opens --out, track loads it only when a checkpoint needs it, so it scans first (read-only memory map)."""
-    from ..core.errors import nonfinite_error
-    from ..formats.files import nonfinite_tensors, weight_files
+    from ...core.errors import nonfinite_error
+    from ...formats.files import nonfinite_tensors, weight_files
 
     for file in weight_files(target):
         bad = nonfinite_tensors(file)
@@ -125,7 +125,7 @@ class Tracker:
 
     def __init__(self, options: TrackOptions, reporter: Reporter | None = None,
                  after_batch: Callable[[Tracker], None] | None = None):
-        from ..model.target import target_info
+        from ...model.target import target_info
 
         check_track_options(options)
         options = dataclasses.replace(options, sources=[Path(s).absolute() for s in options.sources])
@@ -219,14 +219,14 @@ class Tracker:
 
     def _target(self):
         if self.target is None:
-            from ..model.target import load_target
+            from ...model.target import load_target
 
             run = self.options.run
             self.reporter.note(f"loading target {self.base.target_path}")
             target = load_target(str(self.base.target_path), device=run.placement.device, dtype=run.placement.dtype,
                                  allow_accelerated_on_cpu=run.replay.kernels == "torch",
                                  **self.base.placed.load_keywords())
-            from ..model.drafter import refuse_nonfinite
+            from ...model.drafter import refuse_nonfinite
 
             refuse_nonfinite(target.model.state_dict().items(), self.base.target_path)  # NaN/inf weights, by tensor
             self.target = target
@@ -252,7 +252,7 @@ class Tracker:
 
     def evaluate(self, batch: list[tuple[str, Inputs, checkpoint_scan.Found | None]]) -> None:
         """One target pass per prompt for the whole batch; then one run folder and one row per member."""
-        from ..model.kernels import kernel_report, kernel_summary
+        from ...model.kernels import kernel_report, kernel_summary
 
         target = self._target()
         run = self.options.run
@@ -320,7 +320,7 @@ class Tracker:
                             step=found.step if found else None, step_source=found.step_source if found else "",
                             identity=found.identity if found else ())
             if found is not None:  # the trainer's own logged metrics at this step, beside the measured tau
-                from ..formats.trainer_logs import trainer_values
+                from ...formats.trainer_logs import trainer_values
 
                 trainer = trainer_values(self.options.sources, found.step, found.path)
                 if trainer is not None:
@@ -334,12 +334,12 @@ class Tracker:
         self.folder.log("batch", number=self.batches, drafters=[it.label for it in items], prompts=len(needed),
                         target_passes=passes, continuations_generated=generated)
         self.busy = False
-        from ..core.documents import results as R
+        from ...core.documents import results as R
 
         R.atomic_write(self.folder.path / CSV, track_csv(self.rows))
         if self.options.run.output.html:
-            from ..pipeline.run_folder import write_run_html
-            from ..render.track import render_track_html
+            from ...pipeline.run_folder import write_run_html
+            from ..views.track import render_track_html
 
             write_run_html(self.folder.path, render_track_html(self.rows, self.present(), self.folder.settings,
                                                                seed=self.options.run.seed), "track.html")
@@ -351,7 +351,7 @@ class Tracker:
         if folder is None:
             return
         if self.scalars is None:
-            from ..render.tensorboard import ScalarLog
+            from ...render.tensorboard import ScalarLog
 
             self.scalars = ScalarLog(folder)
         self.scalars.write(row, self.reference_tau())

@@ -1,6 +1,6 @@
 """`track --draft-lengths` and `track --depth-buckets`: the options a curve's extra views need, checked once.
 
-Why apart from commands/track.py: the tracker itself stays about polling and batching. Here:
+Why apart from training/commands/track.py: the tracker itself stays about polling and batching. Here:
 - `--draft-lengths 3,7|all`: each checkpoint is also replayed with a block of k + 1 per k on the batch's
   one tap pass (rows.trajectory_rows does it, as for `run`); a draft length the checkpoint's block cannot
   hold (k > B - 1) makes that checkpoint invalid (reported, looked at again when its files change), as
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.breakdown import DEFAULT_DEPTH_EDGES
-from ..core.errors import InputError
-from ..core.settings.run_settings import RunSettings
+from ...core.breakdown import DEFAULT_DEPTH_EDGES
+from ...core.errors import InputError
+from ...core.settings.run_settings import RunSettings
 
 
 def check_options(run: RunSettings, reference_block: int | None) -> None:

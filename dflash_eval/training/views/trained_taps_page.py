@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .html import render_page
+from ...render.html import render_page
 
 LEGEND = [
     ("relative L2", "sqrt(sum (stored - ours)^2 / sum ours^2) over the slot's finite elements, ours = the reference pass"),

@@ -1,5 +1,5 @@
 """`dflash-eval track`: every checkpoint of a training run, once each, as a curve against the reference. Its
-flags are the sections' (cli/options.takes), with the track's own `Tracking`; the library (commands/track.py)
+flags are the sections' (cli/options.takes), with the track's own `Tracking`; the library (training/commands/track.py)
 writes every file of the track folder."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ from typing import Optional
 
 import typer
 
+from ...cli.common import claims_out, fail, reports_input_errors, safe_line, stdout_console
+from ...cli.options import takes
+from ...cli.progress import reporter_for
+from ...core.settings.execution import Placement, Replay
+from ...core.settings.inputs import InputSettings
+from ...core.settings.output import Output
+from ...core.settings.run_settings import RunSettings
+from ...core.settings.sections import Use
+from ...core.settings.work import Batching, Breakdown, Sampling, Serving, Trees
+from ...pipeline.track_folder import TRACK_LOCK
 from ..commands.track_settings import Tracking
-from ..core.settings.execution import Placement, Replay
-from ..core.settings.inputs import InputSettings
-from ..core.settings.output import Output
-from ..core.settings.run_settings import RunSettings
-from ..core.settings.sections import Use
-from ..core.settings.work import Batching, Breakdown, Sampling, Serving, Trees
-from ..pipeline.track_folder import TRACK_LOCK
-from .common import claims_out, fail, reports_input_errors, safe_line, stdout_console
-from .options import takes
-from .progress import reporter_for
 
 REFERENCE_HELP = ("The line to beat: 'z-lab' (published drafter for the target, from the HF cache) or a checkpoint "
                   "path; evaluated once.")
@@ -41,7 +41,7 @@ def track(
     import dataclasses
 
     from ..commands.track import Tracker, TrackOptions
-    from ..render.track import render_track
+    from ..views.track import render_track
 
     console = stdout_console()
     reporter = reporter_for(console)

@@ -27,9 +27,9 @@ def settings_of(taps, settings) -> dict[str, Any]:
 def check_out(out: Path, taps, settings, overwrite: bool):
     """The output folder, refused now (before anything loads) if it may not be written: a RunFolder with a
     drafter (a run folder), else the folder itself, which may hold only files dflash-eval wrote there."""
-    from ..core.errors import InputError
-    from ..core.paths import output_path
-    from ..pipeline.run_folder import LOCK, WRITTEN, RunFolder, written_files
+    from ...core.errors import InputError
+    from ...core.paths import output_path
+    from ...pipeline.run_folder import LOCK, WRITTEN, RunFolder, written_files
 
     out = Path(out)
     if taps.drafter:
@@ -48,12 +48,12 @@ def check_out(out: Path, taps, settings, overwrite: bool):
 def run_document(result: dict, rows: list[dict], taps, settings, target, entry, drafter) -> dict[str, Any]:
     """run.json for the evaluation rows: `run`'s document (pipeline/document.assemble) over the two sides, its
     provenance saying where the continuations came from (the training data) and how they were scored."""
-    from ..core.settings.run_settings import RunOptions
-    from ..formats.files import checkpoint_fingerprint, target_content
-    from ..model.kernels import kernel_report, kernel_summary
-    from ..pipeline.document import assemble
-    from ..pipeline.inputs import DrafterEntry
-    from ..pipeline.prompts import Prompt
+    from ...core.settings.run_settings import RunOptions
+    from ...formats.files import checkpoint_fingerprint, target_content
+    from ...model.kernels import kernel_report, kernel_summary
+    from ...pipeline.document import assemble
+    from ...pipeline.inputs import DrafterEntry
+    from ...pipeline.prompts import Prompt
 
     names = {"trained": f"{entry.name}@trained-taps", "ours": f"{entry.name}@our-taps"}
     entries = [DrafterEntry(names[side], entry.path, entry.spec) for side in ("trained", "ours")]
@@ -83,9 +83,9 @@ def run_document(result: dict, rows: list[dict], taps, settings, target, entry, 
 def write_outputs(folder, result: dict, rows: list[dict], taps, settings, target, entry, drafter) -> list[Path]:
     """trained_taps.json, trained_taps.html and, with a drafter, the run folder's files (recorded in
     written.json, each replaced atomically); the paths written."""
-    from ..core.documents.results import atomic_write
-    from ..pipeline.run_folder import RunFolder, record_written, write_run_html
-    from ..render.html_trained_taps import render_trained_taps_html
+    from ...core.documents.results import atomic_write
+    from ...pipeline.run_folder import RunFolder, record_written, write_run_html
+    from ..views.trained_taps_page import render_trained_taps_html
 
     if not isinstance(folder, RunFolder):
         Path(folder).mkdir(parents=True, exist_ok=True)

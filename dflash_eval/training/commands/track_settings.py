@@ -1,5 +1,5 @@
 """The track's own section (core/settings/sections.py): how it follows a training run. Apart from
-commands/track.py so that the CLI builds `track`'s flags without importing torch."""
+training/commands/track.py so that the CLI builds `track`'s flags without importing torch."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..core.errors import InputError
-from ..core.settings.sections import SECONDS_MAX, Section, setting
+from ...core.errors import InputError
+from ...core.settings.sections import SECONDS_MAX, Section, setting
 
 TRACKING = "Tracking (polling, batches, logs)"
 
@@ -55,7 +55,7 @@ class Tracking(Section):
         if self.tensorboard is not None:
             import importlib.util
 
-            from ..core.paths import output_path
+            from ...core.paths import output_path
 
             output_path(Path(self.tensorboard), "--tensorboard", folder=True)
             if importlib.util.find_spec("tensorboard") is None:

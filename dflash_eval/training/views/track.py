@@ -10,9 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.documents.row_documents import TrackRow
-from ..core.safe_text import safe
-from ..core.track_summary import Curve, curve, label, sparkline
+from ...core.documents.row_documents import TrackRow
+from ...core.safe_text import safe
+from ...core.track_summary import Curve, curve, label, sparkline
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -78,10 +78,10 @@ def render_track(console: Console, rows: list[TrackRow], present: dict[str, bool
         console.print(safe(note))
     for line in trainer_lines(c.points):
         console.print(safe(line))
-    from .track_breakdown import render_track_breakdown
+    from .breakdown import render_track_breakdown
 
     render_track_breakdown(console, c)  # tau per draft length k, the latest checkpoint by depth
-    from .tree import render_track_trees
+    from ...render.tree import render_track_trees
 
     render_track_trees(console, c)  # --tree-budgets: tau per budget per checkpoint
     for path, status, detail in pending or []:
@@ -91,7 +91,7 @@ def render_track(console: Console, rows: list[TrackRow], present: dict[str, bool
 
 def trainer_lines(points) -> list[str]:
     """The trainer's own logged metrics beside the measured tau (formats/trainer_logs.py), and the flags."""
-    from ..formats.trainer_logs import eal_note, rising_while_flat
+    from ...formats.trainer_logs import eal_note, rising_while_flat
 
     logged = [p for p in points if isinstance(p.row.get("trainer"), dict)]
     if not logged:
@@ -128,7 +128,7 @@ def _share(value: float | None) -> str:
 # ------------------------------------------------------------------------------------------------ HTML
 
 def _curve_chart(c: Curve) -> str | None:
-    from .charts import chart_label, chart_legend, chart_style, figure_to_svg, new_figure
+    from ...render.charts import chart_label, chart_legend, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if p.tau is not None and p.row.get("step") is not None]
     if not points and c.reference_tau is None:
@@ -162,7 +162,7 @@ def _curve_chart(c: Curve) -> str | None:
 
 
 def _heatmap(c: Curve) -> str | None:
-    from .charts import chart_label, chart_style, figure_to_svg, new_figure
+    from ...render.charts import chart_label, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if _reach(p.row["metrics"])]
     if not points:
@@ -191,7 +191,7 @@ def _heatmap(c: Curve) -> str | None:
 
 
 def _repetition_chart(c: Curve) -> str | None:
-    from .charts import chart_legend, chart_style, figure_to_svg, new_figure
+    from ...render.charts import chart_legend, chart_style, figure_to_svg, new_figure
 
     points = [p for p in c.points if p.row.get("repetition_share") is not None and p.row.get("step") is not None]
     if not points:
@@ -213,9 +213,9 @@ def _repetition_chart(c: Curve) -> str | None:
 
 def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, settings: dict[str, Any],
                       seed: int = 0) -> str:
-    from .html import render_page
-    from .track_breakdown import track_breakdown_view
-    from .tree import track_tree_view
+    from ...render.html import render_page
+    from ...render.tree import track_tree_view
+    from .breakdown import track_breakdown_view
 
     c = curve(rows, present=present, seed=seed)
     table = [{"step": p.row.get("step"), "name": p.row["name"], "m": p.row["metrics"], "best": p.is_best,
@@ -233,7 +233,7 @@ def render_track_html(rows: list[TrackRow], present: dict[str, bool] | None, set
     context = {"prompts": len(prompts), "target": settings.get("target"), "max_new_tokens": settings.get("max_new_tokens"),
                "thinking": settings.get("thinking")}
     charts = {"curve": _curve_chart(c), "heat": _heatmap(c), "repetition": _repetition_chart(c)}
-    from .track_training import training_section  # the trainer's logged metrics beside measured tau
+    from .trainer_logs import training_section
 
     training = training_section(c.points)
     return render_page("track.html.j2", title="dflash-eval track", c=c, table=table, comparison=comparison,

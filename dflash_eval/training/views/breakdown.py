@@ -16,8 +16,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ..core.safe_text import safe
-from ..core.track_summary import Curve, label
+from ...core.safe_text import safe
+from ...core.track_summary import Curve, label
 
 OWN_BLOCK = "*"  # marks the checkpoint's own block (k = B - 1) in the per-k table
 
@@ -111,8 +111,8 @@ def render_track_breakdown(console: Console, c: Curve) -> None:
 
 def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
     """tau macro over training steps, one line per draft length k; the reference's tau at each k dashed."""
-    from .breakdown import figure_svg
-    from .charts import PALETTE, chart_legend, chart_style, clean_svg, new_figure
+    from ...render.breakdown import figure_svg
+    from ...render.charts import PALETTE, chart_legend, chart_style, clean_svg, new_figure
 
     points = [r for r in view["rows"] if r["role"] != "reference" and r["step"] is not None]
     if not points:
@@ -141,7 +141,7 @@ def _tau_per_k_chart(view: dict[str, Any]) -> str | None:
 def _depth_chart(c: Curve, depth: dict[str, Any], note: bool = False) -> str | None:
     """tau by depth for the latest checkpoint (and the reference with the same edges), with intervals; with
     `note`, why there is no curve when every anchor lies in one bucket."""
-    from .breakdown import depth_chart, depth_note
+    from ...render.breakdown import depth_chart, depth_note
 
     latest = c.latest.row
     lines = [{"name": f"latest: {depth['latest']}", "by_depth": latest["by_depth"]}]

@@ -9,14 +9,14 @@ from typing import Optional
 
 import typer
 
-from ..commands.trained_taps_settings import TrainedTapsSettings
-from ..core.settings.execution import Placement
-from ..core.settings.run_settings import RunSettings
-from ..core.settings.sections import Use
-from ..core.settings.work import Batching
-from .common import claims_out, reports_input_errors, safe_line, stdout_console
-from .options import takes
-from .progress import reporter_for
+from ...cli.common import claims_out, reports_input_errors, safe_line, stdout_console
+from ...cli.options import takes
+from ...cli.progress import reporter_for
+from ...commands.trained_taps_settings import TrainedTapsSettings
+from ...core.settings.execution import Placement
+from ...core.settings.run_settings import RunSettings
+from ...core.settings.sections import Use
+from ...core.settings.work import Batching
 
 OUT_HELP = ("Write trained_taps.json and trained_taps.html here; with -d also run.json / samples.jsonl (drafters "
             "NAME@trained-taps and NAME@our-taps, for diff and report).")
@@ -39,7 +39,7 @@ def trained_taps(
     import json as json_module
     import sys
 
-    from ..commands.trained_taps import trained_taps as run_trained_taps
+    from ...commands.trained_taps import trained_taps as run_trained_taps
 
     taps = dataclasses.replace(taps, data=data)
     taps.check()
@@ -61,7 +61,7 @@ def trained_taps(
     if as_json:
         typer.echo(json_module.dumps(result, indent=1))
     else:
-        from ..render.terminal_trained_taps import render_trained_taps
+        from ...render.terminal_trained_taps import render_trained_taps
 
         render_trained_taps(console, result)
     if folder is not None:

@@ -5,7 +5,7 @@ Why it exists: a training curve that keeps improving says nothing about what a s
 logged at that checkpoint's step (formats/trainer_logs.py); this section draws each of them against the
 measured tau of the same checkpoints (one small panel per metric: tau on the left axis, the metric on the
 right) and states the flag for a metric that kept improving after measured tau peaked. Pure presentation
-over the rows; the terminal's lines are render/track.py's `trainer_lines`.
+over the rows; the terminal's lines are training/views/track.py's `trainer_lines`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _margin(point) -> float | None:
 
 def training_section(points) -> dict[str, Any] | None:
     """{"chart": svg, "metrics": [{"name", "flag"}], "sources", "errors", "note"} or None without trainer logs."""
-    from ..formats.trainer_logs import eal_note, rising_while_flat
+    from ...formats.trainer_logs import eal_note, rising_while_flat
 
     logged, names = _series(points)
     errors = sorted({p.row["trainer"]["error"] for p in points
@@ -56,7 +56,7 @@ def _chart(logged, metrics: list[dict]) -> str:
     import matplotlib
     from matplotlib.figure import Figure
 
-    from .charts import chart_label, chart_style, clean_svg
+    from ...render.charts import chart_label, chart_style, clean_svg
 
     steps = [p.row["step"] for p in logged]
     taus = [p.tau for p in logged]
