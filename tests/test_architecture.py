@@ -266,6 +266,8 @@ def test_the_wheel_leaves_the_test_helpers_out_and_keeps_the_demo_build():
     found = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = find_packages(str(PACKAGE.parent), include=found["include"], exclude=found.get("exclude", ()))
     assert "dflash_eval.demo" in shipped and "dflash_eval.cli" in shipped
+    assert all(f"dflash_eval.{wing}.{layer}" in shipped for wing, layers in WINGS.items() for layer in layers
+               if (PACKAGE / wing / layer).is_dir())  # the wings' layer packages ship with the main stack
     assert not [p for p in shipped if p.startswith("dflash_eval.testing")], shipped
     graph = imports()
     assert not [m for m, deps in graph.items() if not m.startswith("testing")
