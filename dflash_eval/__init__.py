@@ -18,8 +18,8 @@ from .core.version import __version__
 _EXPORTS = {
     "RunOptions": "core.settings.run_settings", "Reporter": "core.settings.run_settings", "InputError": "core.errors",
     "evaluate": "commands.evaluate",
-    "run_doctor": "commands.doctor",
-    "track": "commands.track", "TrackOptions": "commands.track", "Tracker": "commands.track",
+    "run_doctor": "doctor.commands.doctor",
+    "track": "training.commands.track", "TrackOptions": "training.commands.track", "Tracker": "training.commands.track",
     "merge": "commands.merge",
     "diff": "commands.diff",
     "inspect_drafter": "commands.inspect",

@@ -6,6 +6,11 @@ their order) -> render (views) -> commands (compositions of the stages) -> cli (
 imports only its own folder or lower ones, a stage only earlier stages, no circle exists anywhere, and no
 product module, the demo's build included, imports the test helpers (dflash_eval/testing/), which the wheel
 leaves out.
+
+A wing (serving/, doctor/, training/) is one satellite command in one package, with its own small layers bottom up (WINGS),
+each as high as the main layer it stands for (LIKE): a wing module imports its wing's lower layers and the
+main stack up to that layer, never another wing; the main stack imports a wing only in cli/__init__.py,
+the one list that registers the commands.
 """
 
 from __future__ import annotations
@@ -32,6 +37,15 @@ ALLOWED = {
     "demo": {"core", "formats", "model", "pipeline", "commands"},  # never testing/: the wheel leaves it out
     "testing": {"core", "formats", "model", "pipeline", "demo"},
 }
+# wing -> its layers, bottom up; each stands for the main layer LIKE names (and may import what that one may)
+WINGS = {
+    "serving": ["counters", "exports", "views", "commands", "cli"],
+    "doctor": ["views", "commands", "figures", "cli"],
+    "training": ["views", "commands", "cli"],
+}
+LIKE = {"counters": "core", "exports": "formats", "views": "render", "commands": "commands", "figures": "demo",
+        "cli": "cli"}
+REGISTRY = "cli"  # cli/__init__.py: the one main-stack module that imports the wings (their commands)
 STAGES = ["prompts", "inputs", "run_folder", "track_folder", "continuations", "trajectories", "scoring", "rows",
           "document"]
 
@@ -63,27 +77,84 @@ def imports() -> dict[str, set[str]]:
 
 
 def folder(module: str) -> str:
-    return module.split(".")[0] if "." in module or module in ALLOWED else "(top)"
+    head = module.split(".")[0]
+    return head if "." in module or head in ALLOWED or head in WINGS else "(top)"
+
+
+def wing_layer(module: str) -> str | None:
+    """A wing module's own layer ("serving.counters.counts" -> "counters", "serving.cli" -> "cli"); None for
+    the wing's package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
 def test_every_module_lives_in_a_layer_folder():
-    loose = [m for m in imports() if folder(m) not in ALLOWED and m not in ("", "__main__")]
+    loose = [m for m in imports() if m not in ("", "__main__") and
+             (folder(m) not in ALLOWED and folder(m) not in WINGS
+              or folder(m) in WINGS and wing_layer(m) not in (None, *WINGS[folder(m)]))]
     assert not loose, f"modules outside the layer folders (ARCHITECTURE.md says where they go): {loose}"
 
 
-def test_folders_import_only_their_own_layer_or_lower_ones_and_stages_flow_one_way():
+def layer_problems(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that breaks the layer rules: a main-stack import that climbs, a stage that reaches forward,
+    a main-stack import of a wing (outside the REGISTRY), a wing importing another wing, a wing layer importing
+    a higher one of its own or a main layer above the one it stands for."""
     problems = []
-    for module, deps in imports().items():
+    for module, deps in graph.items():
         if module in ("", "__main__"):
             continue
+        here = folder(module)
         for dep in deps:
-            here, there = folder(module), folder(dep)
-            if here != there and there not in ALLOWED[here]:
+            there = folder(dep)
+            if here in WINGS:
+                layer = wing_layer(module)
+                if there in WINGS and there != here:
+                    problems.append(f"{module} (wing {here}) imports {dep}, another wing")
+                elif there == here:
+                    layers, theirs = WINGS[here], wing_layer(dep)
+                    if layer is not None and theirs is not None and layers.index(theirs) > layers.index(layer):
+                        problems.append(f"{module} ({here}/{layer}) imports {dep}, a higher layer of its wing")
+                elif layer is not None and there != LIKE[layer] and there not in ALLOWED[LIKE[layer]]:
+                    problems.append(f"{module} ({here}/{layer}, as high as {LIKE[layer]}/) imports {dep} ({there})")
+            elif there in WINGS:
+                if module != REGISTRY:
+                    problems.append(f"{module} ({here}) imports {dep}: the main stack never imports a wing")
+            elif here != there and there not in ALLOWED[here]:
                 problems.append(f"{module} ({here}) imports {dep} ({there})")
             if here == there == "pipeline" and dep.split(".")[1] in STAGES and module.split(".")[1] in STAGES:
                 if STAGES.index(dep.split(".")[1]) > STAGES.index(module.split(".")[1]):
                     problems.append(f"stage {module} reaches forward to the later stage {dep}")
-    assert not problems, "\n".join(problems)
+    return problems
+
+
+def test_folders_import_only_their_own_layer_or_lower_ones_and_stages_flow_one_way():
+    assert not layer_problems(imports()), "\n".join(layer_problems(imports()))
+
+
+def test_the_layer_check_catches_each_kind_of_wrong_import():
+    """The rules above, on a made-up graph: each wrong import is named, the right ones pass."""
+    made_up = {
+        "commands.evaluate": {"serving.counters.counts"},  # the main stack reaching into a wing
+        "cli": {"serving.cli"},  # the registry: allowed
+        "serving.counters.counts": {"serving.views.served", "core.metrics", "formats.files"},
+        "serving.views.served": {"serving.counters.counts", "render.html", "commands.diff"},
+        "serving.cli": {"serving.commands.served", "cli.common", "commands.diff"},
+        "serving.commands.served": {"other.cli"},
+        "core.metrics": {"render.html"},
+    }
+    WINGS["other"] = ["cli"]
+    try:
+        found = layer_problems(made_up)
+    finally:
+        del WINGS["other"]
+    assert sorted(found) == sorted([
+        "commands.evaluate (commands) imports serving.counters.counts: the main stack never imports a wing",
+        "serving.counters.counts (serving/counters) imports serving.views.served, a higher layer of its wing",
+        "serving.counters.counts (serving/counters, as high as core/) imports formats.files (formats)",
+        "serving.views.served (serving/views, as high as render/) imports commands.diff (commands)",
+        "serving.commands.served (wing serving) imports other.cli, another wing",
+        "core.metrics (core) imports render.html (render)",
+    ])
 
 
 def test_no_import_circle_anywhere():
@@ -109,9 +180,12 @@ def test_no_import_circle_anywhere():
 
 
 def test_core_is_pure():
-    """core/ holds plain functions over ints, lists and dicts: it never imports torch or transformers."""
+    """core/ (and a wing's layer that stands for it) holds plain functions over ints, lists and dicts: it never
+    imports torch or transformers."""
     heavy = []
-    for file in (PACKAGE / "core").rglob("*.py"):
+    pure = [PACKAGE / "core"] + [PACKAGE / wing / layer for wing, layers in WINGS.items() for layer in layers
+                                 if LIKE[layer] == "core"]
+    for file in (f for place in pure for f in place.rglob("*.py")):
         for node in ast.walk(ast.parse(file.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
@@ -163,7 +237,7 @@ def test_every_module_path_architecture_md_names_exists():
     import re
 
     text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
-    named = set(re.findall(r"`((?:core|formats|model|pipeline|commands|render|cli|testing|demo)/[\w/]+\.py)`", text))
+    named = set(re.findall(r"`((?:core|formats|model|pipeline|commands|render|cli|testing|demo|" + "|".join(WINGS) + r")/[\w/]+\.py)`", text))
     assert len(named) > 20, "ARCHITECTURE.md names a module of each layer and the wings' modules"
     missing = sorted(p for p in named if not (PACKAGE / p).exists())
     assert not missing, f"ARCHITECTURE.md names modules that do not exist: {missing}"
@@ -192,6 +266,8 @@ def test_the_wheel_leaves_the_test_helpers_out_and_keeps_the_demo_build():
     found = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = find_packages(str(PACKAGE.parent), include=found["include"], exclude=found.get("exclude", ()))
     assert "dflash_eval.demo" in shipped and "dflash_eval.cli" in shipped
+    assert all(f"dflash_eval.{wing}.{layer}" in shipped for wing, layers in WINGS.items() for layer in layers
+               if (PACKAGE / wing / layer).is_dir())  # the wings' layer packages ship with the main stack
     assert not [p for p in shipped if p.startswith("dflash_eval.testing")], shipped
     graph = imports()
     assert not [m for m, deps in graph.items() if not m.startswith("testing")

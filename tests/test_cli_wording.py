@@ -281,7 +281,7 @@ def test_rerunning_into_a_folder_with_other_settings_says_which(demo, tmp_path):
 
 
 def test_rope_and_repetition_labels_are_text():
-    from dflash_eval.commands.doctor_variants import _rope_text
+    from dflash_eval.commands.variants import _rope_text
     from dflash_eval.core.repetition import flag_block
 
     assert _rope_text({"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,

@@ -1,6 +1,6 @@
 """The checks engines added after their own bugs (core/checkpoint_defects.py): each fires on a checkpoint built with
 that defect, in `inspect` before any run, and stays silent on the test bed's drafters; where a replay shows the
-effect, the doctor's variant does (commands/doctor_defects.py)."""
+effect, the doctor's variant does (doctor/commands/defects.py)."""
 
 from __future__ import annotations
 

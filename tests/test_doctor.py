@@ -113,11 +113,11 @@ def test_doctor_into_a_run_folder_adds_its_section_to_run_json_and_the_html_repo
 
 def test_doctor_on_a_run_replays_its_variants_with_the_run_s_final_block(trained, tmp_path):
     """A run made with --final-block full: doctor --out RUN takes the run's rule into `settings.scoring`, the
-    one value every variant's replay gets (commands/doctor_variants.evaluate_variants takes nothing else), and
+    one value every variant's replay gets (commands/variants.evaluate_variants takes nothing else), and
     refuses a rule given that is not the run's."""
-    from dflash_eval.commands.doctor import settings_of_run
     from dflash_eval.core.errors import InputError
     from dflash_eval.core.settings.run_settings import RunOptions
+    from dflash_eval.doctor.commands.doctor import settings_of_run
 
     target, drafter, out = trained["qwen3"]["target"], trained["qwen3"]["good"], tmp_path / "run"
     ran = runner.invoke(app, ["run", "-d", str(drafter), "--target", str(target), "--limit", "2", "--max-new-tokens",
@@ -176,12 +176,12 @@ def test_the_demo_gap_is_explained_by_the_anchor_variant(tmp_path):
     assert {v["variant"] for v in context["variants"]} == {"thinking on", "raw prompt (no chat template)"}
     assert context["paired_prompts"] == len(context["prompt_ids"]) < 12  # named: the raw prompt ends at once on some
     assert "paired prompts of this table" in result.stdout
-    # docs/doctor.md's figures are this run's (python -m dflash_eval.demo.doctor_figures writes them)
-    from dflash_eval.demo.doctor_figures import BEGIN, DOCTOR_MD, END, figures
+    # docs/doctor.md's figures are this run's (python -m dflash_eval.doctor.figures writes them)
+    from dflash_eval.doctor.figures import BEGIN, DOCTOR_MD, END, figures
 
     page = DOCTOR_MD.read_text(encoding="utf-8")
     written = page[page.index(BEGIN) + len(BEGIN):page.index(END)].strip().splitlines()
-    assert written == figures(report), "docs/doctor.md: rerun `python -m dflash_eval.demo.doctor_figures`"
+    assert written == figures(report), "docs/doctor.md: rerun `python -m dflash_eval.doctor.figures`"
 
 
 def test_gap_shares_by_hand():

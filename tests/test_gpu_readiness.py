@@ -123,8 +123,8 @@ def test_doctor_keeps_every_trajectory_in_host_memory_between_variants(trained, 
     """doctor holds the taps of every prompt through all variants: they wait in host memory
     (OffloadedLayers) and reach the drafter's device one layer at a time, for the base trajectories and the
     context variants' alike."""
-    from dflash_eval.commands import doctor
     from dflash_eval.core.settings.run_settings import RunOptions
+    from dflash_eval.doctor.commands import doctor
     from dflash_eval.pipeline.trajectories import OffloadedLayers
 
     held = []
@@ -194,9 +194,9 @@ def test_doctor_host_figure_and_the_option_that_fits():
 def test_doctor_refuses_trajectories_past_the_machines_memory_by_name(trained, tmp_path, monkeypatch):
     """Before its target pass, doctor compares its trajectories' host bytes (the figure `plan --doctor`
     shows) with the memory available, and refuses by name, naming the option that fits."""
-    from dflash_eval.commands import doctor
     from dflash_eval.core.errors import InputError
     from dflash_eval.core.settings.run_settings import RunOptions
+    from dflash_eval.doctor.commands import doctor
     from dflash_eval.pipeline import trajectories
 
     options = RunOptions(drafters=[str(trained["qwen3"]["good"])], out=tmp_path / "doc", limit=2, max_new_tokens=12,
@@ -568,9 +568,11 @@ def test_no_drafter_is_on_the_targets_device_while_the_target_generates(trained,
     from typer.testing import CliRunner
 
     from dflash_eval.cli import app
-    from dflash_eval.commands import doctor, evaluate, track
+    from dflash_eval.commands import evaluate
     from dflash_eval.core.settings.run_settings import RunOptions
+    from dflash_eval.doctor.commands import doctor
     from dflash_eval.pipeline import continuations, scoring
+    from dflash_eval.training.commands import track
 
     there: set[int] = set()  # ids of the drafters on the target's device now
     generated: list[int] = []  # drafters there at each generation call

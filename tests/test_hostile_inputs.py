@@ -895,9 +895,9 @@ def test_a_tampered_samples_file_is_refused_by_name(operation, data, tmp_path_fa
 def test_track_takes_a_checkpoint_trained_elsewhere_and_settles_a_copy(world, tmp_path):
     """track marked a checkpoint recording an unfindable verifier invalid although --target was given, and a
     copy of an evaluated checkpoint stayed "waiting (new)" forever (with --watch, every poll)."""
-    from dflash_eval.commands.track import Tracking, TrackOptions, track
     from dflash_eval.core.settings.run_settings import RunOptions
     from dflash_eval.pipeline.track_folder import read_log, read_rows
+    from dflash_eval.training.commands.track import Tracking, TrackOptions, track
 
     save = tmp_path / "save"
     copy_tree(world["speculators"], save / "checkpoint-1",
@@ -950,7 +950,7 @@ def test_the_doctor_table_names_its_pairs_and_gives_no_interval_over_too_few():
     """A variant delta over 2 of 13 prompts reads as such: the pair count, no interval and no p-value."""
     from rich.console import Console
 
-    from dflash_eval.render.terminal_doctor import render_doctor
+    from dflash_eval.doctor.views.terminal import render_doctor
 
     def variant(name, n, total):
         return {"variant": name, "tau_macro": 3.0, "identical_drafts": 0.5,

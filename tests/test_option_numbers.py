@@ -76,11 +76,11 @@ def _params(path: list[str]):
 
 
 def test_track_refuses_them_before_any_checkpoint_is_evaluated(tmp_path):
-    """The library's own check (commands/track.check_track_options), for callers that are not the CLI."""
-    from dflash_eval.commands.track import TrackOptions, check_track_options
-    from dflash_eval.commands.track_settings import Tracking
+    """The library's own check (training/commands/track.check_track_options), for callers that are not the CLI."""
     from dflash_eval.core.errors import InputError
     from dflash_eval.core.settings.run_settings import RunOptions
+    from dflash_eval.training.commands.track import TrackOptions, check_track_options
+    from dflash_eval.training.commands.track_settings import Tracking
 
     run = RunOptions(drafters=[], out=tmp_path / "t", target=str(tmp_path))
     for field, value in (("interval", math.inf), ("interval", math.nan), ("settle", math.nan), ("settle", -1.0)):

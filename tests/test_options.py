@@ -17,8 +17,6 @@ from typer.testing import CliRunner
 from dflash_eval.cli import app
 from dflash_eval.cli.options import takes
 from dflash_eval.commands.results_settings import DiffSettings, ShowSettings
-from dflash_eval.commands.served_settings import ServedSettings
-from dflash_eval.commands.track_settings import Tracking
 from dflash_eval.commands.trained_taps_settings import TrainedTapsSettings
 from dflash_eval.core.errors import InputError
 from dflash_eval.core.settings.execution import Doctor, Numerics, Placement, Replay
@@ -27,6 +25,8 @@ from dflash_eval.core.settings.output import Output
 from dflash_eval.core.settings.run_settings import RunOptions, RunSettings, Scoring
 from dflash_eval.core.settings.sections import Section, Use, setting
 from dflash_eval.core.settings.work import TAP_CHUNK, Batching, Breakdown, LongContext, Sampling, Serving
+from dflash_eval.serving.commands.settings import ServedSettings
+from dflash_eval.training.commands.track_settings import Tracking
 
 COMMANDS = typer.main.get_command(app).commands
 RUN_SECTIONS = tuple(RunSettings.sections())
@@ -108,9 +108,6 @@ def test_run_settings_are_the_sections_and_no_flat_field():
 
 # the command whose --seed still has its own help: trained-taps' section moves with the training wing (issue 50,
 # branch i50-wings); its meaning is the statistics family's, and it takes seeds.statistics_seed there
-SEED_PENDING = {"trained-taps": "statistics"}
-
-
 def test_every_seed_flag_is_one_of_three_families():
     """--seed means one thing per family (core/settings/seeds.py): the run's draws (run, doctor, track), a
     comparison's statistics (diff, trained-taps) or show's --random choice; a command that declares its own
@@ -124,8 +121,7 @@ def test_every_seed_flag_is_one_of_three_families():
             if "--seed" in getattr(param, "opts", ()):
                 found[name] = next((family for family, text in helps.items() if param.help == text), None)
     assert found == {"run": "run", "doctor": "run", "track": "run", "diff": "statistics", "show": "choice",
-                     "trained-taps": None}
-    assert all(found[name] is None and family in helps for name, family in SEED_PENDING.items())
+                     "trained-taps": "statistics"}
 
 
 def test_the_flat_constructor_hands_each_keyword_to_its_section():

@@ -318,10 +318,10 @@ def test_every_jsonl_file_words_a_bad_line_the_same_way(tmp_path):
     AIPerf records each say `FILE: line N: not JSON (why)` / `FILE: line N: not a JSON object`."""
     from dflash_eval.core.documents.results import read_samples
     from dflash_eval.core.errors import InputError
-    from dflash_eval.formats.served_aiperf import read_records
-    from dflash_eval.formats.served_responses import read_requests
     from dflash_eval.pipeline.prompts import read_prompts_file
     from dflash_eval.pipeline.responses import read_responses
+    from dflash_eval.serving.exports.aiperf import read_records
+    from dflash_eval.serving.exports.responses import read_requests
 
     bad = tmp_path / "bad.jsonl"
     readers = [read_prompts_file, lambda p: read_responses(p, None, 10), read_samples, read_requests, read_records]

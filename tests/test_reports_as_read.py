@@ -355,8 +355,8 @@ def test_show_help_and_worst_blocks_taken_across_prompts():
 def test_doctor_tables_fit_80_columns_and_the_window_title_follows_columns():
     from rich.console import Console
 
-    from dflash_eval.render.terminal_doctor import render_doctor
-    from dflash_eval.render.terminal_doctor_windows import render_windows
+    from dflash_eval.doctor.views.terminal import render_doctor
+    from dflash_eval.doctor.views.windows import render_windows
 
     rope = ("RoPE: the target's (default, theta 10000000.0, mrope_interleaved True, mrope_section 2/1/1, "
             "partial_rotary_factor 0.25)")

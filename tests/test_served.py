@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from dflash_eval.core import served as S
-from dflash_eval.core import served_gap as G
+from dflash_eval.serving.counters import counts as S
+from dflash_eval.serving.counters import gap as G
 
 runner = CliRunner()
 

@@ -338,9 +338,9 @@ def test_first_divergence_with_the_targets_logit_gap(offline_run, trained, tmp_p
     import torch
     from transformers import AutoModelForCausalLM
 
-    from dflash_eval.commands.served_divergence import NEAR_TIE
     from dflash_eval.model.target import load_tokenizer
     from dflash_eval.pipeline.prompts import load_prompts, prompt_ids
+    from dflash_eval.serving.commands.divergence import NEAR_TIE
 
     run, rows = offline_run
     row, at = rows[0], 5

@@ -1,5 +1,5 @@
 """`served` on numbers no server can produce: refused, one line naming the file and the series, exit 2
-(served_checks.py, one rule per invariant, applied by every reader). Hypothesis draws served dumps with the
+(serving/counters/checks.py, one rule per invariant, applied by every reader). Hypothesis draws served dumps with the
 invariants as properties: a dump built from real counts reads back exactly; breaking one invariant is
 refused by name. Also /metrics read right: per-engine and summed views, the varied-draft-length warning,
 diffusion dumps refused, SGLang's counters converted to our tau."""
@@ -15,9 +15,9 @@ from test_served import vllm_dump
 from typer.testing import CliRunner
 
 from dflash_eval.cli import app
-from dflash_eval.commands.served import read_served
-from dflash_eval.core import served as S
 from dflash_eval.core.errors import InputError
+from dflash_eval.serving.commands.served import read_served
+from dflash_eval.serving.counters import counts as S
 
 runner = CliRunner()
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

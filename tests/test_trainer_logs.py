@@ -109,7 +109,7 @@ def _track_html_shows_the_trainer_metrics(rows, tmp_path):
     from test_html import DevTools, required_chromium
 
     from dflash_eval.render.html import write_html
-    from dflash_eval.render.track import render_track_html
+    from dflash_eval.training.views.track import render_track_html
 
     points = sorted((r for r in rows if r.get("role") == "checkpoint"), key=lambda r: r["step"])
     for row, tau in zip(points, (1.5, 3.0, 1.2)):

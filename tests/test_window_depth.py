@@ -181,9 +181,9 @@ def test_the_doctor_names_the_depth_where_a_full_attention_drafter_served_a_wind
 
 
 def test_the_window_on_every_layer_variant_puts_the_sliding_window_on_the_full_layers(test_bed):
-    from dflash_eval.commands.doctor_windows import every_layer_variant, trained_window
     from dflash_eval.core.semantics import apply_semantics
     from dflash_eval.demo.checkpoint_writer import design_spec
+    from dflash_eval.doctor.commands.windows import every_layer_variant, trained_window
     from dflash_eval.model.target import target_info
 
     info = target_info(test_bed["qwen3"])

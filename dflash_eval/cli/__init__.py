@@ -3,7 +3,10 @@ calling the library (commands/) and printing what it returns. `COMMANDS` is the 
 order `--help` shows them, each under its panel: the five stories the README tells (evaluate, read the
 results, follow a training run, compare with a server, set up)."""
 
-from . import demo, diff, doctor, export, inspect, merge, plan, prompts, report, run, served, show, track, trained_taps
+from ..doctor import cli as doctor
+from ..serving import cli as served
+from ..training.cli import track, trained_taps
+from . import demo, diff, export, inspect, merge, plan, prompts, report, run, show
 from .root import app, main
 
 EVALUATE, RESULTS, TRAINING, SERVING, SETUP = "Evaluate", "Results", "Training", "Serving", "Setup"

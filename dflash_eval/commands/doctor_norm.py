@@ -28,7 +28,7 @@ from typing import Any
 from ..core import compare as C
 from ..core.errors import InputError, read_json_object
 from ..formats.trainer_logs import parse_version
-from .doctor_variants import lens_agreement
+from .variants import lens_agreement
 
 OFFSET_NORM_MODEL_TYPES = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"})
 FIXED_IN = (0, 9, 0)
@@ -73,7 +73,7 @@ def checkpoint_facts(path: Path) -> dict[str, Any]:
 def agreement_tables(drafts: list, trajectories: list, right: list, wrong: list) -> dict[str, Any]:
     """Per prompt (slots, agreeing) with the right and with the wrong convention's argmax, and on the
     positions where the two argmaxes differ, how many drafts follow each. Slot i of anchor a (= prompt_len +
-    j) is compared with the token after position a + i - 1 (doctor_variants.lens_agreement, as the logit-lens
+    j) is compared with the token after position a + i - 1 (variants.lens_agreement, as the logit-lens
     check counts)."""
     tables = {"right": lens_agreement(drafts, trajectories, right), "wrong": lens_agreement(drafts, trajectories, wrong)}
     differ = [[int(x) != int(y) for x, y in zip(r, w)] for r, w in zip(right, wrong)]

@@ -1,7 +1,7 @@
 """`run --reference` explains the gap it measures: doctor's variants replayed on the run's own trajectories.
 
 The run already holds, per prompt, the one target pass every drafter is scored on. Each drafter compared
-with the reference is replayed there once more under each classic bug's variant (commands/doctor_variants.py:
+with the reference is replayed there once more under each classic bug's variant (commands/variants.py:
 anchor in context, taps shifted, in-block causality, windows, other rules, block positions, final norm,
 RoPE, the target's tables), costing drafter passes only: no second target pass, and the explanation covers
 exactly the prompts the run measured. Each row of such a drafter gains `explain` (the reference's name; per
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .doctor_variants import Variant, build_variants, check_for, evaluate_variants, rope_variants, table_variant
+from .variants import Variant, build_variants, check_for, evaluate_variants, rope_variants, table_variant
 
 
 @dataclass
@@ -76,7 +76,7 @@ def plan_explanation(settings, entries: list, reference: str | None, target) -> 
 def quiet_rope_configs():
     """transformers' config warnings off while the RoPE variants build their rotary embeddings: a RoPE variant
     copies the target's parameters (mrope keys and all) into a drafter config, and transformers says so once
-    per prompt on stderr, about a config of ours, not the user's (doctor_variants.rope_variants)."""
+    per prompt on stderr, about a config of ours, not the user's (variants.rope_variants)."""
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()

@@ -23,8 +23,8 @@ from ..core.plan_document import RESERVE_BYTES, TIME_IS, Model, Phase, Plan, Pla
 from ..core.spec import DrafterSpec
 from ..model.estimation import ROWS_PER_PASS  # target/drafter distributions processed 256 rows at a time
 from ..pipeline.trajectories import doctor_host_bytes, doctor_host_fix, host_memory
-from .doctor import LENS_LAYERS
 from .plan_inputs import check_settings, drafter_spec, plan_target, prompt_lengths
+from .variants import LENS_LAYERS
 
 LOGITS_CHUNK = 1024  # model.target.capture_taps computes the greedy logits 1024 positions at a time
 
@@ -93,7 +93,7 @@ def tap_transient(s: R.ModelShape, T: int, layers: int, chunk: int, keep_hidden:
 
 def doctor_layers(spec: DrafterSpec, num_layers: int, target_config: dict) -> tuple[int, int]:
     """(layers a doctor trajectory holds, variants scored): the variants' taps and the logit lens layers."""
-    from .doctor_variants import build_variants, rope_variants, table_variant
+    from .variants import build_variants, rope_variants, table_variant
 
     text = target_config.get("text_config") if isinstance(target_config.get("text_config"), dict) else target_config
     variants = build_variants(spec, num_layers) + rope_variants(spec, text.get("rope_parameters")) + table_variant(spec)

@@ -1,6 +1,6 @@
 """trained-taps' own section (core/settings/sections.py): the training data it reads and how. Apart from
 commands/trained_taps.py so that the CLI builds its flags without importing torch; doctor --trained-taps
-builds one too (commands/doctor_trained_taps.py)."""
+builds one too (doctor/commands/trained_taps.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Optional
 
 from ..core.errors import InputError
 from ..core.settings.sections import SECONDS_MAX, Section, setting
+from ..core.settings.seeds import statistics_seed
 
 TRAINED_TAPS = "Training data"
 
@@ -54,8 +55,7 @@ class TrainedTapsSettings(Section):
                 "floor's pass runs the other.", TRAINED_TAPS),
         setting("lock_timeout", "--lock-timeout", float, 10.0, "Seconds to wait for a hidden-state file whose .lock "
                 "a writer still holds.", TRAINED_TAPS, number=(0, SECONDS_MAX, False)),
-        setting("seed", "--seed", int, 0, "Seed of the bootstrap interval of the gap between the stored taps and ours "
-                "(the samples are the split's first N, never drawn).", TRAINED_TAPS, minimum=0),
+        statistics_seed(TRAINED_TAPS),  # the bootstrap of the gap; the samples are the split's first N, never drawn
     )
 
     @cached_property

@@ -2,7 +2,7 @@
 
 A drafter whose sliding layers are served with full attention, or that is served a window smaller than
 the one it was trained with, is untouched while the whole context fits the window and loses past it: the
-damage has a depth. The doctor (commands/doctor_windows.py) evaluates window variants by depth bucket
+damage has a depth. The doctor (doctor/commands/windows.py) evaluates window variants by depth bucket
 (breakdown.py) and asks this module where one curve falls away from another. Pure and exact, so the rule
 is tested on hand-computed curves.
 

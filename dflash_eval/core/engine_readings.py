@@ -1,5 +1,5 @@
 """How each engine reads a checkpoint, before anything runs: `inspect --engines`, and the rules `doctor --engines`
-replays (one home for both: commands/doctor_engines.py imports `RULES`, `rule_values`, `describe_rule`,
+replays (one home for both: doctor/commands/engines.py imports `RULES`, `rule_values`, `describe_rule`,
 `engine_specs` and `switched` from here).
 
 One table: a column per engine (z-lab's `dflash` package, speculators' trainer, vLLM, SGLang, llama.cpp, and

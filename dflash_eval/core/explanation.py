@@ -20,7 +20,7 @@ prompt's trajectory. From every row of the run, `explanation_documents` builds p
 | flagged share     | the variant walk's blocks flagged by core/repetition.py / its blocks (does the fix also      |
 |                   | remove the loops?); "as configured" is the run's own repetition count                        |
 | verdict           | `as_if_verdict` of the variant with the largest delta among those with a significant gain   |
-|                   | (`significant_gain`), the rule doctor's verdict follows (commands/doctor.summarize)          |
+|                   | (`significant_gain`), the rule doctor's verdict follows (doctor/commands/doctor.summarize)  |
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Numbers that should not be, flagged where they appear (run, served, diff, report), each with what it
 usually means.
 
-served_checks.py refuses what no run can produce when counts are given (accepted above drafted, per-position
+serving/counters/checks.py refuses what no run can produce when counts are given (accepted above drafted, per-position
 counts that rise, more steps than tokens): those never reach a table. What is left to flag here is a number
 without counts behind it, or a pattern real counts can produce but that almost always means a broken
 pipeline:

@@ -29,7 +29,7 @@ class OffloadedLayers(Mapping):
     (~4 ms pinned), against a drafter pass over that prompt of >= 0.2 s (plan's roofline bound on an
     H200); the device-to-host copy at capture is pageable either way. Held bytes are then exactly
     T x H x element size per layer (`doctor_host_bytes`), and doctor checks them against the machine's
-    memory before its target pass (commands/doctor.py)."""
+    memory before its target pass (doctor/commands/doctor.py)."""
 
     def __init__(self, layers: dict[int, torch.Tensor], device: torch.device):
         self.stored = {t: x.cpu() for t, x in layers.items()}

@@ -1,5 +1,5 @@
 """The gap to a reference in the terminal, every figure over the same prompts (core/gap.py): doctor's gap
-table and its context-variant table (render/terminal_doctor.py), and the explanation `run --reference`
+table and its context-variant table (doctor/views/terminal.py), and the explanation `run --reference`
 prints (render/terminal_verdict.py). Variant names too long for a row are shortened, the detail noted below."""
 
 from __future__ import annotations

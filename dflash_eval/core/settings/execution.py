@@ -179,7 +179,7 @@ class Explanation(Section):
 
 @dataclass(frozen=True)
 class Doctor(Section):
-    """What doctor adds to the variants (commands/doctor.py): the context variants (thinking flipped, the raw
+    """What doctor adds to the variants (doctor/commands/doctor.py): the context variants (thinking flipped, the raw
     prompt: one more target pass per prompt each) and the training run's own taps (--trained-taps DATA)."""
 
     context_variants: bool = True

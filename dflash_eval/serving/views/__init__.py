@@ -1,0 +1,1 @@
+"""How `served` is shown: terminal tables and self-contained HTML pages (the serving wing's render/)."""

@@ -1,0 +1,1 @@
+"""The tracker, its options, and trained-taps' output folder (the training wing's commands/)."""
