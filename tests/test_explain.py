@@ -14,23 +14,10 @@ from typer.testing import CliRunner
 from dflash_eval.cli import app
 from dflash_eval.core.explanation import explain_drafter, explanation_documents
 from dflash_eval.core.verdict import verdict_block
+from dflash_eval.pipeline.prompts import DEMO_PROMPTS
 
 # 13 coding prompts: the demo's twelve (the fixture drafters' training prompts) and one they never saw
-THIRTEEN = [
-    "Write a Python function that reverses a string.",
-    "Write a function fizzbuzz(n) that prints Fizz, Buzz or FizzBuzz.",
-    "Implement binary search over a sorted list.",
-    "Write a class Stack with push, pop and peek.",
-    "Parse a CSV line into a list of fields.",
-    "Return the n-th Fibonacci number iteratively.",
-    "Check whether a string is a palindrome.",
-    "Count the words in a text file.",
-    "Merge two sorted lists into one sorted list.",
-    "Write a function that flattens a nested list.",
-    "Compute the greatest common divisor of two integers.",
-    "Remove duplicates from a list while keeping order.",
-    "Write a function that sums the digits of an integer.",
-]
+THIRTEEN = [*DEMO_PROMPTS, "Write a function that sums the digits of an integer."]
 
 
 def invoke(args, columns: int = 200):
