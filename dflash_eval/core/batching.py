@@ -65,8 +65,9 @@ def anchor_batch(seq_len: int, block_size: int, heads: int, device_type: str | N
     k = kind(device_type)
     scores = max(block_size * heads * (seq_len + block_size), 1)  # score elements per anchor
     wanted = -(-ROWS[k] // block_size)
-    if CACHE[k] is not None:
-        wanted = max(-(-MIN_ROWS[k] // block_size), min(wanted, CACHE[k] // (scores * 4)))
+    cache = CACHE[k]
+    if cache is not None:
+        wanted = max(-(-MIN_ROWS[k] // block_size), min(wanted, cache // (scores * 4)))
     fits = BUDGET[k] // (scores * SCORE_BYTES)
     return int(max(1, min(MAX_ANCHOR_BATCH, wanted, fits)))
 
@@ -74,8 +75,9 @@ def anchor_batch(seq_len: int, block_size: int, heads: int, device_type: str | N
 def rule_text(device_type: str | None) -> str:
     """The rule as run.json's `anchor_batch_rule` states it, with this device kind's constants."""
     k = kind(device_type)
+    cache_bytes = CACHE[k]
     cache = (f", fewer to keep one chunk's fp32 scores (B x heads x (T + B) x 4 bytes per anchor) within "
-             f"{CACHE[k] // MIB} MiB but at least ceil({MIN_ROWS[k]} / B)") if CACHE[k] is not None else ""
+             f"{cache_bytes // MIB} MiB but at least ceil({MIN_ROWS[k]} / B)") if cache_bytes is not None else ""
     return (f"{k}: ceil({ROWS[k]} rows / B){cache}; at most {BUDGET[k] // MIB} MiB of one chunk's attention scores "
             f"(B x heads x (T + B) x {SCORE_BYTES} bytes per anchor); 1..{MAX_ANCHOR_BATCH} (core/batching.py)")
 

@@ -71,7 +71,7 @@ def depth_curve(parts: Mapping[int, M.AcceptanceCounts], edges: Sequence[int]) -
     for index, (low, high) in enumerate(depth_bounds(edges)):
         counts = parts.get(index)
         steps = counts.steps if counts is not None else 0
-        out.append(DepthPoint(low, high, M.tau_macro(counts) if steps else None, steps))
+        out.append(DepthPoint(low, high, M.tau_macro(counts) if counts is not None and steps else None, steps))
     return out
 
 
@@ -80,22 +80,23 @@ def falls_away(subject: Sequence[DepthPoint], reference: Sequence[DepthPoint], *
     """The module docstring's rule. Both curves must have the same buckets (ValueError otherwise)."""
     if [(p.low, p.high) for p in subject] != [(p.low, p.high) for p in reference]:
         raise ValueError("the two depth curves have different buckets")
-    comparable = [(s, r) for s, r in zip(subject, reference)
+    # (subject point, reference point, their two taus): the buckets both measured, each with enough steps
+    comparable = [(s, r, s.tau, r.tau) for s, r in zip(subject, reference)
                   if s.tau is not None and r.tau is not None and s.steps >= min_steps and r.steps >= min_steps]
     if not comparable:
         return None
-    below = [r.tau - s.tau > margin for s, r in comparable]
+    below = [r_tau - s_tau > margin for _, _, s_tau, r_tau in comparable]
     start = len(below)
     while start > 0 and below[start - 1]:
         start -= 1  # the fallen tail: below in every bucket from `start` on
     if start == len(below):
         return None
     fallen = comparable[start:]
-    s, r = fallen[0]
+    s, _, s_tau, r_tau = fallen[0]
     return FallAway(kind="falls_away" if start > 0 else "throughout", depth=s.low, bucket=s.label,
                     held_until=comparable[start - 1][0].label if start > 0 else None,
-                    subject_tau=s.tau, reference_tau=r.tau,
-                    worst_drop=max(rr.tau - ss.tau for ss, rr in fallen), buckets_below=len(fallen),
+                    subject_tau=s_tau, reference_tau=r_tau,
+                    worst_drop=max(rt - st for _, _, st, rt in fallen), buckets_below=len(fallen),
                     margin=margin, min_steps=min_steps)
 
 

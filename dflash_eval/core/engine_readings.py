@@ -295,9 +295,9 @@ def engine_readings(spec: DrafterSpec, config: dict[str, Any], *, verifier_norm:
     specs = engine_specs(spec)
     own = rule_values(spec)
     engines = [{"engine": e, "name": NAMES[e], "refused": s if isinstance(s, str) else None} for e, s in specs.items()]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for reading in READINGS:
-        cells = {}
+        cells: dict[str, dict[str, Any]] = {}
         for engine, engine_spec in specs.items():
             if reading == "layout":
                 loads = spec.format in LAYOUTS[engine]

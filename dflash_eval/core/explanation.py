@@ -25,6 +25,7 @@ prompt's trajectory. From every row of the run, `explanation_documents` builds p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .compare import Delta, paired_figure
@@ -44,7 +45,7 @@ def as_if_verdict(bug: str, tau_configured: float, tau_variant: float, delta: di
             f"({paired_figure(delta)})")
 
 
-def _mean_tau(per_prompt: dict[str, tuple[float, float]]) -> float | None:
+def _mean_tau(per_prompt: Mapping[str, tuple[float, float]]) -> float | None:
     taus = [c / s for s, c in (per_prompt[p] for p in sorted(per_prompt)) if s > 0]
     return sum(taus) / len(taus) if taus else None
 
@@ -55,7 +56,7 @@ def _share(flagged: int, blocks: int) -> float | None:
 
 def is_behind(gap: dict[str, Any] | None) -> bool:
     """The reference is measurably ahead: the gap's interval lies above 0 and p < 0.05 (enough pairs)."""
-    return bool(gap) and not Delta(0, 0, 0, 1, gap.get("n") or 0).too_few and gap["low"] > 0 and gap["p_value"] < 0.05
+    return bool(gap and not Delta(0, 0, 0, 1, gap.get("n") or 0).too_few and gap["low"] > 0 and gap["p_value"] < 0.05)
 
 
 def explanation_documents(rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
@@ -121,6 +122,7 @@ def explain_drafter(rows: list[dict[str, Any]], name: str, *, seed: int = 0) -> 
         verdict, finding = f"{name} is not measurably behind {reference} (gap: {figure}): no gap to explain", None
     elif wins:
         best = max(wins, key=lambda e: e["delta"]["estimate"])
+        assert tau0 is not None  # behind: the gap has enough paired prompts, each with steps in the configuration
         verdict, finding = as_if_verdict(best["bug"], tau0, best["tau_macro"], best["delta"]), best["variant"]
     else:
         verdict, finding = (f"no variant beats the configuration (tau {tau0:.2f}): the gap to {reference} most "

@@ -24,7 +24,7 @@ A variant "explains" the gap when it closes a significant part of it (its own de
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -54,6 +54,18 @@ def share_interval(closed_draws: np.ndarray, gap_draws: np.ndarray, level: float
     return [float(x) for x in np.quantile(ratios, [tail, 1 - tail], method=QUANTILE)]
 
 
+class VariantRow(TypedDict):
+    """One variant's row of explain_gap's table (run.json keeps part of it: documents' GapRow)."""
+
+    variant: str
+    closed: dict[str, Any] | None  # Delta.to_dict(); None without a paired prompt
+    share: float | None  # closed / gap; None where the gap is not above 0 (or too few pairs)
+    share_ci: list[float] | None  # the share's bootstrap interval (share_interval); None without a gap
+    significant: bool  # the variant's own delta: interval above 0 and p < 0.05
+    bug: str  # what a gain suggests
+    check: str  # what to check in training
+
+
 def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str, str]], *, base_name: str,
                 reference_name: str, seed: int = 0, n_resamples: int = 10_000) -> dict[str, Any]:
     """variants: (name, per_prompt, what a gain suggests, what to check in training). Per-prompt dicts map
@@ -64,7 +76,7 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
     draws = np.random.default_rng(seed).integers(0, len(ids), size=(n_resamples, len(ids)))
     if Delta(0, 0, 0, 1, len(ids)).too_few:  # no share of a gap can be estimated on fewer than 6 pairs
         gap = _paired(base, reference, ids, draws, seed, total) if ids else None
-        rows = [{"variant": name, "closed": _paired(base, per_prompt, ids, draws, seed, total).to_dict() if ids else None,
+        rows: list[VariantRow] = [{"variant": name, "closed": _paired(base, per_prompt, ids, draws, seed, total).to_dict() if ids else None,
                  "share": None, "share_ci": None, "significant": False, "bug": bug, "check": check}
                 for name, per_prompt, bug, check in variants]
         paragraph = (f"{base_name} vs {reference_name}: " + (f"{paired_figure(gap)}; " if gap else "")
@@ -86,7 +98,7 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
                      "significant": closed.low > 0 and closed.p_value < 0.05, "bug": bug, "check": check})
     significant_gap = gap.low > 0 and gap.p_value < 0.05
     explained = [r for r in rows if r["significant"] and r["share"] is not None and r["share"] > 0]
-    best = max(explained, key=lambda r: r["share"]) if explained else None
+    best = max(explained, key=lambda r: cast(float, r["share"])) if explained else None  # each has a share
     if not significant_gap:
         paragraph = (f"{base_name} is not significantly behind {reference_name} (gap: {paired_figure(gap)}): there "
                      "is no gap to explain.")
@@ -95,13 +107,14 @@ def explain_gap(base: dict, reference: dict, variants: list[tuple[str, dict, str
                      "and no classic train/eval mismatch closes any of it: the difference most likely lies in "
                      "training itself (data, length, capacity, learning rate), not in how the drafter is evaluated.")
     else:
-        ci = best["share_ci"]
-        part = "most of" if best["share"] > MIN_EXPLAINED else "part of"
+        ci, share = best["share_ci"], best["share"]
+        assert share is not None  # best is one of `explained`, each with a share
+        part = "most of" if share > MIN_EXPLAINED else "part of"
         paragraph = (f"{base_name} trails {reference_name} by {gap.estimate:.2f} tau ({paired_figure(gap)}). "
                      f"Most likely it was {best['bug']}: evaluated that way ({best['variant']}) it closes {part} the "
-                     f"gap, {100 * best['share']:.0f}%" + (f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
+                     f"gap, {100 * share:.0f}%" + (f" [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "")
                      + f". Check {best['check']}."
-                     + ("" if best["share"] > MIN_EXPLAINED else
+                     + ("" if share > MIN_EXPLAINED else
                         " The rest of the gap is not explained by any variant: look at training itself as well."))
     return {"base": base_name, "reference": reference_name, "gap": gap.to_dict(), "variants": rows,
             "explained_by": best["variant"] if best else None, "paragraph": paragraph, "paired_prompts": len(ids),

@@ -247,10 +247,11 @@ def flag_block(block: Sequence[int], reference: Sequence[int], prev_block: Seque
         if m >= t.min_unique_length:
             distinct, target_distinct = len(set(draft)), len(set(ref))
             if distinct <= t.max_unique_ratio * m and target_distinct - distinct >= t.unique_margin * m:
-                counts, target_counts = Counter(draft), Counter(ref)
-                hit("unique", (i for i, x in enumerate(draft) if counts[x] > max(target_counts[x], 1)),
+                token_counts, target_token_counts = Counter(draft), Counter(ref)
+                hit("unique", (i for i, x in enumerate(draft) if token_counts[x] > max(target_token_counts[x], 1)),
                     lambda d=distinct, td=target_distinct: f"{d} distinct tokens in {m} slots (target's text: {td})")
     if prev_block is not None:
+        assert prev_reference is not None  # both or neither (checked on entry)
         k = min(len(prev_block), len(prev_reference), m)
         if k >= t.min_same_draft:
             prev_draft = [int(x) for x in prev_block[:k]]

@@ -356,7 +356,7 @@ def forward_bytes(s: ModelShape, batch: int, query_tokens: int, context_tokens: 
     read (batch C kv) and the new ones written (batch Q kv), the recurrent states read and written, logits
     written. Activations are left out (they stay small against these at the sizes dflash-eval runs)."""
     logits = query_tokens if logit_positions is None else logit_positions
-    weights = parameters(s) - s.vocab_size * s.hidden_size * (1 if s.tie_word_embeddings else 2)
+    weights: float = parameters(s) - s.vocab_size * s.hidden_size * (1 if s.tie_word_embeddings else 2)
     untouched = s.num_experts - experts_touched(s, batch * query_tokens)  # per MoE layer, 3 H I_moe weights each
     weights -= sum(t == "moe" for t in s.mlp_types) * untouched * 3 * s.hidden_size * s.moe_intermediate_size
     weights += s.vocab_size * s.hidden_size if logits else 0

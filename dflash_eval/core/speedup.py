@@ -79,22 +79,25 @@ def speedup_table(tokens_per_step: Mapping[int, float], times: StepTimes) -> dic
     are None (never guessed). tokens_per_step: {k: tau_micro at draft length k}."""
     ks = sorted(tokens_per_step)
     one = {b: times.target(1, b) for b in times.batches}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for k in ks:
-        cells, t_targets, t_drafters = [], [], []
+        cells: list[float | None] = []
+        t_targets: list[float | None] = []
+        t_drafters: list[float | None] = []
         for b in times.batches:
             tt, td = times.target(k + 1, b), times.drafter(k + 1, b)
             t_targets.append(tt)
             t_drafters.append(td)
-            known = None not in (one[b], tt, td)
-            cells.append(speedup(tokens_per_step[k], one[b], tt, td) if known else None)
+            t_one = one[b]  # a cell only where all three step times are known
+            cells.append(speedup(tokens_per_step[k], t_one, tt, td)
+                         if t_one is not None and tt is not None and td is not None else None)
         rows.append({"k": k, "block": k + 1, "tokens_per_step": tokens_per_step[k], "speedup": cells,
                      "target_seconds": t_targets, "drafter_seconds": t_drafters})
     best = []
     for i, b in enumerate(times.batches):
         known = [(row["speedup"][i], row["k"]) for row in rows if row["speedup"][i] is not None]
-        value, k = max(known, key=lambda pair: (pair[0], -pair[1])) if known else (None, None)
-        best.append({"batch": b, "k": k, "speedup": value})
+        best_value, best_k = max(known, key=lambda pair: (pair[0], -pair[1])) if known else (None, None)
+        best.append({"batch": b, "k": best_k, "speedup": best_value})
     return {
         "model": "speedup(k, batch) = tau_micro(k) x t_target(1, batch) / (t_target(k + 1, batch) "
                  "+ t_drafter(k + 1, batch))",
@@ -261,7 +264,8 @@ def recorded_step_times(table: dict[str, Any], context_tokens: int | None = None
         raise ValueError("the roofline's model shapes are not recorded (a run.json of an older dflash-eval)")
 
     def shape(values: dict[str, Any]) -> RF.ModelShape:
-        return RF.ModelShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # JSON
+        return RF.ModelShape(**fields)
 
     drafter = RF.DrafterShape(**{**inputs["drafter_shape"], "body": shape(inputs["drafter_shape"]["body"])})
     device = dataclasses.replace(RF.accelerator(inputs["accelerator"]), peak_flops=inputs["peak_flops"],
@@ -303,17 +307,20 @@ def tree_speedup_table(chain: Mapping[int, float], trees: Mapping[int, float], b
     chain: {k: tau_micro at draft length k}; trees: {b: tau_micro of the tree walk at budget b}. The tree's
     host work (building the tree, its attention mask) is not in the model. Best per batch over both kinds."""
     one = {b: times.target(1, b) for b in times.batches}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kind, size, verify, drafted, tau in (
             [("chain", k, k + 1, k + 1, chain[k]) for k in sorted(chain)]
             + [("tree", b, 1 + b, block_size, trees[b]) for b in sorted(trees)]):
-        cells, t_targets, t_drafters = [], [], []
+        cells: list[float | None] = []
+        t_targets: list[float | None] = []
+        t_drafters: list[float | None] = []
         for batch in times.batches:
             tt, td = times.target(verify, batch), times.drafter(drafted, batch)
             t_targets.append(tt)
             t_drafters.append(td)
-            known = None not in (one[batch], tt, td)
-            cells.append(speedup(tau, one[batch], tt, td) if known else None)
+            t_one = one[batch]  # a cell only where all three step times are known
+            cells.append(speedup(tau, t_one, tt, td) if t_one is not None and tt is not None and td is not None
+                         else None)
         rows.append({"verification": kind, "size": size, "verify_tokens": verify, "drafter_slots": drafted,
                      "tokens_per_step": tau, "speedup": cells, "target_seconds": t_targets,
                      "drafter_seconds": t_drafters})

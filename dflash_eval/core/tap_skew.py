@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 NOISE_FACTOR = 4.0  # a real trainer's bf16 pass (other kernels, fused add-norm, batch shapes) vs our CPU bf16 pass
 NOISE_EPS = 1e-6  # relative L2 below which two tensors are the same whatever the floor says
@@ -106,25 +106,28 @@ def judge_tap(slot: int, layer: int, against: dict[int, TapStats], floors: dict[
     """One stored fc-input slot labelled `layer` (z-lab numbering): `against[t]` its stats against our tap t
     for t in layer - 1 .. layer + 1 (those that exist; -1 = the embeddings), `floors[t]` the noise floor there."""
     name = f"slot {slot} (layer {layer})"
-    base = {"slot": slot, "layer": layer, "role": "tap", "rel_l2": against[layer].rel_l2,
+    base: dict[str, Any] = {"slot": slot, "layer": layer, "role": "tap", "rel_l2": against[layer].rel_l2,
             "floor_rel_l2": floors[layer].rel_l2 if layer in floors else None}
     broken = _broken(name, against[layer], hybrid_layer)
     if broken:
         return {**base, "status": broken[0], "match": None, "line": broken[1]}
     own = against[layer].rel_l2
+    # within_noise(s) holds only where s.rel_l2 is a number: every tap in `inside` has one (the casts)
     inside = [t for t in sorted(against) if t != layer and within_noise(against[t], floors.get(t))
-              and (own is None or not within_noise(against[layer], floors.get(layer)) or 2 * against[t].rel_l2 < own)]
+              and (own is None or not within_noise(against[layer], floors.get(layer))
+                   or 2 * cast(float, against[t].rel_l2) < own)]
     if not inside and within_noise(against[layer], floors.get(layer)):
         return {**base, "status": "ok", "match": layer,
                 "line": f"{name} matches our tap {layer} (relative L2 {_e(own)}, noise floor {_e(base['floor_rel_l2'])})"}
     if inside:  # a neighbour within the floor and (where the slot's own layer is too) at least twice as close
-        t = min(inside, key=lambda k: against[k].rel_l2)
+        t = min(inside, key=lambda k: cast(float, against[k].rel_l2))
         why = ("the data was numbered from the embeddings (its id k is the stream after k layers, our tap k - 1)"
                if t < layer else "the data was numbered from the first decoder layer where the drafter's ids count "
                "from the embeddings (vLLM ids extracted as z-lab ids)")
         return {**base, "status": "shifted", "match": t,
                 "line": f"slot {slot} matches our tap {t}, not {layer}: {why}"}
-    closest = min((t for t in against if against[t].rel_l2 is not None), key=lambda k: against[k].rel_l2, default=layer)
+    closest = min((t for t in against if against[t].rel_l2 is not None), key=lambda k: cast(float, against[k].rel_l2),
+                  default=layer)
     return {**base, "status": "unmatched", "match": None,
             "line": f"{name} matches none of our taps {min(against)}..{max(against)}: relative L2 "
                     f"{_e(against[layer].rel_l2)} against a noise floor of {_e(base['floor_rel_l2'])} (closest: tap "
@@ -137,7 +140,7 @@ def judge_teacher(slot: int, expected: str, pre: TapStats, post: TapStats, floor
     output before the final norm (`pre`) and our final hidden state after it (`post`); `expected`: "pre-norm"
     (speculators: vLLM id n, and the trainer applies the verifier norm) or "post-norm" (DeepSpec)."""
     name = f"slot {slot} (the teacher)"
-    base = {"slot": slot, "layer": "teacher", "role": "teacher", "expected": expected,
+    base: dict[str, Any] = {"slot": slot, "layer": "teacher", "role": "teacher", "expected": expected,
             "rel_l2_pre_norm": pre.rel_l2, "rel_l2_post_norm": post.rel_l2,
             "floor_pre_norm": floor_pre.rel_l2 if floor_pre else None,
             "floor_post_norm": floor_post.rel_l2 if floor_post else None}

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from .compare import Delta, delta_tau_per_prompt, verdict
 from .documents.row_documents import TrackRow
@@ -34,7 +34,7 @@ class CurvePoint:
 @dataclass
 class Curve:
     points: list[CurvePoint]
-    reference: dict[str, Any] | None
+    reference: TrackRow | None
     reference_tau: float | None
     best: CurvePoint | None
     latest: CurvePoint | None
@@ -53,6 +53,7 @@ def tau_of(row: TrackRow) -> float | None:
 def per_prompt_of(row: TrackRow) -> dict[str, tuple[float, float]]:
     """prompt id -> (steps, committed): counted, or expected for an offline estimate (temperature > 0)."""
     source = row["counts"] if row.get("counts") is not None else row["estimate"]
+    assert source is not None, "a track row holds counts or an estimate"
     return {pid: (s, t) for pid, (s, t) in source["per_prompt"].items()}
 
 
@@ -96,7 +97,7 @@ def curve(rows: list[TrackRow], *, present: dict[str, bool] | None = None, seed:
         points.append(CurvePoint(row, tau, running, False, gap,
                                  True if present is None else present.get(row["fingerprint"], True)))
     scored = [p for p in points if p.tau is not None]
-    best = max(scored, key=lambda p: p.tau) if scored else None  # first of equals: the earliest step
+    best = max(scored, key=lambda p: cast(float, p.tau)) if scored else None  # first of equals: the earliest step
     if best is not None:
         best.is_best = True
     latest = points[-1] if points else None

@@ -47,7 +47,7 @@ def _explained(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if doctor and doctor.get("drafter") not in out:
         gap = doctor.get("gap") or {}
         gap_delta = gap.get("gap")
-        behind = bool(gap_delta) and gap_delta.get("low", 0) > 0 and gap_delta.get("p_value", 1) < 0.05
+        behind = bool(gap_delta and gap_delta.get("low", 0) > 0 and gap_delta.get("p_value", 1) < 0.05)
         out[doctor["drafter"]] = {"drafter": doctor["drafter"], "reference": gap.get("reference"), "behind": behind,
                                   "verdict": doctor["verdict"], "finding": doctor.get("finding"), "gap": gap or None,
                                   "variants": doctor.get("variants") or [], "source": "doctor --out"}

@@ -25,6 +25,7 @@ The rules (the TypedDicts in run_document.py and row_documents.py document the f
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -210,7 +211,7 @@ def check_doctor_document(doctor: dict[str, Any], path: Path | str) -> None:
         raise InputError(path, f"{exc}; the file was edited or damaged") from None
 
 
-def _walk_problem(row: dict, B: int, prefix: str = "") -> str | None:
+def _walk_problem(row: Mapping[str, Any], B: int, prefix: str = "") -> str | None:
     p = _int(row.get("prompt_len"), "prompt_len", 0)
     n_cont = _int(row.get("continuation_len"), "continuation_len", 0)
     anchors = _ints(row.get("walk_anchors"), f"{prefix}walk_anchors")
@@ -234,7 +235,7 @@ def _walk_problem(row: dict, B: int, prefix: str = "") -> str | None:
     return None
 
 
-def _drafts_problem(row: dict) -> str | None:
+def _drafts_problem(row: Mapping[str, Any]) -> str | None:
     """The walk's drafts against the continuation they were scored on: each step's accepted drafts ARE the
     continuation's tokens at their slots (a step accepts the leading drafts the target agrees with, greedy or
     by rejection sampling, and commits them), and the first draft it refused is not (greedy: the target's
@@ -272,7 +273,7 @@ def _drafts_problem(row: dict) -> str | None:
     return None
 
 
-def _row_problem(row: dict, block_size: int | None) -> str | None:  # noqa: C901 (past the ceiling before it was set; split by idea when next touched)
+def _row_problem(row: Mapping[str, Any], block_size: int | None) -> str | None:  # noqa: C901 (past the ceiling before it was set; split by idea when next touched)
     if "walk_anchors" not in row:  # an offline estimate's row (temperature > 0)
         alphas = row.get("anchor_alphas")
         if not isinstance(alphas, list) or not all(isinstance(s, list) and all(_number(x) and 0 <= x <= 1 for x in s)
@@ -351,7 +352,7 @@ def _row_problem(row: dict, block_size: int | None) -> str | None:  # noqa: C901
     return None
 
 
-def _tree_problem(row: dict, pid: str, B: int, fields: list[str]) -> str | None:
+def _tree_problem(row: Mapping[str, Any], pid: str, B: int, fields: list[str]) -> str | None:
     """A row's tree walks (--tree-budgets): each a walk as the chain's must be, its counts what it gives, one
     failure kind per step."""
     tree = row.get("tree")
@@ -374,7 +375,7 @@ def _tree_problem(row: dict, pid: str, B: int, fields: list[str]) -> str | None:
     return None
 
 
-def check_samples_row(row: dict[str, Any], path: Path | str, *, block_size: int | None = None) -> None:
+def check_samples_row(row: Mapping[str, Any], path: Path | str, *, block_size: int | None = None) -> None:
     """One samples.jsonl row (module docstring); `block_size`: the drafter's B when the reader knows it."""
     try:
         problem = _row_problem(row, block_size)

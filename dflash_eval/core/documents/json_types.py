@@ -48,7 +48,9 @@ def required_keys(cls: type) -> frozenset[str]:
     """The keys a TypedDict requires; NotRequired read from the resolved annotations, so a class in a module
     with `from __future__ import annotations` (whose __required_keys__ Python 3.11 gets wrong) is right too."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    return frozenset(k for k in cls.__required_keys__ if typing.get_origin(hints.get(k)) is not typing.NotRequired)
+    # the ignore: cls is a TypedDict class, which has __required_keys__; mypy has no type for "a TypedDict class"
+    declared: frozenset[str] = cls.__required_keys__  # type: ignore[attr-defined]
+    return frozenset(k for k in declared if typing.get_origin(hints.get(k)) is not typing.NotRequired)
 
 
 def describe(annotation: Any) -> str:

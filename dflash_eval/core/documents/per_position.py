@@ -36,7 +36,7 @@ def per_position_splits_csv(drafters: list[dict[str, Any]]) -> str | None:
 
 
 def _slot_csv(drafters: list[dict[str, Any]], tau_columns: list[str], slots: list[tuple[str, str]],
-              lead: list[str] = ()) -> str:
+              lead: tuple[str, ...] | list[str] = ()) -> str:
     """drafter, [lead columns,] tau macro, tau micro, then one column per slot for each (metrics key, column
     prefix)."""
     width = max((len(d["metrics"][slots[0][0]]) for d in drafters), default=0)

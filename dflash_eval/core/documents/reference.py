@@ -58,7 +58,9 @@ def field_meanings(cls: type) -> dict[str, str]:
     meaning; "" where a field has none, which tests/test_documents.py refuses)."""
     lines = textwrap.dedent(inspect.getsource(cls)).splitlines()
     meanings: dict[str, str] = {}
-    for statement in ast.parse("\n".join(lines)).body[0].body:
+    class_def = ast.parse("\n".join(lines)).body[0]
+    assert isinstance(class_def, ast.ClassDef), f"{cls.__name__} is not a class"
+    for statement in class_def.body:
         if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
             above = statement.lineno - 2  # ast counts lines from 1
             comment: list[str] = []

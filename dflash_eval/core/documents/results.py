@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import metrics as M
 from ..errors import InputError
@@ -112,7 +112,7 @@ def read_samples(path: Path, *, torn_tail: str = "refuse", row_type: Any = None)
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror}") from None
     rows: list[dict[str, Any]] = []
-    first: dict[tuple, int] = {}
+    first: dict[str, int] = {}  # the row's (prompt, drafter, sample) as JSON -> its line
     for number, row in jsonl_rows(text, path, torn_tail=torn_tail):  # core/jsonl.py: its one wording
         if row_type is not None:
             from .json_types import check_json
@@ -137,6 +137,7 @@ def incomplete_message(directory: Path) -> str:
     except (OSError, json.JSONDecodeError):
         state = {}
     total = len((state.get("settings") or {}).get("prompts") or []) or "?"
+    done: int | str
     try:
         done = len({str(row.get("prompt_id")) for row in read_samples(directory / SAMPLES, torn_tail="drop")})
     except Exception:  # a damaged file still gets the message; its reader names the damage
@@ -178,7 +179,7 @@ def read_run_document(directory: Path, *, partial: bool = False) -> RunDocument:
 
     check_json(data, RunDocument, path)  # the types, field by field
     check_run_document(data, path)  # the numbers a run document must satisfy
-    return data
+    return cast(RunDocument, data)  # check_json has just checked it field by field
 
 
 def drafter_named(run: RunDocument, run_dir: Path, name: str | None, ask: str) -> DrafterDocument:

@@ -10,6 +10,7 @@ so each is refused by name: the file, the line or the prompt and drafter, and wh
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 from ..errors import InputError
 from .invariants import check_samples_row
@@ -31,7 +32,9 @@ def check_rows(run: RunDocument, rows: list[SampleRow], path: Path, *, partial: 
     by_drafter: dict[str, dict[str, set]] = {name: {} for name in names}
     blocks = {d["name"]: (d.get("spec") or {}).get("block_size") for d in drafters
               if isinstance(d, dict) and d.get("name") in by_drafter and isinstance(d.get("spec"), dict)}
-    prov = run.get("provenance") if isinstance(run.get("provenance"), dict) else {}
+    provenance = run.get("provenance")
+    # a plain dict, read forgivingly: the schema reader refuses a wrong shape, this reader only the rows
+    prov: dict[str, Any] = cast(dict[str, Any], provenance) if isinstance(provenance, dict) else {}
     pieces: dict[int, tuple[str, str]] = {}  # token id -> (its piece, where it was first seen)
     for row in rows:
         if not isinstance(row.get("drafter"), str) or row["drafter"] not in by_drafter:
@@ -111,7 +114,8 @@ def check_totals(drafters: list[DrafterDocument], rows: list[SampleRow], path: P
     from .. import metrics as M
 
     for d in drafters:
-        if not isinstance(d, dict) or not isinstance(d.get("counts"), dict):
+        drafter_counts = d.get("counts") if isinstance(d, dict) else None
+        if not isinstance(drafter_counts, dict):
             continue
         per_prompt: dict[str, M.AcceptanceCounts] = {}
         for row in rows:
@@ -119,11 +123,11 @@ def check_totals(drafters: list[DrafterDocument], rows: list[SampleRow], path: P
                 counts = M.AcceptanceCounts.from_dict(row["counts"])
                 pid = str(row["prompt_id"])
                 per_prompt[pid] = M.pool_samples(per_prompt[pid], counts) if pid in per_prompt else counts
-        total = M.AcceptanceCounts(block_size=d["counts"].get("block_size", 2))
+        total = M.AcceptanceCounts(block_size=drafter_counts.get("block_size", 2))
         for counts in per_prompt.values():
             total = total + counts
-        if total.to_dict() != d["counts"]:
-            wrong = next(k for k, v in total.to_dict().items() if d["counts"].get(k) != v)
+        if total.to_dict() != drafter_counts:
+            wrong = next(k for k, v in total.to_dict().items() if drafter_counts.get(k) != v)
             raise InputError(path, f"the rows of drafter {d['name']!r} add up to other counts than run.json's "
                                    f"({wrong}); one of the two files was edited or damaged")
 
@@ -136,6 +140,7 @@ def run_rows(directory: Path | str, run: RunDocument) -> list[SampleRow]:
     if not path.exists():
         raise InputError(path, "is missing: the run's rows are gone (run.json alone cannot show blocks)")
     partial = bool(run.get("incomplete"))
-    rows = read_samples(path, torn_tail="drop" if partial else "refuse", row_type=SampleRow)
+    # read_samples has checked every row against SampleRow (check_json): the cast is that check
+    rows = cast(list[SampleRow], read_samples(path, torn_tail="drop" if partial else "refuse", row_type=SampleRow))
     check_rows(run, rows, path, partial=partial)
     return rows

@@ -73,7 +73,11 @@ class RunSettings:
     @classmethod
     def sections(cls) -> dict[type[Section], str]:
         """Each section's class -> its name here (the `takes` decorator of cli/options.py files them)."""
-        return {f.default.__class__: f.name for f in dataclasses.fields(cls)}
+        named: dict[type[Section], str] = {}
+        for f in dataclasses.fields(cls):
+            assert isinstance(f.default, Section), f"RunSettings.{f.name} has no section as its default"
+            named[type(f.default)] = f.name
+        return named
 
     @classmethod
     def flat(cls, **values: Any) -> "RunSettings":
@@ -97,12 +101,13 @@ class RunSettings:
             if name == "output" and "argv" in given:
                 given = {**given, "argv": tuple(given["argv"])}
             built[name] = section(**given)
-        return cls(**built)
+        return cls(**built)  # type: ignore[arg-type]  # each name holds its own section (sections()); mypy sees one type
 
     def with_sections(self, *sections: Section) -> "RunSettings":
         """These settings with some sections replaced (each by its class)."""
         names = self.sections()
-        return dataclasses.replace(self, **{names[type(s)]: s for s in sections})
+        # (the ignore: each name gets its own section's class (sections()); mypy sees the base Section)
+        return dataclasses.replace(self, **{names[type(s)]: s for s in sections})  # type: ignore[arg-type]
 
     # ---------------------------------------------------------------------------------------- what stages read
 

@@ -186,7 +186,7 @@ class Serving(Section):
         asked = self.requested
         if asked is None:
             return ()
-        if asked == "all":
+        if isinstance(asked, str):  # "all", the one word `requested` returns
             return tuple(range(1, block_size))
         who = f" (drafter {name}, block size {block_size})" if name else f" (block size {block_size})"
         bad = [k for k in asked if not 1 <= k <= block_size - 1]
