@@ -31,10 +31,14 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from dflash_eval.core.metrics import AcceptanceCounts, check_resampling, conditional, histogram, marginal, reach
+
+# the numpy quantile rules this package uses (numpy types `method` as the literal names it knows)
+QuantileMethod = Literal["linear", "inverted_cdf"]
 
 EXACT_MAX_PROMPTS = 16  # up to 2^16 = 65536 sign patterns are enumerated exactly
 _TIE_TOLERANCE = 1e-9
@@ -154,7 +158,7 @@ def delta_tau(a: AcceptanceCounts, b: AcceptanceCounts, *, kind: str = "macro", 
 
 def delta_from_table(table: np.ndarray, *, kind: str = "macro", n_resamples: int = 10_000, seed: int = 0,
                       level: float = 0.95, total: int | None = None, draws: np.ndarray | None = None,
-                      method: str = "linear") -> Delta:
+                      method: QuantileMethod = "linear") -> Delta:
     """`draws` (resampled prompt indices, [resamples, prompts]): given, the interval comes from exactly these
     draws (a table of several deltas over one population shares them); `method`: numpy's quantile rule."""
     s_a, t_a, s_b, t_b = table.T

@@ -28,10 +28,10 @@ from typing import Any, TypedDict, cast
 
 import numpy as np
 
-from .compare import Delta, delta_from_table, paired_figure
+from .compare import Delta, QuantileMethod, delta_from_table, paired_figure
 
 MIN_EXPLAINED = 0.5  # below this share, the best variant explains only part of the gap (said so)
-QUANTILE = "inverted_cdf"  # an order statistic: the same draws rank a delta and its share alike
+QUANTILE: QuantileMethod = "inverted_cdf"  # an order statistic: the same draws rank a delta and its share alike
 
 
 def _taus(per_prompt: dict, ids: list[str]) -> np.ndarray:

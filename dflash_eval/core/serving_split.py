@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from .compare import Delta, delta_from_table, paired_figure
+from .compare import Delta, QuantileMethod, delta_from_table, paired_figure
 
 CELLS = ("AA", "AB", "BA", "BB")
 N_RESAMPLES = 10_000
-QUANTILE = "inverted_cdf"
+QUANTILE: QuantileMethod = "inverted_cdf"
 
 
 def _interval(draws_values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
