@@ -261,6 +261,7 @@ def test_the_wheel_leaves_the_test_helpers_out_and_keeps_the_demo_build():
     not shipped, the demo (its trainer, tokenizer and checkpoint writer) is; no shipped module imports
     testing/ (the import rule above), so `dflash-eval demo` builds its models from a base install."""
     import tomllib
+
     from setuptools import find_packages
 
     found = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
@@ -320,3 +321,33 @@ def test_help_and_error_paths_import_no_torch_or_transformers():
             "assert not heavy, heavy\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# names the typing module gained after Python 3.10, with the version that brought each
+TYPING_SINCE = {"NotRequired": (3, 11), "Required": (3, 11), "Self": (3, 11), "LiteralString": (3, 11),
+                "Never": (3, 11), "assert_never": (3, 11), "assert_type": (3, 11), "reveal_type": (3, 11),
+                "Unpack": (3, 11), "TypeVarTuple": (3, 11), "dataclass_transform": (3, 11), "override": (3, 12),
+                "TypeAliasType": (3, 12), "ReadOnly": (3, 13), "TypeIs": (3, 13)}
+
+
+def test_the_python_floor_is_the_one_the_code_needs_and_mypy_checks():
+    """requires-python's floor admits no install on which the package cannot import: every typing name the
+    package uses (`from typing import X` or `typing.X`) exists there (3.10 was admitted while the documents'
+    TypedDicts import NotRequired, new in 3.11), and mypy's python_version ([tool.mypy], the CI step) is that
+    floor, so mypy refuses a newer name too."""
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    floor_text = project["project"]["requires-python"]
+    assert floor_text.startswith(">="), floor_text
+    floor = tuple(int(p) for p in floor_text[2:].split(".")[:2])
+    assert project["tool"]["mypy"]["python_version"] == ".".join(map(str, floor))
+    newer = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.ImportFrom) and node.module == "typing"
+                     else [node.attr] if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                     and node.value.id == "typing" else [])
+            newer += [f"{path.relative_to(PACKAGE)}: typing.{n} (Python {'.'.join(map(str, TYPING_SINCE[n]))})"
+                      for n in names if TYPING_SINCE.get(n, (0,)) > floor]
+    assert not newer, f"requires-python {floor_text} admits Pythons without: {newer}"

@@ -48,7 +48,7 @@ def third_party_imports() -> dict[str, set[str]]:
 
 def base_requirements() -> set[str]:
     """pyproject.toml's [project] dependencies by name (read from the file: the installed metadata may be
-    an older checkout's; tomllib is 3.11+, the project supports 3.10)."""
+    an older checkout's)."""
     block = re.search(r"^dependencies = \[(.*?)^\]", (ROOT / "pyproject.toml").read_text(), flags=re.S | re.M)
     requirements = re.findall(r'^\s*"([^"]+)"', block.group(1), flags=re.M)
     return {re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-") for r in requirements}
