@@ -112,7 +112,7 @@ def anchor_chunks(drafter: DFlashDrafter, ctx: torch.Tensor, tokens: torch.Tenso
 @torch.inference_mode()
 def replay(
     drafter: DFlashDrafter,
-    taps: torch.Tensor,
+    taps: torch.Tensor | None,
     tokens: torch.Tensor,
     prompt_len: int,
     scoring: Scoring,
@@ -127,14 +127,16 @@ def replay(
 
     scoring: the generation cap, the final block rule and the anchors per forward (core/settings/run_settings.
     Scoring: the one value every replay takes, so none forgets --final-block);
-    taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T);
+    taps: [T, n_taps * H] from one target pass over `tokens` (prompt + continuation, length T), None with `ctx`;
     ctx: precomputed drafter.context(taps) (the doctor reuses it across variants); labels: [T] the ids slot j
     of anchor a is scored against at a + j (default `tokens`; trained-taps scores against a training sample's
     teacher while its blocks are anchored on the stored text); tree_budgets: DDTree's tree at each budget,
     from the same drafter pass (model/tree_scoring.py reads the lm_head's pieces), walked into `result.tree`."""
     B = drafter.spec.block_size
     T = int(tokens.shape[0])
-    ctx = drafter.context(taps) if ctx is None else ctx
+    if ctx is None:
+        assert taps is not None, "replay needs the taps or their context (ctx)"
+        ctx = drafter.context(taps)
     result = DrafterOnPrompt(prompt_len=prompt_len)
     max_new_tokens, shorter_final_block, anchor_batch = (scoring.max_new_tokens, scoring.shorter_final_block,
                                                          scoring.anchor_batch)

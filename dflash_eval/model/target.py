@@ -22,6 +22,7 @@ import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -33,11 +34,14 @@ from .hf_forward import cache_keyword, output_cache
 from .kernels import decoder_layers, kernel_report, quiet_cpu_fallback_advice
 from .lm_head import greedy_ids
 
+if TYPE_CHECKING:  # the types only: load_target's AutoModelForCausalLM / AutoTokenizer give these
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 @dataclass
 class Target:
-    model: nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     name: str  # as the user gave it
     path: Path  # resolved local folder
     device: torch.device

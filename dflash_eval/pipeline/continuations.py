@@ -18,12 +18,16 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from ..core.errors import InputError
 from ..model.target import Target, stop_token_ids
 from .prompts import Prompt, chat_text, prompt_ids  # noqa: F401  (re-exported for callers of this stage)
+
+if TYPE_CHECKING:
+    from transformers import GenerationMixin
 
 
 def sha256_text(text: str) -> str:
@@ -252,6 +256,12 @@ def _left_padded(target: Target, batch: list[list[int]], pad: int) -> tuple[torc
     return ids, mask
 
 
+def _generator(target: Target) -> GenerationMixin:
+    """The target's model as the generator it is: load_target loads it with AutoModelForCausalLM, whose classes
+    all mix in GenerationMixin (PreTrainedModel itself does not declare `generate`)."""
+    return cast("GenerationMixin", target.model)
+
+
 def _pad_id(target: Target, stops: Sequence[int]) -> int:
     pad = target.tokenizer.pad_token_id
     return pad if pad is not None else stops[0]
@@ -276,7 +286,7 @@ def generate_greedy(target: Target, prompts: list[list[int]], max_new_tokens: in
         members = order[start:start + batch_size]
         ids, mask = _left_padded(target, [prompts[i] for i in members], pad)
         with only_this_config(target.model):
-            out = target.model.generate(input_ids=ids, attention_mask=mask,
+            out = _generator(target).generate(input_ids=ids, attention_mask=mask,
                                         generation_config=greedy_config(max_new_tokens, stops, pad))
         for index, row in zip(members, out[:, ids.shape[1]:].tolist()):
             results[index] = cut_at_stop(row, stops)
@@ -531,7 +541,7 @@ def generate_sampled_batch(target: Target, prompts: list[list[int]], max_new_tok
     pad = _pad_id(target, stops)
     ids, mask = _left_padded(target, prompts, pad)
     with only_this_config(target.model):
-        out = target.model.generate(input_ids=ids, attention_mask=mask,
+        out = _generator(target).generate(input_ids=ids, attention_mask=mask,
                                     generation_config=greedy_config(max_new_tokens, stops, pad),
                                     logits_processor=LogitsProcessorList([_draw_per_row(sampling, generators)]))
     return [cut_at_stop(row, stops) for row in out[:, ids.shape[1]:].tolist()]

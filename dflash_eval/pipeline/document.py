@@ -202,7 +202,7 @@ def measured_step_times(rows: list[dict[str, Any]], block_size: int, device: str
             total[1] += sum(source.get("draft_seconds", []))
             total[2] += len(source.get("verify_seconds", []))
     base = (sum(o["seconds"] for o in one), sum(o["steps"] for o in one))
-    return build({k: tuple(v) for k, v in per_k.items()}, base,
+    return build({k: (v[0], v[1], int(v[2])) for k, v in per_k.items()}, base,
                  f"measured by --mode live on {device}, batch 1 ({base[1]} plain decoding steps timed)")
 
 

@@ -172,7 +172,7 @@ def benchmark_conversations(source: str, field: str | None = None) -> tuple[list
 def availability() -> list[tuple[str, str, str | None, str]]:
     """(name, repo, cached revision or None, the `hf download` command) of each named set on this machine,
     for `prompts list`; nothing is read beyond the snapshot's refs and card."""
-    out = []
+    out: list[tuple[str, str, str | None, str]] = []
     for name, benchmark in BENCHMARK_SETS.items():
         try:
             snapshot = hf_cache.find_snapshot(benchmark.repo, files=benchmark.files)

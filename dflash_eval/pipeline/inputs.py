@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ def reference_name(settings: RunSettings, entries: list[DrafterEntry]) -> str | 
             else None)
 
 
-def apply_semantics_overrides(entries: list[DrafterEntry], overrides: list[str]) -> None:
+def apply_semantics_overrides(entries: list[DrafterEntry], overrides: Sequence[str]) -> None:
     """`--semantics RULES` (every drafter) or `--semantics NAME=RULES` (one); refused by name when unknown."""
     from ..core.semantics import SEMANTICS, apply_semantics
 
@@ -217,6 +218,12 @@ class Inputs:
         """What a run folder's results depend on: resuming is allowed only with equal settings."""
         inputs, replay, sampling = settings.inputs, settings.replay, settings.sampling
         window = settings.breakdown.draft_window
+        # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
+        shard: dict[str, Any] = {}
+        if self.placed is not None and self.placed.shard:
+            assert self.all_prompts is not None  # prepare_inputs keeps every prompt of the run with --shard
+            shard = {"shard": {**dict(zip(("index", "count"), self.placed.shard)), "seed": settings.seed,
+                               "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
         return {
             "target": str(self.target_path), "drafters": self.fingerprints, "max_new_tokens": inputs.max_new_tokens,
             "thinking": self.thinking, "mode": replay.mode, "final_block": replay.final_block,
@@ -229,10 +236,7 @@ class Inputs:
             **self.content,  # target weights/config, tokenizer, chat template, responses: by content
             **({"sampling": {**sampling.to_dict(), "samples": sampling.samples, "seed": settings.seed}}
                if sampling.temperature > 0 else {}),
-            # a shard's folder knows the whole run it belongs to: `merge` checks the shards against it
-            **({"shard": {**dict(zip(("index", "count"), self.placed.shard)), "seed": settings.seed,
-                          "all_prompts": [[p.id, p.text, p.set] for p in self.all_prompts]}}
-               if self.placed is not None and self.placed.shard else {}),
+            **shard,
         }
 
 

@@ -29,7 +29,7 @@ pass (`work.tap_passes` stays the run's).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
 from ..core.compare import paired_row
 
@@ -56,6 +56,15 @@ def drafts_changed(a: list[list[int]], b: list[list[int]]) -> tuple[int, int, in
     return slots, changed, anchors
 
 
+class LiveCheck(TypedDict):
+    """One drafter's replay-vs-live counts."""
+
+    prompts: int
+    texts_equal: int  # prompts whose live text equals the replay's continuation
+    # prompt id -> [replay steps, replay committed tokens, live steps, live committed tokens]
+    per_prompt: dict[str, list[int]]
+
+
 @dataclasses.dataclass
 class NumericsCheck:
     """Counts over the first `limit` prompts the run evaluates (in this invocation)."""
@@ -64,7 +73,7 @@ class NumericsCheck:
     generation: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(
         ("prompts", "prompts_identical", "tokens", "tokens_before_first_difference"), 0))
     anchor_batch: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    live: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    live: dict[str, LiveCheck] = dataclasses.field(default_factory=dict)
 
     def wants_more(self) -> bool:
         return self.generation["prompts"] < self.limit
@@ -116,7 +125,7 @@ class NumericsCheck:
 PAIRED = ("steps_replay", "steps_live", "tau_replay", "tau_live", "delta_tau_live_minus_replay")
 
 
-def live_summary(counts: dict[str, Any]) -> dict[str, Any]:
+def live_summary(counts: LiveCheck) -> dict[str, Any]:
     """A drafter's live-loop counts with the replay-vs-live figures derived from its per-prompt counts: tau
     macro of each side over the prompts with steps on both (the same prompts), and the paired difference
     live - replay with its paired bootstrap interval and permutation p (core/compare.paired_row, seed 0);

@@ -24,13 +24,17 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar, cast
 
 from ..core.errors import InputError, read_text
 from ..core.jsonl import jsonl_rows
+
+T = TypeVar("T")  # what select() picks from: prompts, or conversations of them
 
 
 @dataclass(frozen=True)
@@ -306,7 +310,7 @@ def directory_prompts(directory: str | Path) -> list[Prompt]:
 # --- selection and the public entry points -----------------------------------------------------------
 
 
-def select(prompts: list[Prompt], limit: int | None = None, seed: int | None = None) -> list[Prompt]:
+def select(prompts: Sequence[T], limit: int | None = None, seed: int | None = None) -> list[T]:
     """`limit` prompts: the first ones, or with `seed` a seeded random subset, kept in the set's order.
 
     The subset is the first `limit` entries of a seeded permutation, so for one seed a smaller limit
@@ -367,7 +371,8 @@ def benchmark_prompts(source: str, limit: int | None, seed: int | None, prompt_f
         whole = prompt_set(name)
         return PromptSet(select([whole[i] for i in paper_indices(len(whole), PAPER_ROWS[name])], limit, seed))
     conversations, dataset = benchmark_conversations(source, prompt_field)
-    return PromptSet([Prompt(id=row.id, text=row.user, set=row.set) if row.messages is None
+    # a PromptRow holds its user message or its conversation (hf_prompts.py): without messages, `user` is there
+    return PromptSet([Prompt(id=row.id, text=cast(str, row.user), set=row.set) if row.messages is None
                       else replace(message_prompt(row.id, row.messages, row.set), after=row.after)
                       for conversation in select(conversations, limit, seed) for row in conversation], dataset)
 

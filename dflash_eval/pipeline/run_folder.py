@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.documents import results as R
+from ..core.documents.run_document import RunDocument
 from ..core.errors import InputError, read_json_object
 from ..core.paths import RESULT_FILES
 
@@ -251,7 +252,7 @@ class RunFolder:
             raise InputError(self.path, "exists and is not a dflash-eval run folder (no run_state.json); choose "
                                         "another --out (--overwrite only replaces folders dflash-eval wrote)")
 
-    def finished_document(self) -> dict[str, Any] | None:
+    def finished_document(self) -> RunDocument | None:
         """run.json of the finished run this folder holds with these very settings (its state complete, its
         rows and run.json read and checked like every reader checks them), or None: rerunning the command
         that finished a run leaves its record as it is (its work counters and `created` are what that run

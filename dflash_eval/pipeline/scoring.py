@@ -117,6 +117,7 @@ def estimate_on_trajectory(drafter, trajectory: Trajectory, target, settings: Ru
     from ..model.estimation import anchor_alphas
 
     drafter = windowed(drafter, settings.breakdown.draft_window)
+    assert trajectory.hidden is not None, "a sampled trajectory keeps its final hidden states (keep_hidden)"
     return anchor_alphas(drafter, trajectory.taps(drafter.spec.taps), trajectory.tokens, trajectory.hidden,
                          target.lm_head, trajectory.prompt_len, settings.scoring, settings.sampling)
 

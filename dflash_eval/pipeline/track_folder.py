@@ -19,12 +19,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, cast
 
 from ..core.documents import results as R
 from ..core.documents.row_documents import TrackRow
-from ..core.documents.run_document import DrafterDocument
+from ..core.documents.run_document import DrafterDocument, DraftLengthEntry, Part, TreeBudgetEntry, TreeDocument
 from ..core.errors import InputError, read_json_object
 from ..core.snapshots import drafter_architecture
 from .run_folder import held_lock, record_written, remove_written, settings_differences, settings_hash
@@ -73,7 +74,8 @@ class TrackFolder:
                 if overwrite:
                     remove_written(self.path, keep=(LOCK,))
                 elif state.get("settings_hash") != self.digest:
-                    recorded = state.get("settings") if isinstance(state.get("settings"), dict) else {}
+                    written = state.get("settings")
+                    recorded: dict[str, Any] = written if isinstance(written, dict) else {}
                     detail = "; ".join(settings_differences(recorded, self.settings))
                     raise InputError(self.path, f"already holds a track with different settings ({detail}); rerun "
                                                 "with the same settings to continue it, --overwrite to replace it, "
@@ -121,7 +123,8 @@ def read_rows(directory: Path) -> list[TrackRow]:
     mid-write) is dropped (that checkpoint is redone)."""
     from ..core.documents.invariants import check_track_row
 
-    rows = R.read_samples(Path(directory) / ROWS, torn_tail="drop", row_type=TrackRow)
+    # read_samples has checked every row against TrackRow (check_json): the cast is that check
+    rows = cast(list[TrackRow], R.read_samples(Path(directory) / ROWS, torn_tail="drop", row_type=TrackRow))
     for number, row in enumerate(rows, 1):
         check_track_row(row, Path(directory) / ROWS, number)
     return rows
@@ -131,11 +134,22 @@ def read_log(directory: Path) -> list[dict[str, Any]]:
     return R.read_samples(Path(directory) / LOG, torn_tail="drop")
 
 
-def track_row(role: str, entry, fingerprint: str, label: str, drafter: DrafterDocument, *, step: int | None,
+class TrackExtras(TypedDict, total=False):
+    """The parts of a TrackRow only some runs have (its estimate, its breakdowns), in the row's key order."""
+
+    estimate: dict[str, Any]
+    by_draft_length: list[DraftLengthEntry]
+    depth_edges: list[int]
+    by_depth: list[Part]
+    tree: TreeDocument
+
+
+def track_row(role: Literal["checkpoint", "reference"], entry, fingerprint: str, label: str, drafter: DrafterDocument, *, step: int | None,
               step_source: str, identity) -> TrackRow:
     """One checkpoint's row, from the drafter object of its run folder's run.json (the same numbers)."""
-    repetition = drafter.get("repetition") or {}
-    estimate = {"estimate": drafter["estimate"]} if drafter.get("estimate") else {}
+    repetition: Mapping[str, Any] = drafter.get("repetition") or {}
+    found = drafter.get("estimate")
+    estimate: TrackExtras = {"estimate": found} if found else {}
     return {
         "role": role, "name": entry.name, "path": str(entry.path), "step": step, "step_source": step_source,
         "fingerprint": fingerprint, "identity": [list(f) for f in identity], "run": f"{RUNS}/{label}",
@@ -148,13 +162,27 @@ def track_row(role: str, entry, fingerprint: str, label: str, drafter: DrafterDo
     }
 
 
-def breakdown_fields(drafter: DrafterDocument) -> dict[str, Any]:
+def breakdown_fields(drafter: DrafterDocument) -> TrackExtras:
     """What the curve shows beyond the totals, copied from the run folder's drafter object (the same
     numbers): `by_draft_length` (--draft-lengths: tau at every k, each its own replay), `tree` (--tree-budgets)
     and `depth_edges` /
     `by_depth` (the latest checkpoint by context depth); absent where the run has none."""
-    keys = ("by_draft_length", "depth_edges", "by_depth", "tree")
-    return {key: drafter[key] for key in keys if drafter.get(key)}
+    out: TrackExtras = {}
+    if drafter.get("by_draft_length"):
+        out["by_draft_length"] = drafter["by_draft_length"]
+    if drafter.get("depth_edges"):
+        out["depth_edges"] = drafter["depth_edges"]
+    if drafter.get("by_depth"):
+        out["by_depth"] = drafter["by_depth"]
+    if drafter.get("tree"):
+        out["tree"] = drafter["tree"]
+    return out
+
+
+def _tree_budgets(row: TrackRow) -> list[TreeBudgetEntry]:
+    """A row's tree walks per budget (--tree-budgets); none without a tree."""
+    tree = row.get("tree")
+    return (tree.get("by_budget") or []) if tree else []
 
 
 def track_csv(rows: list[TrackRow]) -> str:
@@ -170,14 +198,14 @@ def track_csv(rows: list[TrackRow]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     parsed = list(csv.reader(lines))
     ks = sorted({e["k"] for r in rows for e in r.get("by_draft_length") or []})  # --draft-lengths: tau at each k
-    budgets = sorted({e["budget"] for r in rows for e in (r.get("tree") or {}).get("by_budget") or []})  # trees
+    budgets = sorted({e["budget"] for r in rows for e in _tree_budgets(r)})  # trees
     writer.writerow(["role", "step", "tau_macro_ci_low", "tau_macro_ci_high", "repetition_share", "fingerprint",
                      "path", *parsed[0], *(f"tau_macro_at_k_{k}" for k in ks),
                      *(f"tau_macro_at_tree_{b}" for b in budgets)])
     for row, cells in zip(rows, parsed[1:]):
-        ci = row["metrics"].get("tau_macro_ci") or [None, None]
+        ci: Sequence[float | None] = row["metrics"].get("tau_macro_ci") or [None, None]
         at_k = {e["k"]: e["metrics"].get("tau_macro") for e in row.get("by_draft_length") or []}
-        at_b = {e["budget"]: e["metrics"].get("tau_macro") for e in (row.get("tree") or {}).get("by_budget") or []}
+        at_b = {e["budget"]: e["metrics"].get("tau_macro") for e in _tree_budgets(row)}
         writer.writerow([row["role"], "" if row["step"] is None else row["step"],
                          *("" if v is None else f"{v:.6f}" for v in ci),
                          "" if row.get("repetition_share") is None else f"{row['repetition_share']:.6f}",

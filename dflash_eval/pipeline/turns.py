@@ -75,20 +75,20 @@ def _fill_in(whole: list[Prompt], target, settings, thinking: bool, reporter) ->
     answered = {p.id: p for p in whole if p.after is None}
     waiting = [p for p in whole if p.after is not None]
     while waiting:
-        ready = [p for p in waiting if p.after in answered]
+        ready = [(p, p.after) for p in waiting if p.after is not None and p.after in answered]  # (turn, its earlier)
         if not ready:
             raise InputError(settings.inputs.prompts, f"turn {waiting[0].id!r} follows {waiting[0].after!r}, which is not in the set")
-        earlier = list({p.after: answered[p.after] for p in ready}.values())
+        earlier = list({after: answered[after] for _, after in ready}.values())
         reporter.note(f"{settings.inputs.prompts}: answering {len(earlier)} earlier turn(s) with the target's greedy "
                       "continuations (the whole set, cached), so that the next turns follow them")
         ids = {p.id: template_ids(target.tokenizer, p, thinking) for p in earlier}
         texts, _ = continuations_for(target, earlier, ids, settings, thinking, None, reporter,
                                      universe=list(answered.values()))
-        for p in ready:
-            answer = target.tokenizer.decode(texts[p.after], skip_special_tokens=True)
-            conversation = [*answered[p.after].chat(), {"role": "assistant", "content": answer},
+        for p, after in ready:
+            answer = target.tokenizer.decode(texts[after], skip_special_tokens=True)
+            conversation = [*answered[after].chat(), {"role": "assistant", "content": answer},
                             {"role": "user", "content": p.chat()[-1]["content"]}]
-            answered[p.id] = replace(message_prompt(p.id, conversation, p.set), after=p.after)
+            answered[p.id] = replace(message_prompt(p.id, conversation, p.set), after=after)
         waiting = [p for p in waiting if p.id not in answered]
     return answered
 

@@ -149,7 +149,7 @@ def estimate_problem(metrics: Any, block_size: int) -> str | None:
     return None
 
 
-def _check_measured(entry: dict, where: str) -> None:
+def _check_measured(entry: Mapping[str, Any], where: str) -> None:
     """counts + metrics of one drafter object (or one of its parts: a depth bucket, a draft length)."""
     if entry.get("counts") is None:
         B = entry.get("block_size") or (entry.get("spec") or {}).get("block_size")
@@ -387,7 +387,7 @@ def check_samples_row(row: Mapping[str, Any], path: Path | str, *, block_size: i
                                f"{problem}; the file was edited or damaged")
 
 
-def check_track_row(row: dict[str, Any], path: Path | str, number: int) -> None:
+def check_track_row(row: Mapping[str, Any], path: Path | str, number: int) -> None:
     """One track.jsonl row: its role and step, its counts and the metrics copied beside them."""
     try:
         if row.get("role") not in ("checkpoint", "reference"):
